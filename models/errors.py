@@ -1,0 +1,37 @@
+"""The one exception hierarchy of shardplan.
+
+It lives in ``models`` because that package depends on nothing of ours, so every other package
+(hardware, rules, solver) can raise and catch the same classes. The CLI turns ``SpecError`` into
+one line on stderr and exit code 2, ``InfeasibleError`` into exit code 1.
+"""
+
+from __future__ import annotations
+
+
+class ShardplanError(Exception):
+    """Base class of every error shardplan raises on purpose."""
+
+
+class SpecError(ShardplanError, ValueError):
+    """Bad input: a malformed config, an unknown preset, a value out of range.
+
+    ``field`` names what was wrong, so a message can say where to look.
+    """
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+class InfeasibleError(ShardplanError):
+    """The problem has no plan: ``conflicts`` holds (rule id, message) pairs that cannot all hold."""
+
+    def __init__(self, conflicts: list[tuple[str, str]]):
+        self.conflicts = conflicts
+        text = "; ".join(f"{rule}: {msg}" for rule, msg in conflicts) or "no feasible plan"
+        super().__init__(f"infeasible: {text}")
+
+
+class SolverLimitError(ShardplanError):
+    """The time limit ended the search before any plan was found."""
