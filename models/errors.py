@@ -35,3 +35,20 @@ class InfeasibleError(ShardplanError):
 
 class SolverLimitError(ShardplanError):
     """The time limit ended the search before any plan was found."""
+
+
+def spec_error_from(exc: Exception) -> SpecError:
+    """Turn a pydantic ``ValidationError`` into the ``SpecError`` it stands for.
+
+    Pydantic wraps a ``ValueError`` raised inside a validator; when that was one of ours, it is
+    returned unchanged, otherwise the first error's location becomes the field.
+    """
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return SpecError("input", str(exc))
+    first = errors()[0]
+    inner = (first.get("ctx") or {}).get("error")
+    if isinstance(inner, SpecError):
+        return inner
+    field = ".".join(str(part) for part in first.get("loc", ())) or "input"
+    return SpecError(field, first.get("msg", "invalid"))

@@ -1,0 +1,314 @@
+"""Read a Hugging Face ``config.json`` into a ``ModelSpec``.
+
+Each supported family says where its fields live; everything they share is read once. The hazards
+other tools fell into (REFERENCE.md): the expert count under three names, top-k under two, four ways
+of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache mistaken for
+``num_key_value_heads``. A missing or mistyped field raises ``SpecError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from shardplan.models.dtypes import DType
+from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
+
+Config = dict[str, Any]
+
+
+def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
+    """Load a config.json from disk; ``name`` defaults to the file's stem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("model", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("model", f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(cfg, dict):
+        raise SpecError("model", f"{path} must hold a JSON object")
+    return load_config(cfg, name=name or cfg.get("_shardplan_id") or path.stem)
+
+
+def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
+    """Build a ``ModelSpec`` from a parsed config.json."""
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise SpecError("architectures", f"missing; supported: {', '.join(sorted(_FAMILIES))}")
+    arch = archs[0]
+    if arch not in _FAMILIES:
+        raise SpecError("architectures", f"unsupported {arch!r}; supported: {', '.join(sorted(_FAMILIES))}")
+    if arch == "Llama4ForConditionalGeneration":
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise SpecError("text_config", "Llama 4 keeps its text model under text_config; missing")
+        fields = {**text, "architectures": archs}
+    else:
+        fields = cfg
+    try:
+        return _FAMILIES[arch](_Reader(fields), name, arch)
+    except ValidationError as exc:
+        raise spec_error_from(exc) from None
+
+
+class _Reader:
+    """Typed access to config fields, so every error names the field it is about."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        value = self.cfg.get(key, default)
+        if value is None:
+            raise SpecError(key, "missing")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(key, f"expected an integer, got {value!r}")
+        if value < minimum:
+            raise SpecError(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def first_int(self, keys: tuple[str, ...], minimum: int = 1) -> int:
+        for key in keys:
+            if self.has(key):
+                return self.int(key, minimum=minimum)
+        raise SpecError(keys[0], f"missing (also looked for {', '.join(keys[1:])})")
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise SpecError(key, f"expected true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.cfg.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise SpecError(key, f"expected a list of integers, got {value!r}")
+        return value
+
+    def str(self, key: str, default: str) -> str:
+        value = self.cfg.get(key, default)
+        if not isinstance(value, str):
+            raise SpecError(key, f"expected a string, got {value!r}")
+        return value
+
+
+def _common(r: _Reader, name: str, arch: str) -> dict[str, Any]:
+    """Fields every family shares: sizes, vocabulary, number formats."""
+    weights, experts = _weight_dtypes(r)
+    return dict(
+        name=name,
+        architecture=arch,
+        num_layers=r.int("num_hidden_layers"),
+        hidden_size=r.int("hidden_size"),
+        vocab_size=r.int("vocab_size"),
+        tie_word_embeddings=r.bool("tie_word_embeddings", False),
+        activation=r.str("hidden_act", "silu"),
+        weights_dtype=weights,
+        expert_dtype=experts,
+        kv_dtype=DType.FP16 if weights is DType.FP16 else DType.BF16,
+        max_position_embeddings=r.int("max_position_embeddings", 131072),
+    )
+
+
+def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
+    """(dense weights, routed-expert weights) from torch_dtype and quantization_config."""
+    base = DType.parse(str(r.cfg.get("torch_dtype") or r.cfg.get("dtype") or "bf16"), "torch_dtype")
+    if base not in (DType.BF16, DType.FP16):
+        base = DType.BF16  # float32 checkpoints are served in 16 bits
+    quant = r.cfg.get("quantization_config")
+    if not quant:
+        return base, base
+    if not isinstance(quant, dict):
+        raise SpecError("quantization_config", "expected an object")
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return DType.FP8, DType.FP8
+    if method == "mxfp4":
+        # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay 16-bit.
+        return base, DType.MXFP4
+    if method in ("awq", "gptq"):
+        return DType.INT4, DType.INT4
+    raise SpecError("quantization_config.quant_method", f"unsupported {method!r}; supported: fp8, mxfp4, awq, gptq")
+
+
+def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None) -> Attention:
+    heads = r.int("num_attention_heads")
+    kv_heads = r.int("num_key_value_heads", default=heads)
+    hidden = r.int("hidden_size")
+    if not r.has("head_dim") and hidden % heads:
+        raise SpecError("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
+    head_dim = r.int("head_dim", default=hidden // heads)
+    kind = AttentionKind.MHA if kv_heads == heads else AttentionKind.MQA if kv_heads == 1 else AttentionKind.GQA
+    return Attention(
+        kind=kind,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
+        qkv_bias=r.bool("attention_bias", False),
+        sliding_window=window,
+        sliding_window_layers=window_layers,
+    )
+
+
+def _every_layer_window(r: _Reader) -> tuple[tuple[int, ...], int | None]:
+    """Mistral-style sliding window on every layer, when the config sets one.
+
+    Qwen configs carry a ``sliding_window`` value too, but it only applies with
+    ``use_sliding_window: true``.
+    """
+    if not r.has("sliding_window") or not r.bool("use_sliding_window", True):
+        return (), None
+    window = r.int("sliding_window")
+    return tuple(range(r.int("num_hidden_layers"))), window
+
+
+def _dense(r: _Reader, name: str, arch: str, qkv_bias: bool = False) -> ModelSpec:
+    """Llama 2/3, Mistral, Qwen2, Qwen3: one attention and one gated FFN per layer."""
+    attention = _attention(r, *_every_layer_window(r))
+    if qkv_bias:
+        attention = attention.model_copy(update={"qkv_bias": True})
+    return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"))
+
+
+def _qwen2(r: _Reader, name: str, arch: str) -> ModelSpec:
+    # Qwen2 has biases on q, k and v but no attention_bias field.
+    return _dense(r, name, arch, qkv_bias=True)
+
+
+def _mixtral(r: _Reader, name: str, arch: str) -> ModelSpec:
+    layers = r.int("num_hidden_layers")
+    moe = MoE(
+        num_experts=r.first_int(("num_local_experts", "num_experts")),
+        experts_per_token=r.int("num_experts_per_tok"),
+        expert_intermediate_size=r.int("intermediate_size"),
+        layers=tuple(range(layers)),
+    )
+    return ModelSpec(**_common(r, name, arch), attention=_attention(r, *_every_layer_window(r)), intermediate_size=0, moe=moe)
+
+
+def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
+    layers = r.int("num_hidden_layers")
+    step = r.int("decoder_sparse_step", default=1)
+    dense_only = set(r.int_list("mlp_only_layers"))
+    moe_layers = tuple(i for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    moe = MoE(
+        num_experts=r.first_int(("num_experts", "num_local_experts")),
+        experts_per_token=r.int("num_experts_per_tok"),
+        expert_intermediate_size=r.int("moe_intermediate_size"),
+        layers=moe_layers,
+    )
+    dense_ffn = r.int("intermediate_size") if len(moe_layers) < layers else r.int("intermediate_size", minimum=0)
+    return ModelSpec(
+        **_common(r, name, arch), attention=_attention(r, *_every_layer_window(r)), intermediate_size=dense_ffn, moe=moe
+    )
+
+
+def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
+    """DeepSeek-V3/R1 and Kimi-K2: MLA attention, first k layers dense, then MoE every moe_layer_freq."""
+    layers = r.int("num_hidden_layers")
+    heads = r.int("num_attention_heads")
+    rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
+    attention = Attention(
+        kind=AttentionKind.MLA,
+        num_heads=heads,
+        # The cache holds one latent per token, not per-head keys: num_key_value_heads is ignored.
+        num_kv_heads=heads,
+        head_dim=nope + rope,
+        v_head_dim=r.int("v_head_dim"),
+        qkv_bias=r.bool("attention_bias", False),
+        q_lora_rank=r.int("q_lora_rank", default=0, minimum=0),
+        kv_lora_rank=r.int("kv_lora_rank"),
+        qk_rope_head_dim=rope,
+        qk_nope_head_dim=nope,
+    )
+    first_dense = r.int("first_k_dense_replace", default=0, minimum=0)
+    freq = r.int("moe_layer_freq", default=1)
+    moe_layers = tuple(i for i in range(first_dense, layers) if i % freq == 0)
+    shared = r.int("n_shared_experts", default=0, minimum=0)
+    expert_ffn = r.int("moe_intermediate_size")
+    moe = MoE(
+        num_experts=r.first_int(("n_routed_experts", "num_experts", "num_local_experts")),
+        experts_per_token=r.int("num_experts_per_tok"),
+        expert_intermediate_size=expert_ffn,
+        num_shared_experts=shared,
+        shared_intermediate_size=expert_ffn if shared else 0,
+        layers=moe_layers,
+    )
+    # The multi-token-prediction module (num_nextn_predict_layers) is not part of inference here.
+    return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"), moe=moe)
+
+
+def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
+    layers = r.int("num_hidden_layers")
+    types = r.cfg.get("layer_types") or []
+    if types and (not isinstance(types, list) or len(types) != layers):
+        raise SpecError("layer_types", f"expected {layers} entries")
+    window_layers = tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+    window = r.int("sliding_window") if window_layers else None
+    attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})
+    moe = MoE(
+        num_experts=r.first_int(("num_local_experts", "num_experts")),
+        experts_per_token=r.first_int(("num_experts_per_tok", "experts_per_token")),
+        expert_intermediate_size=r.int("intermediate_size"),
+        layers=tuple(range(layers)),
+    )
+    return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=0, moe=moe)
+
+
+def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
+    """Llama 4 text model: MoE every interleave step with one shared expert; chunked local attention."""
+    layers = r.int("num_hidden_layers")
+    if r.has("moe_layers"):
+        moe_layers = tuple(r.int_list("moe_layers"))
+    else:
+        step = r.int("interleave_moe_layer_step", default=1)
+        moe_layers = tuple(range(step - 1, layers, step))
+    expert_ffn = r.int("intermediate_size")
+    # no_rope_layers[i] == 1 marks a RoPE layer, which attends within chunks of attention_chunk_size;
+    # absent, transformers makes every no_rope_layer_interval-th layer (default 4th) a global NoPE layer.
+    rope_flags = r.int_list("no_rope_layers")
+    if not rope_flags:
+        interval = r.int("no_rope_layer_interval", default=4)
+        rope_flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    chunk = r.int("attention_chunk_size") if r.has("attention_chunk_size") and rope_flags else None
+    window_layers = tuple(i for i, flag in enumerate(rope_flags) if flag) if chunk else ()
+    moe = MoE(
+        num_experts=r.int("num_local_experts"),
+        experts_per_token=r.int("num_experts_per_tok"),
+        expert_intermediate_size=expert_ffn,
+        num_shared_experts=1,
+        shared_intermediate_size=expert_ffn,
+        layers=moe_layers,
+    )
+    dense_ffn = r.int("intermediate_size_mlp") if len(moe_layers) < layers else 0
+    return ModelSpec(
+        **_common(r, name, arch),
+        attention=_attention(r, window_layers, chunk),
+        intermediate_size=dense_ffn,
+        moe=moe,
+    )
+
+
+_FAMILIES: dict[str, Callable[[_Reader, str, str], ModelSpec]] = {
+    "LlamaForCausalLM": _dense,
+    "MistralForCausalLM": _dense,
+    "Qwen3ForCausalLM": _dense,
+    "Qwen2ForCausalLM": _qwen2,
+    "MixtralForCausalLM": _mixtral,
+    "Qwen3MoeForCausalLM": _qwen3_moe,
+    "DeepseekV3ForCausalLM": _deepseek_v3,
+    "GptOssForCausalLM": _gpt_oss,
+    "Llama4ForConditionalGeneration": _llama4,
+    "Llama4ForCausalLM": _llama4,
+}

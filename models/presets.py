@@ -1,0 +1,71 @@
+"""Model presets: the config.json files in ``configs/``, read through the same loader as users' files.
+
+Each file carries ``_shardplan_id`` (its Hugging Face id), ``_shardplan_aliases`` and
+``_shardplan_source``; lookups are case-insensitive on the id and the aliases.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from shardplan.models.errors import SpecError
+from shardplan.models.hf_config import load_config, load_config_file
+from shardplan.models.spec import ModelSpec
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+@dataclass(frozen=True)
+class Preset:
+    id: str
+    aliases: tuple[str, ...]
+    source: str
+    path: Path
+
+    def load(self) -> ModelSpec:
+        return _load_preset(self.path)
+
+
+@lru_cache(maxsize=None)
+def _load_preset(path: Path) -> ModelSpec:
+    cfg = json.loads(path.read_text())
+    return load_config(cfg, name=cfg["_shardplan_id"])
+
+
+@lru_cache(maxsize=1)
+def presets() -> tuple[Preset, ...]:
+    """Every preset, ordered by id."""
+    found = []
+    for path in sorted(CONFIG_DIR.glob("*.json")):
+        cfg = json.loads(path.read_text())
+        found.append(
+            Preset(
+                id=cfg["_shardplan_id"],
+                aliases=tuple(cfg.get("_shardplan_aliases", ())),
+                source=cfg.get("_shardplan_source", ""),
+                path=path,
+            )
+        )
+    return tuple(sorted(found, key=lambda p: p.id.lower()))
+
+
+def find_preset(name: str) -> Preset | None:
+    key = name.strip().lower()
+    for preset in presets():
+        if key == preset.id.lower() or key in (a.lower() for a in preset.aliases):
+            return preset
+    return None
+
+
+def get_model(name: str) -> ModelSpec:
+    """A preset by id or alias, or a config.json path."""
+    preset = find_preset(name)
+    if preset is not None:
+        return preset.load()
+    if name.endswith(".json") or Path(name).is_file():
+        return load_config_file(name)
+    known = ", ".join(p.aliases[0] if p.aliases else p.id for p in presets())
+    raise SpecError("model", f"unknown model {name!r}: not a preset or a config.json file; presets: {known}")

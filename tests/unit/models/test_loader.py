@@ -1,0 +1,76 @@
+"""config.json loading: every preset round-trips, bad input names its field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardplan.models import ModelSpec, SpecError, get_model, load_config, load_config_file, presets
+from shardplan.models.presets import CONFIG_DIR
+
+LLAMA = json.loads((CONFIG_DIR / "llama-3.1-8b.json").read_text())
+
+
+@pytest.mark.parametrize("preset", presets(), ids=lambda p: p.id)
+def test_every_preset_round_trips_through_json(preset):
+    spec = preset.load()
+    again = ModelSpec.model_validate_json(spec.model_dump_json())
+    assert again == spec
+    assert load_config_file(preset.path) == spec
+
+
+def test_presets_resolve_by_id_and_alias_case_insensitively():
+    assert get_model("DeepSeek-V3") == get_model("deepseek-ai/DeepSeek-V3") == get_model("deepseek-r1")
+
+
+@pytest.mark.parametrize(
+    "mutate,field",
+    [
+        (lambda c: c.pop("hidden_size"), "hidden_size"),
+        (lambda c: c.update(num_hidden_layers="32"), "num_hidden_layers"),
+        (lambda c: c.update(num_attention_heads=0), "num_attention_heads"),
+        (lambda c: c.update(num_key_value_heads=7), "num_key_value_heads"),
+        (lambda c: c.update(architectures=["FalconForCausalLM"]), "architectures"),
+        (lambda c: c.pop("architectures"), "architectures"),
+        (lambda c: c.update(tie_word_embeddings="yes"), "tie_word_embeddings"),
+        (lambda c: c.update(quantization_config={"quant_method": "bitsandbytes"}), "quantization_config.quant_method"),
+    ],
+    ids=["missing", "string-for-number", "zero-heads", "kv-not-dividing", "unknown-arch", "no-arch", "bool", "quant"],
+)
+def test_bad_configs_raise_spec_error_naming_the_field(mutate, field):
+    cfg = json.loads(json.dumps(LLAMA))
+    mutate(cfg)
+    with pytest.raises(SpecError) as err:
+        load_config(cfg)
+    assert err.value.field == field
+
+
+def test_unknown_architecture_lists_the_supported_ones():
+    with pytest.raises(SpecError, match="MixtralForCausalLM"):
+        load_config({**LLAMA, "architectures": ["FalconForCausalLM"]})
+
+
+def test_unknown_model_name_lists_presets():
+    with pytest.raises(SpecError, match="llama-3.1-70b") as err:
+        get_model("llama-9")
+    assert err.value.field == "model"
+
+
+def test_malformed_file_is_a_spec_error(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_config_file(bad)
+
+
+def test_llama4_without_text_config_is_named():
+    with pytest.raises(SpecError) as err:
+        load_config({"architectures": ["Llama4ForConditionalGeneration"]})
+    assert err.value.field == "text_config"
+
+
+def test_quantised_checkpoints_carry_their_formats():
+    assert get_model("deepseek-v3").weights_dtype.value == "fp8"
+    oss = get_model("gpt-oss-120b")
+    assert (oss.weights_dtype.value, oss.expert_dtype.value) == ("bf16", "mxfp4")
