@@ -31,7 +31,14 @@ from shardplan.models.errors import SpecError
 COMPUTE_CLASSES = ("bf16", "fp8", "fp4")
 
 # 16-bit floats of either kind run at the same tensor-core rate on every preset GPU.
-_CLASS_ALIASES = {"fp16": "bf16", "bfloat16": "bf16", "float16": "bf16", "float8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
+_CLASS_ALIASES = {
+    "fp16": "bf16",
+    "bfloat16": "bf16",
+    "float16": "bf16",
+    "float8": "fp8",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+}
 
 
 class GPUSpec(BaseModel):
@@ -43,7 +50,9 @@ class GPUSpec(BaseModel):
     aliases: tuple[str, ...] = Field(default=(), description="other names accepted by get_gpu (case-insensitive)")
     hbm_gib: PositiveFloat = Field(description="device memory capacity in GiB (2^30 B), as the datasheet states it")
     hbm_tb_per_s: PositiveFloat = Field(description="peak device-memory bandwidth in TB/s (10^12 B/s)")
-    bf16_tflops: PositiveFloat = Field(description="peak DENSE BF16/FP16 tensor-core rate in TFLOPS (not the sparse rate)")
+    bf16_tflops: PositiveFloat = Field(
+        description="peak DENSE BF16/FP16 tensor-core rate in TFLOPS (not the 2:4-sparse rate)"
+    )
     fp8_tflops: Optional[PositiveFloat] = Field(
         default=None, description="peak DENSE FP8 tensor-core rate in TFLOPS; None = no FP8 tensor cores"
     )
