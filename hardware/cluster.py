@@ -19,6 +19,7 @@ It must not price anything (``collectives`` does) nor import anything of ours bu
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import Iterable, Optional
 
@@ -83,8 +84,9 @@ class ClusterSpec(BaseModel):
     ) -> "ClusterSpec":
         """A cluster with the GPU's defaults for whatever is not given; bad values raise ``SpecError``.
 
-        The default domain is the node for node-scale fabrics (HGX, OAM, PCIe servers), and for a
-        rack-scale fabric its full size, or all GPUs when there are fewer (``8xGB200``: 2 trays, 8-GPU domain).
+        ``links`` overrides the bandwidths and latencies by field name. The default domain is the
+        node for node-scale fabrics (HGX, OAM, PCIe servers); for a rack-scale fabric its full size,
+        or all GPUs when there are fewer (``8xGB200``: 2 trays in one 8-GPU domain).
         """
         per_node = gpu.gpus_per_node if gpus_per_node is None else gpus_per_node
         if scaleup_domain_gpus is None:
@@ -172,15 +174,23 @@ class ClusterSpec(BaseModel):
         )
 
     def _checked(self, gpu: int) -> int:
-        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < self.num_gpus:
-            raise SpecError("gpus", f"GPU id {gpu!r} is not in 0..{self.num_gpus - 1}")
-        return gpu
+        return _index_in(gpu, self.num_gpus, "gpus", "GPU id")
 
     @staticmethod
     def _block(index: int, count: int, size: int, what: str) -> tuple[int, ...]:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-            raise SpecError(what, f"{what} {index!r} is not in 0..{count - 1}")
-        return tuple(range(index * size, (index + 1) * size))
+        first = _index_in(index, count, what, what) * size
+        return tuple(range(first, first + size))
+
+
+def _index_in(value: int, count: int, field: str, what: str) -> int:
+    """``value`` as an int in 0..count-1 (numpy integers welcome; bools and floats are not ids)."""
+    try:
+        index = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        index = None
+    if index is None or not 0 <= index < count:
+        raise SpecError(field, f"{what} {value!r} is not in 0..{count - 1}")
+    return index
 
 
 def _count(n: int, noun: str) -> str:

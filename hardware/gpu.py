@@ -127,7 +127,8 @@ class GPUSpec(BaseModel):
 
 
 def _compute_class(text: str) -> str:
-    key = str(text).strip().lower()
+    # str-valued enums (such as a dtype's compute class) are read by value: str() would give 'Enum.MEMBER'
+    key = str(getattr(text, "value", text)).strip().lower()
     key = _CLASS_ALIASES.get(key, key)
     if key not in COMPUTE_CLASSES:
         raise SpecError("compute_class", f"unknown compute class {text!r}; one of {', '.join(COMPUTE_CLASSES)}")

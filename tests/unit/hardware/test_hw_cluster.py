@@ -106,9 +106,18 @@ def test_membership_two_hgx_nodes_vs_one_nvl72_rack():
     assert two_racks.gpus_of_domain(1) == tuple(range(72, 144))
 
 
+class _NumpyLikeInt:
+    def __init__(self, value: int):
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
 def test_out_of_range_ids_are_spec_errors():
     cluster = parse_cluster("8xH100")
-    for bad in (8, -1, True, 2.0):
+    assert cluster.node_of(_NumpyLikeInt(3)) == 0  # anything with __index__ is an id
+    for bad in (8, -1, True, 2.0, "1"):
         with pytest.raises(SpecError) as info:
             cluster.node_of(bad)
         assert info.value.field == "gpus"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from enum import Enum
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,13 @@ def test_tflops_fallback_when_the_class_is_missing():
     assert a100.tflops("fp8") == 312  # no FP8 units: dequantised to 16-bit
     assert a100.tflops("fp4") == 312
     assert not h100.supports("fp4") and h100.supports("fp8") and not a100.supports("fp8")
+
+
+def test_tflops_reads_str_enums_by_value():
+    class Kind(str, Enum):  # like a dtype's compute class
+        FP8 = "fp8"
+
+    assert get_gpu("h100").tflops(Kind.FP8) == 1978.9
 
 
 def test_unknown_compute_class():
