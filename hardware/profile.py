@@ -1,0 +1,79 @@
+"""Calibration profiles: the empirical factors of the cost model, per GPU type and software.
+
+Every efficiency and overhead the cost model uses is a named field here, stored as data in
+``profiles/*.json`` and fitted to measured points (``shardplan calibrate``). Nothing in this module
+computes a time; it only holds and finds the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from shardplan.models.errors import SpecError
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class Profile(BaseModel):
+    """Achieved fractions of peak and fixed overheads for one GPU type and serving software."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="profile id, e.g. 'h100-sxm'")
+    gpu: str = Field(description="GPU preset name the profile was fitted for ('*': any)")
+    software: str = Field(description="serving software generation the measurements came from")
+    # Compute: a GEMM over M tokens achieves gemm_efficiency * M / (M + gemm_half_tokens) of peak,
+    # so its time is affine in M (empirical: fits the GEMM points of op_points.csv).
+    gemm_efficiency: PositiveFloat = Field(le=1, description="fraction of dense peak at large M (empirical)")
+    gemm_half_tokens: NonNegativeFloat = Field(description="tokens per GEMM at half that efficiency (empirical)")
+    attention_efficiency: PositiveFloat = Field(le=1, description="fraction of peak in fused attention (empirical)")
+    moe_efficiency: PositiveFloat = Field(le=1, description="grouped-expert GEMM efficiency relative to dense GEMMs (empirical)")
+    # Memory streams.
+    hbm_efficiency: PositiveFloat = Field(le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)")
+    # Collectives: alpha-beta per tier.
+    scaleup_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NVLink/xGMI bandwidth achieved (empirical)")
+    scaleout_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NIC bandwidth achieved (empirical)")
+    collective_latency_scale: PositiveFloat = Field(description="multiplier on the link latency per step (empirical)")
+    # Fixed costs of running a step.
+    layer_overhead_us: NonNegativeFloat = Field(description="per layer per forward: launches, norms, elementwise (empirical)")
+    step_overhead_us: NonNegativeFloat = Field(description="per forward step: scheduling, sampling (empirical)")
+    # Memory.
+    usable_memory_fraction: PositiveFloat = Field(le=1, description="share of HBM weights + KV + activations may use")
+    runtime_overhead_gib: NonNegativeFloat = Field(description="CUDA context, workspaces, allocator slack per GPU")
+    comm_buffer_gib: NonNegativeFloat = Field(description="collective buffers per GPU when it takes part in TP/EP")
+    # Scheduler limits of the engine the profile models.
+    max_batch: PositiveInt = Field(description="largest number of sequences the engine schedules at once")
+    max_num_tokens: PositiveInt = Field(description="largest prefill chunk, in tokens, per forward step")
+    source: str = Field(description="how the numbers were obtained")
+
+
+@lru_cache(maxsize=None)
+def _all_profiles() -> dict[str, Profile]:
+    found = {}
+    for path in sorted(PROFILE_DIR.glob("*.json")):
+        profile = Profile.model_validate(json.loads(path.read_text()))
+        found[profile.name] = profile
+    return found
+
+
+def list_profiles() -> list[Profile]:
+    return list(_all_profiles().values())
+
+
+def get_profile(name: str) -> Profile:
+    profiles = _all_profiles()
+    if name not in profiles:
+        raise SpecError("profile", f"unknown profile {name!r}; known: {', '.join(profiles)}")
+    return profiles[name]
+
+
+def profile_for_gpu(gpu_name: str) -> Profile:
+    """The default profile of a GPU: the one fitted for it, else the generic one."""
+    for profile in _all_profiles().values():
+        if profile.gpu == gpu_name:
+            return profile
+    return get_profile("generic")

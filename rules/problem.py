@@ -1,0 +1,97 @@
+"""What the user asks for: model, cluster, workload, objective, policy and pins.
+
+This is the vocabulary the rules judge plans against. It lives in ``rules`` (not ``solver``)
+because rules may not import the solver; the solver takes a ready ``Problem`` and never parses
+files or converts units.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+from shardplan.hardware import ClusterSpec
+from shardplan.models import ModelSpec
+from shardplan.models.errors import SpecError
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class Objective(str, Enum):
+    LATENCY = "latency"  # TTFT + OSL x TPOT of one request at the given batch
+    THROUGHPUT = "throughput"  # output tokens/s of the whole cluster under the memory cap
+
+
+class Workload(BaseModel):
+    """Request shape and service-level limits."""
+
+    model_config = _STRICT
+
+    isl: PositiveInt = Field(default=1024, description="input (prompt) tokens per request")
+    osl: PositiveInt = Field(default=256, description="output tokens per request")
+    batch: Optional[PositiveInt] = Field(
+        default=None,
+        description="concurrent sequences per replica; None: 1 for latency, a decision for throughput",
+    )
+    ttft_ms: Optional[PositiveFloat] = Field(default=None, description="limit on time to first token")
+    tpot_ms: Optional[PositiveFloat] = Field(default=None, description="limit on time per output token")
+
+    @property
+    def context(self) -> int:
+        """Tokens a sequence holds at the end of generation."""
+        return self.isl + self.osl
+
+
+class Pins(BaseModel):
+    """Degrees or stage boundaries the user fixed; None leaves them to the solver."""
+
+    model_config = _STRICT
+
+    dp: Optional[PositiveInt] = None
+    pp: Optional[PositiveInt] = None
+    tp: Optional[PositiveInt] = None
+    sp: Optional[PositiveInt] = None
+    ep: Optional[PositiveInt] = None
+    attn_dp: Optional[PositiveInt] = Field(default=None, description="attention groups per stage")
+    expert_tp: Optional[PositiveInt] = None
+    stages: Optional[tuple[tuple[int, int], ...]] = Field(
+        default=None, description="[start, end) layer range of each stage"
+    )
+
+    @model_validator(mode="after")
+    def _stages_match_pp(self) -> "Pins":
+        if self.stages is not None and self.pp is not None and len(self.stages) != self.pp:
+            raise SpecError("stages", f"{len(self.stages)} ranges given for pp={self.pp}")
+        return self
+
+
+class Problem(BaseModel):
+    """One planning question. Units are already resolved: GiB, milliseconds, tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload = Workload()
+    objective: Objective = Objective.LATENCY
+    mem_cap_gib: Optional[PositiveFloat] = Field(
+        default=None, description="per-GPU memory cap; None: capacity x the profile's usable fraction"
+    )
+    allow: frozenset[str] = Field(default=frozenset(), description="policy switches that turn default rules off")
+    pins: Pins = Pins()
+    profile: Optional[str] = Field(default=None, description="calibration profile name; None: the GPU's default")
+
+    @model_validator(mode="after")
+    def _fits_model(self) -> "Problem":
+        if self.workload.context > self.model.max_position_embeddings:
+            raise SpecError(
+                "isl",
+                f"isl + osl = {self.workload.context} exceeds the model's "
+                f"{self.model.max_position_embeddings}-token context",
+            )
+        return self
+
+    def allows(self, switch: str) -> bool:
+        return switch in self.allow

@@ -1,0 +1,242 @@
+"""``evaluate(problem, layout) -> Prediction``: the cost model end to end, in pure Python.
+
+Layer times are rounded to integer nanoseconds per layer kind and summed per stage, exactly as
+the solver's tables do, so the solver's objective for a plan equals what ``evaluate`` says of it.
+
+Definitions (DESIGN.md "Cost model", 004 §2-§8):
+- a decode **round** moves every sequence of the replica one token: with S stages and ``mu`` =
+  min(S, batch) microbatches of ``m`` sequences, round = max(sum of stage times + sends, mu x the
+  slowest stage) — one microbatch's critical path, or the busiest stage, whichever is longer;
+- **TTFT**: the batch's prompts prefilled through every stage in turn;
+- **TPOT**: one round; **e2e** = TTFT + OSL x TPOT (the contract's definition);
+- **throughput**: in steady state every round also prefills the sequences that replace finished
+  ones (batch / OSL per round), in chunks of ``p`` prompts that pipeline through the stages;
+  output tokens/s = dp x batch / (round + batch / (OSL x p) x slowest prefill stage).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
+from shardplan.models import ModelSpec
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.memory import GIB, stage_memory
+from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
+from shardplan.solver.cost.prediction import MemoryReport, Metrics, Prediction, StageTiming
+from shardplan.solver.cost.stage import stage_shape
+
+NS = 1e9
+
+
+def resolve_profile(problem: Problem) -> Profile:
+    return get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
+
+
+def memory_limit_gib(problem: Problem, profile: Profile) -> float:
+    """Per-GPU memory a plan may use: the user's cap, else capacity x the usable fraction."""
+    if problem.mem_cap_gib is not None:
+        return problem.mem_cap_gib
+    return problem.cluster.gpu.hbm_gib * profile.usable_memory_fraction
+
+
+def kind_counts(model: ModelSpec, layers: range) -> Counter[LayerKind]:
+    return Counter(layer_kind(model, i) for i in layers)
+
+
+def decode_context(problem: Problem) -> int:
+    """Keys an average decode step attends to: the prompt and half the output."""
+    return problem.workload.isl + problem.workload.osl // 2
+
+
+def prefill_chunk(problem: Problem, profile: Profile, batch: int) -> int:
+    """Prompts prefilled together in steady state: as many as fit the engine's token budget."""
+    return max(1, min(batch, profile.max_num_tokens // problem.workload.isl))
+
+
+@dataclass(frozen=True)
+class PhaseTable:
+    """Integer nanoseconds of one step of each layer kind, and of the model's two ends."""
+
+    layer_ns: dict[LayerKind, int]
+    layer_ops: dict[LayerKind, dict[str, float]]
+    first_ns: int
+    first_ops: dict[str, float]
+    last_ns: int
+    last_ops: dict[str, float]
+
+    def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
+        total = sum(n * self.layer_ns[k] for k, n in counts.items())
+        return total + (self.first_ns if first else 0) + (self.last_ns if last else 0)
+
+
+def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
+    layer_ops = {k: ctx.layer(k, step, load_factor if k.moe else 1.0) for k in kinds}
+    first_ops, last_ops = ctx.embedding(step), ctx.lm_head(step)
+    return PhaseTable(
+        layer_ns={k: round(sum(ops.values()) * NS) for k, ops in layer_ops.items()},
+        layer_ops=layer_ops,
+        first_ns=round(sum(first_ops.values()) * NS),
+        first_ops=first_ops,
+        last_ns=round(sum(last_ops.values()) * NS),
+        last_ops=last_ops,
+    )
+
+
+def _stage_ops(table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+    ops: Counter[str] = Counter()
+    for kind, n in counts.items():
+        for name, seconds in table.layer_ops[kind].items():
+            ops[name] += n * seconds * 1e6
+    for flag, extra in ((first, table.first_ops), (last, table.last_ops)):
+        if flag:
+            for name, seconds in extra.items():
+                ops[name] += seconds * 1e6
+    return {name: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
+
+
+def evaluate(problem: Problem, layout: Layout) -> Prediction:
+    """Predict TTFT, TPOT, throughput and per-GPU memory of ``layout`` for ``problem``."""
+    model, cluster, wl = problem.model, problem.cluster, problem.workload
+    profile = resolve_profile(problem)
+    shape = stage_shape(model, layout)
+    ctx = CostContext(model, cluster, profile, shape)
+    batch, S = layout.batch, layout.pp
+    mu = min(S, batch)
+    micro = math.ceil(batch / mu)
+    chunk = prefill_chunk(problem, profile, batch)
+    load = _mean_load_factor(layout)
+
+    counts = [kind_counts(model, layout.stage_layers(s)) for s in range(S)]
+    kinds = sorted({k for c in counts for k in c}, key=lambda k: (k.moe, k.windowed))
+    ttft_step = Step(Phase.PREFILL, batch, wl.isl, wl.isl)
+    chunk_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
+    decode_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
+    ttft_table = phase_table(ctx, ttft_step, kinds, load)
+    chunk_table = ttft_table if chunk == batch else phase_table(ctx, chunk_step, kinds, load)
+    decode_table = phase_table(ctx, decode_step, kinds, load)
+
+    timings, pre_ns, chunk_ns, dec_ns, send_pre, send_chunk, send_dec = [], [], [], [], [], [], []
+    for s in range(S):
+        first, last = s == 0, s == S - 1
+        gpus = layout.stage_gpus(0, s)
+        pre_ns.append(ttft_table.stage_ns(counts[s], first, last))
+        chunk_ns.append(chunk_table.stage_ns(counts[s], first, last))
+        dec_ns.append(decode_table.stage_ns(counts[s], first, last))
+        if last:
+            send_pre.append(0), send_chunk.append(0), send_dec.append(0)
+        else:
+            nxt = layout.stage_gpus(0, s + 1).start
+            send_pre.append(round(ctx.send_recv(ttft_step, gpus.start, nxt) * NS))
+            send_chunk.append(round(ctx.send_recv(chunk_step, gpus.start, nxt) * NS))
+            send_dec.append(round(ctx.send_recv(decode_step, gpus.start, nxt) * NS))
+        timings.append(
+            StageTiming(
+                index=s,
+                layers=layout.stages[s],
+                gpus=tuple(gpus),
+                prefill_ms=pre_ns[s] / 1e6,
+                decode_ms=dec_ns[s] / 1e6,
+                send_prefill_ms=send_pre[s] / 1e6,
+                send_decode_ms=send_dec[s] / 1e6,
+                prefill_ops_us=_stage_ops(ttft_table, counts[s], first, last),
+                decode_ops_us=_stage_ops(decode_table, counts[s], first, last),
+            )
+        )
+
+    ttft_ns = sum(pre_ns) + sum(send_pre)
+    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec)))
+    slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk))
+    # ns of prefill each round carries: batch / OSL new sequences, in chunks of `chunk` prompts.
+    cycle_ns = round_ns + batch * slowest_chunk_ns / (wl.osl * chunk)
+    tokens_per_s = layout.dp * batch * NS / cycle_ns
+    metrics = Metrics(
+        ttft_ms=ttft_ns / 1e6,
+        tpot_ms=round_ns / 1e6,
+        e2e_ms=(ttft_ns + wl.osl * round_ns) / 1e6,
+        output_tokens_per_s=tokens_per_s,
+        output_tokens_per_s_per_gpu=tokens_per_s / layout.num_gpus,
+        batch=batch,
+    )
+    return Prediction(
+        metrics=metrics,
+        stages=tuple(timings),
+        memory=memory_reports(problem, layout, profile),
+        profile=profile.name,
+        microbatches=mu,
+        prefill_chunk=chunk,
+    )
+
+
+def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = None) -> tuple[MemoryReport, ...]:
+    profile = profile or resolve_profile(problem)
+    model, wl = problem.model, problem.workload
+    shape = stage_shape(model, layout)
+    limit = memory_limit_gib(problem, profile)
+    prefill_tokens = max(wl.isl, min(layout.batch * wl.isl, profile.max_num_tokens))
+    reports = []
+    for s in range(layout.pp):
+        mem = stage_memory(
+            model, shape, profile, layout.stage_layers(s), s == 0, s == layout.pp - 1,
+            layout.batch, wl.context, prefill_tokens,
+        )
+        reports.append(
+            MemoryReport(
+                stage=s,
+                weights_gib=mem.weights / GIB,
+                kv_cache_gib=mem.kv_cache / GIB,
+                activations_gib=mem.activations / GIB,
+                comm_buffers_gib=mem.comm_buffers / GIB,
+                runtime_gib=mem.runtime / GIB,
+                total_gib=mem.total / GIB,
+                capacity_gib=problem.cluster.gpu.hbm_gib,
+                limit_gib=limit,
+            )
+        )
+    return tuple(reports)
+
+
+def fits(problem: Problem, layout: Layout) -> bool:
+    return all(m.fits for m in memory_reports(problem, layout))
+
+
+def max_batch(problem: Problem, layout: Layout) -> int:
+    """Largest batch (concurrent sequences at ISL + OSL) whose memory fits on every stage; 0 if
+    not even one sequence fits. Memory grows with the batch, so a bisection finds it."""
+    profile = resolve_profile(problem)
+    if not fits(problem, layout.model_copy(update={"batch": 1})):
+        return 0
+    lo, hi = 1, profile.max_batch
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(problem, layout.model_copy(update={"batch": mid})):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def best_throughput(problem: Problem, layout: Layout) -> Prediction | None:
+    """The prediction at the batch with the most output tokens/s among those that fit (None if
+    nothing fits). Candidates: powers of two up to the maximum batch, and the maximum itself."""
+    top = max_batch(problem, layout)
+    if top == 0:
+        return None
+    candidates = sorted({top, *(2**i for i in range(int(math.log2(top)) + 1))})
+    best = None
+    for b in candidates:
+        pred = evaluate(problem, layout.model_copy(update={"batch": b}))
+        if best is None or pred.metrics.output_tokens_per_s > best.metrics.output_tokens_per_s:
+            best = pred
+    return best
+
+
+def _mean_load_factor(layout: Layout) -> float:
+    """The cost tables price one MoE layer kind; a per-layer profile enters through its mean
+    max/mean ratio (the placement issue refines this per layer)."""
+    if not layout.moe_load_factor:
+        return 1.0
+    return sum(layout.moe_load_factor) / len(layout.moe_load_factor)

@@ -1,0 +1,108 @@
+"""Memory one GPU of a stage needs: weights, KV cache, activations, buffers, runtime (004 §7).
+
+Weights: attention split by tp, dense FFNs and shared experts by the attention group (tp x sp),
+routed experts by expert-parallel slots (ceil(E / ep) per GPU, plus redundant slots), routers and
+norms replicated; the embedding on the first stage, the LM head on the last, both vocab-parallel
+over the attention group. KV cache: every sequence in flight on this replica at its full
+context, split by KV heads up to tp and replicated beyond, split by sp, and per attention group
+only for that group's sequences (004 §2.3, §4; DESIGN.md table). Everything in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shardplan.hardware.profile import Profile
+from shardplan.models import ModelSpec
+from shardplan.models.derived import (
+    cached_tokens,
+    embedding_bytes,
+    kv_bytes_per_token_layer,
+    layer_bytes,
+    lm_head_resident_bytes,
+)
+from shardplan.solver.cost.operators import ACT_BYTES
+from shardplan.solver.cost.stage import StageShape
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes on one GPU of one stage."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+    comm_buffers: float
+    runtime: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.comm_buffers + self.runtime
+
+
+def layer_weight_bytes(model: ModelSpec, layer: int, shape: StageShape, extra_slots: int = 0) -> float:
+    """One layer's weights on one GPU of the stage."""
+    b = layer_bytes(model, layer)
+    attention = b.attention / shape.tp
+    if b.num_experts:
+        slots = math.ceil(b.num_experts / shape.ep) + extra_slots
+        ffn = slots * b.expert / shape.expert_tp + b.shared_experts / shape.group_size
+    else:
+        ffn = b.dense_ffn / shape.group_size
+    return attention + ffn + b.router + b.norms
+
+
+def layer_kv_bytes(model: ModelSpec, layer: int, shape: StageShape, sequences: int, context: int) -> float:
+    """KV cache of one layer on one GPU for ``sequences`` sequences of the replica at ``context``."""
+    group_seqs = math.ceil(sequences / shape.attn_dp)
+    return group_seqs * cached_tokens(model, layer, context) * kv_bytes_per_token_layer(model) / shape.kv_split / shape.sp
+
+
+def end_weight_bytes(model: ModelSpec, shape: StageShape, first: bool, last: bool) -> float:
+    """Embedding on the first stage, LM head on the last; a tied head shares the embedding's
+    matrix only when both sit on the same stage."""
+    nbytes = 0.0
+    if first:
+        nbytes += embedding_bytes(model)
+    if last and not (first and model.tie_word_embeddings):
+        nbytes += lm_head_resident_bytes(model)
+    return nbytes / shape.group_size
+
+
+def activation_bytes(model: ModelSpec, shape: StageShape, profile: Profile, sequences: int, prefill_tokens: int) -> float:
+    """Peak transient activations: the widest intermediate of a prefill chunk, and the logits of
+    a decode step (fp32, vocab split over the attention group)."""
+    group_tokens = math.ceil(prefill_tokens / shape.attn_dp)
+    widest = max(model.intermediate_size, model.moe.expert_intermediate_size if model.moe else 0) / shape.group_size
+    hidden = 4 * model.hidden_size + 2 * widest
+    chunk = group_tokens * hidden * ACT_BYTES
+    logits = math.ceil(sequences / shape.attn_dp) * model.vocab_size / shape.group_size * 4
+    return chunk + logits
+
+
+def stage_memory(
+    model: ModelSpec,
+    shape: StageShape,
+    profile: Profile,
+    layers: range,
+    first: bool,
+    last: bool,
+    sequences: int,
+    context: int,
+    prefill_tokens: int,
+    extra_slots: int = 0,
+) -> StageMemory:
+    weights = sum(layer_weight_bytes(model, i, shape, extra_slots) for i in layers)
+    weights += end_weight_bytes(model, shape, first, last)
+    kv = sum(layer_kv_bytes(model, i, shape, sequences, context) for i in layers)
+    talks = shape.gpus > 1
+    return StageMemory(
+        weights=weights,
+        kv_cache=kv,
+        activations=activation_bytes(model, shape, profile, sequences, prefill_tokens),
+        comm_buffers=profile.comm_buffer_gib * GIB if talks else 0.0,
+        runtime=profile.runtime_overhead_gib * GIB,
+    )

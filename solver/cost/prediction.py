@@ -1,0 +1,71 @@
+"""What the cost model predicts for a layout: the metrics, the time breakdown, the memory per GPU.
+
+Plain pydantic data, so ``--json`` can print it whole. Times in milliseconds (per-operator
+breakdown in microseconds), memory in GiB.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Metrics(_Data):
+    ttft_ms: float = Field(description="prefill of the batch's prompts through every stage")
+    tpot_ms: float = Field(description="one decode step of every sequence in flight (pipelined rounds)")
+    e2e_ms: float = Field(description="ttft + osl x tpot")
+    output_tokens_per_s: float = Field(description="steady state of all replicas, prefill interleaved")
+    output_tokens_per_s_per_gpu: float
+    batch: int = Field(description="concurrent sequences per replica")
+
+
+class StageTiming(_Data):
+    index: int
+    layers: tuple[int, int]
+    gpus: tuple[int, ...] = Field(description="global GPU ids of replica 0's stage")
+    prefill_ms: float = Field(description="one prefill step of the stage (batch or chunk)")
+    decode_ms: float = Field(description="one decode step of the stage's microbatch")
+    send_prefill_ms: float = Field(description="activations to the next stage after prefill")
+    send_decode_ms: float
+    prefill_ops_us: dict[str, float] = Field(description="per operator, summed over the stage's layers")
+    decode_ops_us: dict[str, float]
+
+
+class MemoryReport(_Data):
+    stage: int
+    weights_gib: float
+    kv_cache_gib: float
+    activations_gib: float
+    comm_buffers_gib: float
+    runtime_gib: float
+    total_gib: float
+    capacity_gib: float = Field(description="HBM of the GPU")
+    limit_gib: float = Field(description="what the plan may use: the cap, or capacity x usable fraction")
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.limit_gib + 1e-9
+
+    @property
+    def short_gib(self) -> float:
+        return max(0.0, self.total_gib - self.limit_gib)
+
+
+class Prediction(_Data):
+    metrics: Metrics
+    stages: tuple[StageTiming, ...]
+    memory: tuple[MemoryReport, ...] = Field(description="one GPU of each stage")
+    profile: str = Field(description="calibration profile the prediction used")
+    microbatches: int = Field(description="decode microbatches a pipeline keeps in flight")
+    prefill_chunk: int = Field(description="sequences prefilled together in the steady state")
+
+    @property
+    def fits(self) -> bool:
+        return all(m.fits for m in self.memory)
+
+    @property
+    def worst_memory(self) -> MemoryReport:
+        return max(self.memory, key=lambda m: (m.total_gib - m.limit_gib, -m.stage))
