@@ -1,0 +1,140 @@
+"""The ``shardplan`` command line: thin subcommands over the library (DESIGN.md contract).
+
+Every command has ``--json``. Errors never show a traceback: bad input prints one line and exits
+2, an infeasible problem names the conflicting rules and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.solver import cli_views
+from shardplan.solver.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
+
+EXIT_INFEASIBLE, EXIT_BAD_INPUT = 1, 2
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def problem_options(func: Callable) -> Callable:
+    """The inputs solve, enumerate and evaluate share."""
+    options = [
+        click.option("--model", default=DEFAULT_MODEL, show_default=True, help="preset id or alias, or a config.json path"),
+        click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="e.g. 8xH100, 4x8xH200, 72xGB200"),
+        click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True),
+        click.option("--isl", type=int, default=1024, show_default=True, help="input tokens per request"),
+        click.option("--osl", type=int, default=256, show_default=True, help="output tokens per request"),
+        click.option("--batch", type=int, default=None, help="concurrent sequences per replica (default: 1 for latency, decided for throughput)"),
+        click.option("--mem-cap-gib", type=float, default=None, help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
+        click.option("--ttft-ms", type=float, default=None, help="limit on time to first token"),
+        click.option("--tpot-ms", type=float, default=None, help="limit on time per output token"),
+        click.option("--weights-dtype", default=None, help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
+        click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),
+        click.option("--profile", default=None, help="calibration profile (default: the GPU's)"),
+        click.option("--allow", multiple=True, help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
+        click.option("--dp", type=int, default=None, help="pin replicas"),
+        click.option("--pp", type=int, default=None, help="pin pipeline stages"),
+        click.option("--tp", type=int, default=None, help="pin tensor parallelism"),
+        click.option("--sp", type=int, default=None, help="pin sequence parallelism"),
+        click.option("--ep", type=int, default=None, help="pin expert parallelism (= GPUs per stage / expert-tp)"),
+        click.option("--attn-dp", type=int, default=None, help="pin attention groups per stage"),
+        click.option("--expert-tp", type=int, default=None, help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
+        click.option("--stages", default=None, help="pin stage boundaries, e.g. 0:30,30:61"),
+        click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def problem_args(kw: dict) -> ProblemArgs:
+    pins = {k: kw.pop(k) for k in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")}
+    return ProblemArgs(pins=pins, **{k: kw.pop(k) for k in list(kw) if k in ProblemArgs.__dataclass_fields__})
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="shardplan")
+def cli() -> None:
+    """Plan how to run an LLM for inference on a GPU cluster.
+
+    \b
+    shardplan solve                          plan the built-in default (DeepSeek-V3 on 2x8xH200)
+    shardplan solve --model llama-3.1-70b --cluster 8xH100 --objective throughput
+    shardplan evaluate --model llama-3.1-70b --cluster 8xH100 --tp 4 --dp 2
+    shardplan models | hardware              the presets
+    """
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def models(as_json: bool) -> None:
+    """List the model presets with parameter counts and KV bytes per token."""
+    rows = cli_views.model_rows()
+    if as_json:
+        emit_json(rows)
+    else:
+        cli_views.print_models(rows)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def hardware(as_json: bool) -> None:
+    """List the GPU presets: capacity, bandwidths, peak rates."""
+    rows = cli_views.gpu_rows()
+    if as_json:
+        emit_json(rows)
+    else:
+        cli_views.print_gpus(rows)
+
+
+@cli.command()
+@problem_options
+def evaluate(as_json: bool, **kw: Any) -> None:
+    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
+    from shardplan.solver.cost.evaluate import evaluate as run_evaluate
+    from shardplan.solver.output import plan_dict
+
+    problem = build_problem(problem_args(kw))
+    layout = layout_from_pins(problem)
+    prediction = run_evaluate(problem, layout)
+    data = plan_dict(problem, layout, prediction, status="evaluated")
+    if as_json:
+        emit_json(data)
+    else:
+        cli_views.print_plan(data)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the group, turning our errors into one line and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="shardplan", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("shardplan: aborted", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.UsageError as exc:
+        click.echo(f"shardplan: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except InfeasibleError as exc:
+        click.echo(f"shardplan: {exc}", err=True)
+        sys.exit(EXIT_INFEASIBLE)
+    except SpecError as exc:
+        click.echo(f"shardplan: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except ShardplanError as exc:
+        click.echo(f"shardplan: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (BrokenPipeError, KeyboardInterrupt):
+        sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,134 @@
+"""Human views of the CLI's results: rich tables on a terminal, plain text when piped.
+
+Each ``*_rows`` function builds the data ``--json`` prints; each ``print_*`` shows the same data.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shardplan.hardware import list_gpus
+from shardplan.models import presets
+from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
+
+# Piped output keeps a wide, fixed width so tables do not wrap and the bytes do not depend on the
+# terminal that happened to run the command.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def model_rows() -> list[dict[str, Any]]:
+    rows = []
+    for preset in presets():
+        spec = preset.load()
+        counts = parameter_counts(spec)
+        rows.append(
+            {
+                "id": preset.id,
+                "aliases": list(preset.aliases),
+                "architecture": spec.architecture,
+                "layers": spec.num_layers,
+                "moe": spec.is_moe,
+                "experts": spec.moe.num_experts if spec.moe else 0,
+                "params_total": counts.total,
+                "params_active": counts.active,
+                "weights_dtype": spec.weights_dtype.value,
+                "weight_bytes": round(weight_bytes_total(spec)),
+                "kv_bytes_per_token": round(kv_bytes_per_token(spec)),
+                "source": preset.source,
+            }
+        )
+    return rows
+
+
+def gpu_rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": g.name,
+            "aliases": list(g.aliases),
+            "hbm_gib": g.hbm_gib,
+            "hbm_tb_per_s": g.hbm_tb_per_s,
+            "bf16_tflops": g.bf16_tflops,
+            "fp8_tflops": g.fp8_tflops,
+            "fp4_tflops": g.fp4_tflops,
+            "scaleup_gb_per_s": g.scaleup_gb_per_s,
+            "scaleup_domain_gpus": g.scaleup_domain_gpus,
+            "gpus_per_node": g.gpus_per_node,
+            "scaleout_gb_per_s": g.scaleout_gb_per_s,
+            "source": g.source,
+        }
+        for g in list_gpus()
+    ]
+
+
+def print_models(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Model presets", title_justify="left")
+    for col in ("alias", "id", "layers", "experts", "total", "active", "weights", "KV B/token"):
+        table.add_column(col, justify="right" if col not in ("alias", "id") else "left")
+    for r in rows:
+        table.add_row(
+            r["aliases"][0] if r["aliases"] else r["id"],
+            r["id"],
+            str(r["layers"]),
+            str(r["experts"] or "-"),
+            _billions(r["params_total"]),
+            _billions(r["params_active"]),
+            f'{r["weight_bytes"] / 1e9:.1f} GB {r["weights_dtype"]}',
+            f'{r["kv_bytes_per_token"]:,}',
+        )
+    console.print(table)
+
+
+def print_gpus(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="GPU presets (dense peak rates)", title_justify="left")
+    for col in ("name", "HBM GiB", "TB/s", "bf16 TF", "fp8 TF", "fp4 TF", "scale-up GB/s", "domain", "NIC GB/s"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        table.add_row(
+            r["name"], f'{r["hbm_gib"]:g}', f'{r["hbm_tb_per_s"]:g}', f'{r["bf16_tflops"]:g}',
+            _opt(r["fp8_tflops"]), _opt(r["fp4_tflops"]), f'{r["scaleup_gb_per_s"]:g}',
+            str(r["scaleup_domain_gpus"]), f'{r["scaleout_gb_per_s"]:g}',
+        )
+    console.print(table)
+
+
+def print_plan(data: dict[str, Any]) -> None:
+    """Layout, metrics and the per-stage memory of a plan dict (``output.plan_dict``)."""
+    d, m = data["degrees"], data["metrics"]
+    console.print(f"[bold]{data['model']}[/bold] on {data['cluster']}  ({data['status']}, objective {data['objective']})")
+    console.print(
+        f"layout: {d['dp']} replica(s) x {d['pp']} stage(s) x {data['num_gpus'] // (d['dp'] * d['pp'])} GPUs;"
+        f" tp={d['tp']} sp={d['sp']} attention groups={d['attn_dp']} ep={d['ep']}"
+        + (f" expert-tp={d['expert_tp']}" if d["expert_tp"] > 1 else "")
+        + f"  -> {data['num_gpus']} GPUs"
+    )
+    for s in data["stages"]:
+        gpus = s["gpus"]
+        console.print(f"  stage {s['index']}: layers {s['layers'][0]}-{s['layers'][1] - 1}, GPUs {gpus[0]}-{gpus[-1]}")
+    console.print(
+        f"TTFT {m['ttft_ms']:.1f} ms   TPOT {m['tpot_ms']:.2f} ms   end-to-end {m['e2e_ms']:.0f} ms   "
+        f"batch {m['batch']}   {m['output_tokens_per_s']:,.0f} tok/s ({m['output_tokens_per_s_per_gpu']:,.1f} per GPU)"
+    )
+    table = Table(title="Memory per GPU (GiB)", title_justify="left")
+    for col in ("stage", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"):
+        table.add_column(col, justify="right")
+    for r in data["memory_per_stage"]:
+        free = f"{r['free']:.1f}" if r["free"] >= 0 else f"[red]{r['free']:.1f}[/red]"
+        table.add_row(
+            str(r["stage"]), f"{r['weights']:.1f}", f"{r['kv_cache']:.2f}", f"{r['activations']:.2f}",
+            f"{r['overhead']:.1f}", f"{r['total']:.1f}", f"{r['limit']:.1f}", free,
+        )
+    console.print(table)
+    if not data["fits"]:
+        console.print(f"[red]does not fit: {data['short_gib']:.1f} GiB short on the fullest GPU[/red]")
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e12:.2f} T" if n >= 1e12 else f"{n / 1e9:.1f} B"
+
+
+def _opt(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"

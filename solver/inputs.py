@@ -1,0 +1,126 @@
+"""Turn command-line values into a ``Problem`` and a ``Layout``: names to specs, strings to ranges.
+
+The CLI calls these; the solver itself only ever sees the finished ``Problem``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pydantic import ValidationError
+
+from shardplan.hardware import parse_cluster
+from shardplan.models import DType, SpecError, get_model
+from shardplan.models.errors import spec_error_from
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Pins, Problem, Workload
+
+DEFAULT_MODEL = "deepseek-v3"
+DEFAULT_CLUSTER = "2x8xH200"
+
+
+@dataclass
+class ProblemArgs:
+    """Everything the shared command-line options carry, before validation."""
+
+    model: str = DEFAULT_MODEL
+    cluster: str = DEFAULT_CLUSTER
+    objective: str = "latency"
+    isl: int = 1024
+    osl: int = 256
+    batch: Optional[int] = None
+    mem_cap_gib: Optional[float] = None
+    ttft_ms: Optional[float] = None
+    tpot_ms: Optional[float] = None
+    weights_dtype: Optional[str] = None
+    kv_dtype: Optional[str] = None
+    profile: Optional[str] = None
+    allow: tuple[str, ...] = ()
+    pins: dict = field(default_factory=dict)
+
+
+def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
+    """``"0:30,30:61"`` -> ((0, 30), (30, 61))."""
+    ranges = []
+    for part in text.split(","):
+        try:
+            start, end = (int(x) for x in part.strip().split(":"))
+        except ValueError:
+            raise SpecError("stages", f"{part.strip()!r} is not START:END (e.g. 0:30,30:61)") from None
+        ranges.append((start, end))
+    return tuple(ranges)
+
+
+def build_problem(args: ProblemArgs) -> Problem:
+    """Validate every input and assemble the problem; any bad value raises ``SpecError``."""
+    _positive("isl", args.isl)
+    _positive("osl", args.osl)
+    if args.batch is not None:
+        _positive("batch", args.batch)
+    for name in ("mem_cap_gib", "ttft_ms", "tpot_ms"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise SpecError(name.replace("_", "-"), f"must be > 0, got {value}")
+    model = get_model(args.model)
+    weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
+    kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None
+    if kv is not None and kv not in (DType.BF16, DType.FP16, DType.FP8):
+        raise SpecError("kv-dtype", f"KV cache in {kv.value} is not supported; use bf16, fp16 or fp8")
+    model = model.with_dtypes(weights, kv)
+    cluster = parse_cluster(args.cluster)
+    try:
+        objective = Objective(args.objective)
+    except ValueError:
+        raise SpecError("objective", f"{args.objective!r}; one of latency, throughput") from None
+    pins = dict(args.pins)
+    if isinstance(pins.get("stages"), str):
+        pins["stages"] = parse_stages(pins["stages"])
+    try:
+        return Problem(
+            model=model,
+            cluster=cluster,
+            workload=Workload(isl=args.isl, osl=args.osl, batch=args.batch, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms),
+            objective=objective,
+            mem_cap_gib=args.mem_cap_gib,
+            allow=frozenset(args.allow),
+            pins=Pins(**{k: v for k, v in pins.items() if v is not None}),
+            profile=args.profile,
+        )
+    except ValidationError as exc:
+        raise spec_error_from(exc) from None
+
+
+def layout_from_pins(problem: Problem) -> Layout:
+    """The layout ``evaluate`` prices: the pinned degrees, even stages unless given, ep implied.
+
+    ``--ep`` is checked against the structure rather than multiplied in (003 §3-4): MoE layers
+    use all of a stage's GPUs, so ep must equal G / expert_tp.
+    """
+    p, model = problem.pins, problem.model
+    tp, sp, attn_dp, expert_tp = p.tp or 1, p.sp or 1, p.attn_dp, p.expert_tp or 1
+    if attn_dp is None:
+        # An --ep wider than the attention group means attention data parallelism fills the stage.
+        attn_dp = max(1, (p.ep or 1) * expert_tp // (tp * sp)) if model.is_moe else 1
+    degrees = dict(dp=p.dp or 1, tp=tp, sp=sp, attn_dp=attn_dp, expert_tp=expert_tp, batch=problem.workload.batch or 1)
+    try:
+        if p.stages is not None:
+            layout = Layout(stages=p.stages, **degrees)
+        else:
+            layout = Layout.even(model.num_layers, p.pp or 1, **degrees)
+    except ValidationError as exc:
+        raise spec_error_from(exc) from None
+    if layout.num_layers != model.num_layers:
+        raise SpecError("stages", f"cover {layout.num_layers} layers; the model has {model.num_layers}")
+    if p.ep is not None and model.is_moe and p.ep != layout.ep:
+        raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: ep = G / expert_tp = {layout.ep}")
+    if p.ep not in (None, 1) and not model.is_moe:
+        raise SpecError("ep", f"{problem.model.name} has no MoE layers")
+    if layout.num_gpus > problem.cluster.num_gpus:
+        raise SpecError("cluster", f"the layout needs {layout.num_gpus} GPUs; the cluster has {problem.cluster.num_gpus}")
+    return layout
+
+
+def _positive(name: str, value: int) -> None:
+    if value is None or value < 1:
+        raise SpecError(name, f"must be a positive integer, got {value}")
