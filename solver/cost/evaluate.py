@@ -5,13 +5,16 @@ the solver's tables do, so the solver's objective for a plan equals what ``evalu
 
 Definitions (DESIGN.md "Cost model", 004 §2-§8):
 - a decode **round** moves every sequence of the replica one token: with S stages and ``mu`` =
-  min(S, batch) microbatches of ``m`` sequences, round = max(sum of stage times + sends, mu x the
-  slowest stage) — one microbatch's critical path, or the busiest stage, whichever is longer;
-- **TTFT**: the batch's prompts prefilled through every stage in turn;
+  min(S, batch) microbatches of ``m`` = ceil(batch / mu) sequences, round = max(sum of stage
+  times + sends, mu x the slowest stage) — one microbatch's critical path, or the busiest stage,
+  whichever is longer;
+- prompts are prefilled in **chunks** of ``p`` = min(m, max_num_tokens // ISL) prompts (at least 1);
+- **TTFT**: the first chunk prefilled through every stage in turn;
 - **TPOT**: one round; **e2e** = TTFT + OSL x TPOT (the contract's definition);
 - **throughput**: in steady state every round also prefills the sequences that replace finished
-  ones (batch / OSL per round), in chunks of ``p`` prompts that pipeline through the stages;
-  output tokens/s = dp x batch / (round + batch / (OSL x p) x slowest prefill stage).
+  ones (batch / OSL per round), chunk after chunk through the pipeline, so a round costs
+  ``cycle = round + ceil(batch x slowest chunk stage / (OSL x p))`` ns and output tokens/s =
+  dp x batch x 1e9 / cycle.
 """
 
 from __future__ import annotations
@@ -52,9 +55,20 @@ def decode_context(problem: Problem) -> int:
     return problem.workload.isl + problem.workload.osl // 2
 
 
-def prefill_chunk(problem: Problem, profile: Profile, batch: int) -> int:
-    """Prompts prefilled together in steady state: as many as fit the engine's token budget."""
-    return max(1, min(batch, profile.max_num_tokens // problem.workload.isl))
+def microbatching(stages: int, batch: int) -> tuple[int, int]:
+    """(microbatches in flight, sequences per microbatch) of a pipeline of ``stages``."""
+    mu = min(stages, batch)
+    return mu, math.ceil(batch / mu)
+
+
+def prefill_chunk(problem: Problem, profile: Profile, micro: int) -> int:
+    """Prompts prefilled together: a microbatch's worth, within the engine's token budget."""
+    return max(1, min(micro, profile.max_num_tokens // problem.workload.isl))
+
+
+def cycle_ns(round_ns: int, slowest_chunk_ns: int, batch: int, osl: int, chunk: int) -> int:
+    """Nanoseconds of one steady-state round: the decode round plus its share of prefill."""
+    return round_ns + -(-batch * slowest_chunk_ns // (osl * chunk))
 
 
 @dataclass(frozen=True)
@@ -105,32 +119,27 @@ def evaluate(problem: Problem, layout: Layout) -> Prediction:
     shape = stage_shape(model, layout)
     ctx = CostContext(model, cluster, profile, shape)
     batch, S = layout.batch, layout.pp
-    mu = min(S, batch)
-    micro = math.ceil(batch / mu)
-    chunk = prefill_chunk(problem, profile, batch)
+    mu, micro = microbatching(S, batch)
+    chunk = prefill_chunk(problem, profile, micro)
     load = _mean_load_factor(layout)
 
     counts = [kind_counts(model, layout.stage_layers(s)) for s in range(S)]
     kinds = sorted({k for c in counts for k in c}, key=lambda k: (k.moe, k.windowed))
-    ttft_step = Step(Phase.PREFILL, batch, wl.isl, wl.isl)
     chunk_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
     decode_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
-    ttft_table = phase_table(ctx, ttft_step, kinds, load)
-    chunk_table = ttft_table if chunk == batch else phase_table(ctx, chunk_step, kinds, load)
+    chunk_table = phase_table(ctx, chunk_step, kinds, load)
     decode_table = phase_table(ctx, decode_step, kinds, load)
 
-    timings, pre_ns, chunk_ns, dec_ns, send_pre, send_chunk, send_dec = [], [], [], [], [], [], []
+    timings, chunk_ns, dec_ns, send_chunk, send_dec = [], [], [], [], []
     for s in range(S):
         first, last = s == 0, s == S - 1
         gpus = layout.stage_gpus(0, s)
-        pre_ns.append(ttft_table.stage_ns(counts[s], first, last))
         chunk_ns.append(chunk_table.stage_ns(counts[s], first, last))
         dec_ns.append(decode_table.stage_ns(counts[s], first, last))
         if last:
-            send_pre.append(0), send_chunk.append(0), send_dec.append(0)
+            send_chunk.append(0), send_dec.append(0)
         else:
             nxt = layout.stage_gpus(0, s + 1).start
-            send_pre.append(round(ctx.send_recv(ttft_step, gpus.start, nxt) * NS))
             send_chunk.append(round(ctx.send_recv(chunk_step, gpus.start, nxt) * NS))
             send_dec.append(round(ctx.send_recv(decode_step, gpus.start, nxt) * NS))
         timings.append(
@@ -138,21 +147,20 @@ def evaluate(problem: Problem, layout: Layout) -> Prediction:
                 index=s,
                 layers=layout.stages[s],
                 gpus=tuple(gpus),
-                prefill_ms=pre_ns[s] / 1e6,
+                prefill_ms=chunk_ns[s] / 1e6,
                 decode_ms=dec_ns[s] / 1e6,
-                send_prefill_ms=send_pre[s] / 1e6,
+                send_prefill_ms=send_chunk[s] / 1e6,
                 send_decode_ms=send_dec[s] / 1e6,
-                prefill_ops_us=_stage_ops(ttft_table, counts[s], first, last),
+                prefill_ops_us=_stage_ops(chunk_table, counts[s], first, last),
                 decode_ops_us=_stage_ops(decode_table, counts[s], first, last),
             )
         )
 
-    ttft_ns = sum(pre_ns) + sum(send_pre)
+    ttft_ns = sum(chunk_ns) + sum(send_chunk)
     round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec)))
     slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk))
-    # ns of prefill each round carries: batch / OSL new sequences, in chunks of `chunk` prompts.
-    cycle_ns = round_ns + batch * slowest_chunk_ns / (wl.osl * chunk)
-    tokens_per_s = layout.dp * batch * NS / cycle_ns
+    cycle = cycle_ns(round_ns, slowest_chunk_ns, batch, wl.osl, chunk)
+    tokens_per_s = layout.dp * batch * NS / cycle
     metrics = Metrics(
         ttft_ms=ttft_ns / 1e6,
         tpot_ms=round_ns / 1e6,
@@ -176,7 +184,7 @@ def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = N
     model, wl = problem.model, problem.workload
     shape = stage_shape(model, layout)
     limit = memory_limit_gib(problem, profile)
-    prefill_tokens = max(wl.isl, min(layout.batch * wl.isl, profile.max_num_tokens))
+    prefill_tokens = prefill_chunk(problem, profile, microbatching(layout.pp, layout.batch)[1]) * wl.isl
     reports = []
     for s in range(layout.pp):
         mem = stage_memory(
