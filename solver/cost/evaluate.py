@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
@@ -35,7 +36,11 @@ from shardplan.solver.cost.stage import stage_shape
 NS = 1e9
 
 
-def resolve_profile(problem: Problem) -> Profile:
+def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile:
+    """The profile to price with: an explicit one (the fitter passes candidates), else the
+    problem's named profile, else the GPU's default."""
+    if profile is not None:
+        return profile
     return get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
 
 
@@ -47,7 +52,12 @@ def memory_limit_gib(problem: Problem, profile: Profile) -> float:
 
 
 def kind_counts(model: ModelSpec, layers: range) -> Counter[LayerKind]:
-    return Counter(layer_kind(model, i) for i in layers)
+    return Counter(dict(_kind_counts(model, layers.start, layers.stop)))
+
+
+@lru_cache(maxsize=4096)
+def _kind_counts(model: ModelSpec, start: int, stop: int) -> tuple[tuple[LayerKind, int], ...]:
+    return tuple(Counter(layer_kind(model, i) for i in range(start, stop)).items())
 
 
 def decode_context(problem: Problem) -> int:
@@ -112,10 +122,11 @@ def _stage_ops(table: PhaseTable, counts: Counter[LayerKind], first: bool, last:
     return {name: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
 
 
-def evaluate(problem: Problem, layout: Layout) -> Prediction:
-    """Predict TTFT, TPOT, throughput and per-GPU memory of ``layout`` for ``problem``."""
+def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
+    """Predict TTFT, TPOT, throughput and per-GPU memory of ``layout`` for ``problem``
+    (priced with ``profile`` if given, else the problem's or the GPU's default profile)."""
     model, cluster, wl = problem.model, problem.cluster, problem.workload
-    profile = resolve_profile(problem)
+    profile = resolve_profile(problem, profile)
     shape = stage_shape(model, layout)
     ctx = CostContext(model, cluster, profile, shape)
     batch, S = layout.batch, layout.pp
@@ -180,7 +191,7 @@ def evaluate(problem: Problem, layout: Layout) -> Prediction:
 
 
 def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = None) -> tuple[MemoryReport, ...]:
-    profile = profile or resolve_profile(problem)
+    profile = resolve_profile(problem, profile)
     model, wl = problem.model, problem.workload
     shape = stage_shape(model, layout)
     limit = memory_limit_gib(problem, profile)
@@ -207,36 +218,37 @@ def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = N
     return tuple(reports)
 
 
-def fits(problem: Problem, layout: Layout) -> bool:
-    return all(m.fits for m in memory_reports(problem, layout))
+def fits(problem: Problem, layout: Layout, profile: Profile | None = None) -> bool:
+    return all(m.fits for m in memory_reports(problem, layout, profile))
 
 
-def max_batch(problem: Problem, layout: Layout) -> int:
+def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) -> int:
     """Largest batch (concurrent sequences at ISL + OSL) whose memory fits on every stage; 0 if
     not even one sequence fits. Memory grows with the batch, so a bisection finds it."""
-    profile = resolve_profile(problem)
-    if not fits(problem, layout.model_copy(update={"batch": 1})):
+    profile = resolve_profile(problem, profile)
+    if not fits(problem, layout.model_copy(update={"batch": 1}), profile):
         return 0
     lo, hi = 1, profile.max_batch
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if fits(problem, layout.model_copy(update={"batch": mid})):
+        if fits(problem, layout.model_copy(update={"batch": mid}), profile):
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def best_throughput(problem: Problem, layout: Layout) -> Prediction | None:
+def best_throughput(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction | None:
     """The prediction at the batch with the most output tokens/s among those that fit (None if
     nothing fits). Candidates: powers of two up to the maximum batch, and the maximum itself."""
-    top = max_batch(problem, layout)
+    profile = resolve_profile(problem, profile)
+    top = max_batch(problem, layout, profile)
     if top == 0:
         return None
     candidates = sorted({top, *(2**i for i in range(int(math.log2(top)) + 1))})
     best = None
     for b in candidates:
-        pred = evaluate(problem, layout.model_copy(update={"batch": b}))
+        pred = evaluate(problem, layout.model_copy(update={"batch": b}), profile)
         if best is None or pred.metrics.output_tokens_per_s > best.metrics.output_tokens_per_s:
             best = pred
     return best

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
@@ -83,6 +84,20 @@ def activation_bytes(model: ModelSpec, shape: StageShape, profile: Profile, sequ
     return chunk + logits
 
 
+@lru_cache(maxsize=8192)
+def _layers_weight_bytes(model: ModelSpec, shape: StageShape, start: int, stop: int, extra_slots: int) -> float:
+    """Sum of ``layer_weight_bytes`` over layers [start, stop) (memoised: the fitter and the
+    batch bisection ask for the same stages thousands of times)."""
+    return sum(layer_weight_bytes(model, i, shape, extra_slots) for i in range(start, stop))
+
+
+@lru_cache(maxsize=8192)
+def _layers_cached_tokens(model: ModelSpec, start: int, stop: int, context: int) -> int:
+    """Tokens one sequence of ``context`` keeps over layers [start, stop): the per-layer factor of
+    ``layer_kv_bytes``, summed."""
+    return sum(cached_tokens(model, i, context) for i in range(start, stop))
+
+
 def stage_memory(
     model: ModelSpec,
     shape: StageShape,
@@ -95,9 +110,11 @@ def stage_memory(
     prefill_tokens: int,
     extra_slots: int = 0,
 ) -> StageMemory:
-    weights = sum(layer_weight_bytes(model, i, shape, extra_slots) for i in layers)
+    weights = _layers_weight_bytes(model, shape, layers.start, layers.stop, extra_slots)
     weights += end_weight_bytes(model, shape, first, last)
-    kv = sum(layer_kv_bytes(model, i, shape, sequences, context) for i in layers)
+    group_seqs = math.ceil(sequences / shape.attn_dp)
+    kv = group_seqs * _layers_cached_tokens(model, layers.start, layers.stop, context) * kv_bytes_per_token_layer(model)
+    kv /= shape.kv_split * shape.sp
     talks = shape.gpus > 1
     return StageMemory(
         weights=weights,
