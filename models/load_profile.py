@@ -1,0 +1,230 @@
+"""How many tokens the router sends to each expert of each MoE layer: the input of expert placement.
+
+A profile is data only: measured counts read from a file (``load_profile``) or a synthetic shape
+(``uniform_profile``, ``zipf_profile``). Nothing here decides a placement; ``solver/placement`` does.
+
+File formats read by ``load_profile``:
+
+- JSON: an object ``{"layers": {"3": [t0, t1, ...], "4": [...]}}`` whose keys are MoE layer indices
+  (strings, as JSON requires) and whose values list the tokens routed to expert 0, 1, ... of that
+  layer, one number per expert. Optional keys: ``"num_experts"`` (checked against the model) and
+  ``"source"`` (free text, kept in the profile).
+- CSV: a header line ``layer,expert,tokens`` and then one row per (layer, expert). An expert missing
+  from a layer that has rows got no tokens (0); a layer with no rows at all is an error.
+
+Both must cover exactly the model's MoE layers: a missing layer or one that is not a MoE layer of the
+model is a ``SpecError``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+
+from shardplan.models.errors import SpecError, spec_error_from
+
+
+class ExpertLoadProfile(BaseModel):
+    """Tokens routed to each expert, per MoE layer (one row of ``loads`` per entry of ``layers``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    num_experts: PositiveInt = Field(description="routed experts per MoE layer")
+    layers: tuple[NonNegativeInt, ...] = Field(description="indices of the MoE layers, ascending")
+    loads: tuple[tuple[float, ...], ...] = Field(
+        description="per layer (same order as layers), tokens routed to expert 0, 1, ...; non-negative"
+    )
+    source: Optional[str] = Field(default=None, description="where the counts come from (file, synthetic shape)")
+
+    def __init__(self, **data):
+        # Pydantic wraps the SpecError of the validator below; hand the caller ours, naming the field.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise spec_error_from(exc) from None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ExpertLoadProfile":
+        if not self.layers:
+            raise SpecError("layers", "a profile needs at least one MoE layer")
+        if list(self.layers) != sorted(set(self.layers)):
+            raise SpecError("layers", "layer indices must be ascending and distinct")
+        if len(self.loads) != len(self.layers):
+            raise SpecError("loads", f"{len(self.loads)} rows of loads for {len(self.layers)} layers")
+        for i, (layer, row) in enumerate(zip(self.layers, self.loads)):
+            if len(row) != self.num_experts:
+                raise SpecError(f"loads[{i}]", f"layer {layer}: expected {self.num_experts} experts, got {len(row)}")
+            for e, tokens in enumerate(row):
+                if not math.isfinite(tokens):
+                    raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: not a finite number ({tokens})")
+                if tokens < 0:
+                    raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: negative count ({tokens})")
+        return self
+
+    def layer_loads(self, layer: int) -> tuple[float, ...]:
+        """The row of one MoE layer, by its layer index (not its position in ``layers``)."""
+        try:
+            return self.loads[self.layers.index(layer)]
+        except ValueError:
+            raise SpecError("layer", f"layer {layer} is not in the profile (layers {self.layers[0]}..{self.layers[-1]})") from None
+
+
+def _profile(num_experts: int, layers: Sequence[int], rows: Iterable[Iterable[float]], source: str) -> ExpertLoadProfile:
+    return ExpertLoadProfile(
+        num_experts=num_experts,
+        layers=tuple(layers),
+        loads=tuple(tuple(float(t) for t in row) for row in rows),
+        source=source,
+    )
+
+
+def _check_sizes(num_experts: int, moe_layers: Sequence[int]) -> tuple[int, ...]:
+    if not isinstance(num_experts, int) or num_experts < 1:
+        raise SpecError("num_experts", f"expected a positive integer, got {num_experts!r}")
+    layers = tuple(moe_layers)
+    if not layers:
+        raise SpecError("layers", "a profile needs at least one MoE layer")
+    return layers
+
+
+def uniform_profile(num_experts: int, moe_layers: Sequence[int], tokens_per_layer: float) -> ExpertLoadProfile:
+    """Every expert of every layer gets ``tokens_per_layer / num_experts`` tokens.
+
+    >>> uniform_profile(4, [1, 2], 8).loads
+    ((2.0, 2.0, 2.0, 2.0), (2.0, 2.0, 2.0, 2.0))
+    """
+    layers = _check_sizes(num_experts, moe_layers)
+    if not tokens_per_layer > 0:
+        raise SpecError("tokens_per_layer", f"must be > 0, got {tokens_per_layer}")
+    row = [tokens_per_layer / num_experts] * num_experts
+    return _profile(num_experts, layers, [row] * len(layers), "uniform")
+
+
+def zipf_profile(
+    num_experts: int, moe_layers: Sequence[int], exponent: float, tokens_per_layer: float, seed: int = 0
+) -> ExpertLoadProfile:
+    """Expert popularity proportional to ``1 / rank**exponent``, the ranks shuffled per layer.
+
+    Loads are expected counts (``tokens_per_layer`` split in proportion), so every layer holds the same
+    multiset of loads on different experts. The shuffles come from ``random.Random(seed)``: the same
+    arguments give the same profile on every machine. ``tokens_per_layer`` counts routed tokens, i.e.
+    batch tokens times experts per token (top-k); note that with top-k routing no expert can really get
+    more than ``tokens_per_layer / k`` (a Zipf shape with a steep exponent can exceed that).
+    """
+    layers = _check_sizes(num_experts, moe_layers)
+    if not exponent >= 0 or not math.isfinite(exponent):
+        raise SpecError("exponent", f"must be a finite number >= 0, got {exponent}")
+    if not tokens_per_layer > 0:
+        raise SpecError("tokens_per_layer", f"must be > 0, got {tokens_per_layer}")
+    weights = [1.0 / (rank + 1) ** exponent for rank in range(num_experts)]
+    total = sum(weights)
+    by_rank = [tokens_per_layer * w / total for w in weights]
+    rng = random.Random(seed)
+    rows = []
+    for _ in layers:
+        experts = list(range(num_experts))
+        rng.shuffle(experts)  # experts[rank] is the expert of that popularity rank
+        row = [0.0] * num_experts
+        for rank, expert in enumerate(experts):
+            row[expert] = by_rank[rank]
+        rows.append(row)
+    return _profile(num_experts, layers, rows, f"zipf(s={exponent:g}, seed={seed})")
+
+
+def load_profile(path: str | Path, num_experts: int, moe_layers: Sequence[int]) -> ExpertLoadProfile:
+    """Read measured counts from a ``.json`` or ``.csv`` file (formats in the module docstring)."""
+    layers = _check_sizes(num_experts, moe_layers)
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("profile", f"cannot read {path}: {exc.strerror}") from None
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        by_layer, source = _read_json(text, path, num_experts)
+    elif suffix == ".csv":
+        by_layer, source = _read_csv(text, path, num_experts), str(path)
+    else:
+        raise SpecError("profile", f"{path}: expected a .json or .csv file")
+    wanted = set(layers)
+    extra = sorted(set(by_layer) - wanted)
+    if extra:
+        raise SpecError("layers", f"{path}: layer {extra[0]} is not a MoE layer of the model")
+    missing = [layer for layer in layers if layer not in by_layer]
+    if missing:
+        raise SpecError("layers", f"{path}: missing layer {missing[0]}")
+    return _profile(num_experts, layers, [by_layer[layer] for layer in layers], source)
+
+
+def _layer_index(key, where: str) -> int:
+    try:
+        layer = int(key)
+    except (TypeError, ValueError):
+        raise SpecError(where, f"expected a layer index, got {key!r}") from None
+    if layer < 0 or str(layer) != str(key).strip():
+        raise SpecError(where, f"expected a layer index, got {key!r}")
+    return layer
+
+
+def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[float]], str]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("profile", f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
+        raise SpecError("layers", f'{path}: expected an object {{"layers": {{"<layer>": [tokens per expert], ...}}}}')
+    unknown = sorted(set(data) - {"layers", "num_experts", "source"})
+    if unknown:
+        raise SpecError(unknown[0], f"{path}: unknown key (allowed: layers, num_experts, source)")
+    if "num_experts" in data and data["num_experts"] != num_experts:
+        raise SpecError("num_experts", f"{path} has {data['num_experts']!r}, the model has {num_experts}")
+    by_layer: dict[int, list[float]] = {}
+    for key, row in data["layers"].items():
+        layer = _layer_index(key, f"layers.{key}")
+        if not isinstance(row, list):
+            raise SpecError(f"layers.{key}", f"{path}: expected a list of token counts")
+        for e, tokens in enumerate(row):
+            if isinstance(tokens, bool) or not isinstance(tokens, (int, float)):
+                raise SpecError(f"layers.{key}[{e}]", f"{path}: expected a number, got {tokens!r}")
+        if len(row) != num_experts:
+            raise SpecError(f"layers.{key}", f"{path}: expected {num_experts} experts, got {len(row)}")
+        by_layer[layer] = row
+    source = data.get("source", str(path))
+    if not isinstance(source, str):
+        raise SpecError("source", f"{path}: expected a string")
+    return by_layer, source
+
+
+def _read_csv(text: str, path: Path, num_experts: int) -> dict[int, list[float]]:
+    rows = csv.reader(text.splitlines())
+    header = [cell.strip().lower() for cell in next(rows, [])]
+    if header != ["layer", "expert", "tokens"]:
+        raise SpecError("profile", f"{path}: the first line must be the header layer,expert,tokens")
+    by_layer: dict[int, list[float]] = {}
+    seen: set[tuple[int, int]] = set()
+    for line, row in enumerate(rows, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        where = f"{path.name}:{line}"
+        if len(row) != 3:
+            raise SpecError(where, f"expected 3 columns layer,expert,tokens, got {len(row)}")
+        layer = _layer_index(row[0].strip(), f"{where} layer")
+        expert = _layer_index(row[1].strip(), f"{where} expert")
+        if expert >= num_experts:
+            raise SpecError(f"{where} expert", f"expert {expert} outside 0..{num_experts - 1}")
+        try:
+            tokens = float(row[2])
+        except ValueError:
+            raise SpecError(f"{where} tokens", f"expected a number, got {row[2]!r}") from None
+        if (layer, expert) in seen:
+            raise SpecError(where, f"layer {layer} expert {expert} listed twice")
+        seen.add((layer, expert))
+        by_layer.setdefault(layer, [0.0] * num_experts)[expert] = tokens
+    return by_layer
