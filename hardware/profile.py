@@ -26,10 +26,21 @@ class Profile(BaseModel):
     name: str = Field(description="profile id, e.g. 'h100-sxm'")
     gpu: str = Field(description="GPU preset name the profile was fitted for ('*': any)")
     software: str = Field(description="serving software generation the measurements came from")
+    default: bool = Field(
+        default=True,
+        description="the GPU's default profile; False for profiles of older serving software, kept to "
+        "replay the measurements they were fitted on (choose them by name)",
+    )
     # Compute: a GEMM over M tokens achieves gemm_efficiency * M / (M + gemm_half_tokens) of peak,
     # so its time is affine in M (empirical: fits the GEMM points of op_points.csv).
     gemm_efficiency: PositiveFloat = Field(le=1, description="fraction of dense peak at large M (empirical)")
     gemm_half_tokens: NonNegativeFloat = Field(description="tokens per GEMM at half that efficiency (empirical)")
+    low_precision_gemm_ratio: PositiveFloat = Field(
+        default=1.0,
+        le=1,
+        description="FP8/FP4 GEMMs on tensor cores of that class reach this share of gemm_efficiency "
+        "(empirical: op_points.csv, H100 M=8192, 62.8 % of the FP8 peak against 79.1 % of the BF16 peak)",
+    )
     attention_efficiency: PositiveFloat = Field(le=1, description="fraction of peak in fused attention (empirical)")
     moe_efficiency: PositiveFloat = Field(le=1, description="grouped-expert GEMM efficiency relative to dense GEMMs (empirical)")
     # Memory streams.
@@ -72,8 +83,8 @@ def get_profile(name: str) -> Profile:
 
 
 def profile_for_gpu(gpu_name: str) -> Profile:
-    """The default profile of a GPU: the one fitted for it, else the generic one."""
+    """The default profile of a GPU: the one fitted for it (current software), else the generic one."""
     for profile in _all_profiles().values():
-        if profile.gpu == gpu_name:
+        if profile.gpu == gpu_name and profile.default:
             return profile
     return get_profile("generic")

@@ -226,16 +226,38 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
     """Largest batch (concurrent sequences at ISL + OSL) whose memory fits on every stage; 0 if
     not even one sequence fits. Memory grows with the batch, so a bisection finds it."""
     profile = resolve_profile(problem, profile)
-    if not fits(problem, layout.model_copy(update={"batch": 1}), profile):
-        return 0
-    lo, hi = 1, profile.max_batch
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(problem, layout.model_copy(update={"batch": mid}), profile):
-            lo = mid
-        else:
-            hi = mid - 1
+    one = layout.model_copy(update={"batch": 1})
+    key = (problem, one, _memory_fields(profile))
+    found = _MAX_BATCH.get(key)
+    if found is not None:
+        return found
+    if not fits(problem, one, profile):
+        lo = 0
+    else:
+        lo, hi = 1, profile.max_batch
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(problem, layout.model_copy(update={"batch": mid}), profile):
+                lo = mid
+            else:
+                hi = mid - 1
+    if len(_MAX_BATCH) >= 65536:
+        _MAX_BATCH.clear()
+    _MAX_BATCH[key] = lo
     return lo
+
+
+# max_batch[(problem, layout at batch 1, memory fields of the profile)]: memoised largest batch.
+# Memory does not depend on the time factors, so the fitter's candidate profiles share entries.
+_MAX_BATCH: dict[tuple, int] = {}
+
+
+def _memory_fields(profile: Profile) -> tuple:
+    """The profile fields that memory_reports and the bisection read."""
+    return (
+        profile.usable_memory_fraction, profile.runtime_overhead_gib, profile.comm_buffer_gib,
+        profile.max_batch, profile.max_num_tokens,
+    )
 
 
 def best_throughput(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction | None:

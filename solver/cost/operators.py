@@ -88,7 +88,10 @@ class CostContext:
         if params <= 0 or tokens <= 0:
             return 0.0
         p = self.profile
-        peak = self.gpu.flops_per_s(compute_class) * p.gemm_efficiency * eff_scale
+        eff = p.gemm_efficiency * eff_scale
+        if compute_class in ("fp8", "fp4") and self.gpu.supports(compute_class):
+            eff *= p.low_precision_gemm_ratio  # native 8/4-bit GEMMs reach a lower share of their peak
+        peak = self.gpu.flops_per_s(compute_class) * eff
         compute = 2.0 * params * (tokens + p.gemm_half_tokens) / peak
         memory = weight_bytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
         return max(compute, memory)
@@ -197,7 +200,9 @@ class CostContext:
         else:
             ops["moe.dispatch"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
             ops["moe.combine"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
-        if s.expert_tp > 1:
+        if s.expert_tp > 1 and s.attn_dp > 1:
+            # With one attention group the stage all-reduce above already sums the expert shards;
+            # after an all-to-all dispatch the shards of each expert still need their own reduction.
             ops["moe.expert_allreduce"] = self.collective(
                 Collective.ALL_REDUCE, assignments / moe.experts_per_token * m.hidden_size * ACT_BYTES,
                 s.stage_group[: s.expert_tp],
