@@ -1,0 +1,30 @@
+"""Hypothesis: for random small layers, bound <= ours <= greedy and the checks are clean."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardplan.models.load_profile import ExpertLoadProfile
+from shardplan.solver.placement import check_placement, greedy_placement, place_experts
+
+
+@st.composite
+def layers(draw):
+    gpus = draw(st.integers(1, 5))
+    slots = draw(st.integers(1, 4))
+    experts = draw(st.integers(1, min(9, gpus * slots)))
+    loads = draw(st.lists(st.one_of(st.just(0.0), st.floats(0.0, 1000.0)), min_size=experts, max_size=experts))
+    return ExpertLoadProfile(num_experts=experts, layers=(0,), loads=(tuple(loads),)), gpus, slots
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers())
+def test_bound_ours_greedy(case):
+    profile, gpus, slots = case
+    ours = place_experts(profile, gpus, slots, time_limit_s=2.0)
+    greedy = greedy_placement(profile, gpus, slots)
+    assert check_placement(ours, profile) == []
+    assert check_placement(greedy, profile) == []
+    loads = profile.loads[0]
+    achieved = ours.layers[0].max_load(loads)
+    assert ours.lower_bounds[0] <= achieved * (1 + 1e-9) + 1e-9
+    assert achieved <= greedy.layers[0].max_load(loads) * (1 + 1e-12) + 1e-12
