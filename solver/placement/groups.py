@@ -216,14 +216,14 @@ def pair_cover(loads: Sequence[float], num_gpus: int, lo: float, hi: float, step
 def _pair_cover_at(loads, num_gpus, target) -> list[Group] | None:
     u = [w / target for w in loads]
     cold = sorted((e for e in range(len(loads)) if u[e] <= 1 + _EPS), key=lambda e: (u[e], e))
-    halves = sum(1 for e in cold if u[e] > 0.5)
-    best = None
+    # Partners only matter with hot experts; then try sending the 0, 1, ... largest cold ones (those
+    # above half a GPU, which pair badly) to the hot experts.
+    hot = len(cold) < len(loads)
+    halves = sum(1 for e in cold if u[e] > 0.5) if hot else 0
     for big in range(halves + 1):
         groups, used = _pair_cover_try(u, cold, big)
         if used <= num_gpus:
             return groups
-        if best is None or used < best:
-            best = used
     return None
 
 
