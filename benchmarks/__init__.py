@@ -1,0 +1,1 @@
+"""Reproducible benchmarks: one folder per question, run as ``python -m benchmarks.<name>``."""
