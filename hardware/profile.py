@@ -46,12 +46,21 @@ class Profile(BaseModel):
     # Memory streams.
     hbm_efficiency: PositiveFloat = Field(le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)")
     # Collectives: alpha-beta per tier.
-    scaleup_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NVLink/xGMI bandwidth achieved (empirical)")
+    scaleup_bw_efficiency: PositiveFloat = Field(
+        le=2,
+        description="fraction of NVLink/xGMI/PCIe bandwidth a ring step achieves (empirical; above 1 when one-shot "
+        "or in-switch reductions beat the ring bound the alpha-beta model assumes)",
+    )
     scaleout_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NIC bandwidth achieved (empirical)")
     collective_latency_scale: PositiveFloat = Field(description="multiplier on the link latency per step (empirical)")
     # Fixed costs of running a step.
     layer_overhead_us: NonNegativeFloat = Field(description="per layer per forward: launches, norms, elementwise (empirical)")
     step_overhead_us: NonNegativeFloat = Field(description="per forward step: scheduling, sampling (empirical)")
+    request_overhead_ms: NonNegativeFloat = Field(
+        default=0.0,
+        description="per served request outside the engine's iterations (HTTP front end, tokenisation, "
+        "detokenisation), added to the TTFT of online serving (empirical)",
+    )
     # Memory.
     usable_memory_fraction: PositiveFloat = Field(le=1, description="share of HBM weights + KV + activations may use")
     runtime_overhead_gib: NonNegativeFloat = Field(description="CUDA context, workspaces, allocator slack per GPU")

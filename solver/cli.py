@@ -111,6 +111,33 @@ def evaluate(as_json: bool, **kw: Any) -> None:
         cli_views.print_plan(data)
 
 
+@cli.command()
+@click.argument("points", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(), help="profile JSON to write (a directory: every fitted profile)")
+@click.option("--gpu", default=None, help="fit only this GPU's rows (preset name or alias)")
+@click.option("--software", default=None, help="fit only one software generation: trtllm, trtllm-0.14, trtllm-0.9, splitwise")
+@click.option("--ops", default=None, type=click.Path(exists=True, dir_okay=False), help="op_points.csv for the shared operator factors")
+@click.option("--jobs", type=int, default=1, show_default=True, help="processes fitting profiles in parallel")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool) -> None:
+    """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
+    from shardplan.solver.cost.calibrate import calibrate_to_file
+
+    results = calibrate_to_file(points, out, gpu=gpu, software=software, op_csv=ops, jobs=jobs)
+    rows = [
+        {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows, "median_abs_error": round(r.median_abs_error, 4),
+         "fitted": {f: getattr(r.profile, f) for f in r.fields}}
+        for r in results
+    ]
+    if as_json:
+        emit_json(rows)
+    else:
+        for row in rows:
+            fitted = ", ".join(f"{k}={v:g}" for k, v in row["fitted"].items())
+            click.echo(f"{row['profile']}: {row['rows']} rows, median |error| {row['median_abs_error']:.1%}; {fitted}")
+        click.echo(f"wrote {out}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the group, turning our errors into one line and an exit code."""
     try:

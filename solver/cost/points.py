@@ -1,0 +1,317 @@
+"""Measured points as the cost model sees them: each usable CSV row becomes (Problem, Layout, metric).
+
+Reads the columns of ``shared/calibration/perf_points.csv`` (see its README) and maps every row it
+can to a ``Point``; every row it cannot is returned as a ``Skipped`` with one reason from
+``SKIP_REASONS``. No fitting and no prediction here (``calibrate`` and ``measures`` do those).
+
+Conventions, for what the tables leave unstated:
+
+- **models** by the ``model`` column (``MODEL_ALIASES``); BLOOM-176B, Falcon-180B and GPT-J-6B have
+  no preset and are skipped. "LLaMA 70B/7B" of TensorRT-LLM v0.9 are Llama-2 (its notes say so).
+- **number formats**: FP8 and FP4 rows use FP8 / NVFP4 weights; the KV cache is the row's
+  ``kv_cache_dtype`` where stated. Where it is not: the ModelOpt pre-quantised FP8 and NVFP4
+  checkpoints of the v1.0 tables ship an FP8 KV cache, so fp8; BF16 rows keep a bf16 cache.
+  Splitwise does not state formats: fp16 weights and cache (its Llama-2 checkpoints are fp16 and
+  A100 has no FP8).
+- **MoE layouts** (EP is never stated): the engine-flow tables (v0.9, v0.14, v0.17) ran TensorRT-LLM's
+  default for MoE, experts tensor-parallel over the TP group (``moe_tp = tp``, ``moe_ep = 1``): our
+  layout with ``expert_tp = tp`` (``allow={"expert-tp"}``).
+- **windows**: Mistral-7B's sliding window and Llama 4's chunked attention are replayed as full
+  attention: TensorRT-LLM keeps every layer's KV cache for the whole sequence unless a maximum
+  attention window is configured, which the published runs did not do.
+- **context limit**: Splitwise ran Llama-2-70B at prompts beyond its 4,096-token window; the
+  measurement stands, so the replayed model's context limit is lifted to the row's ISL + OSL.
+- **MoE layouts of the v1.0 tables**: the doc's MoE command passes ``--ep``, and its YAML nests
+  ``enable_attention_dp`` under ``cuda_graph_config``, where it is not an option of that section;
+  we read the runs as TensorRT-LLM's ``--ep`` default without attention DP: attention
+  tensor-parallel over the row's TP GPUs, experts spread over the same GPUs (``ep = tp``).
+- **software generation** (``Point.software``, the profile a point is priced with, recorded in
+  ``Point.problem.profile``): ``trtllm`` for the v0.17 and v1.0 tables (the GPUs' default
+  profiles), ``trtllm-0.14`` for the v0.14 table and serving runs (about 10 % slower, and less
+  KV room on memory-starved layouts), ``trtllm-0.9`` and ``splitwise`` for the older engines (the
+  README: a newer engine can be up to 2x faster on the same hardware).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from shardplan.hardware import ClusterSpec, get_gpu
+from shardplan.models import DType, ModelSpec, SpecError, get_model
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Problem, Workload
+
+MODEL_ALIASES = {
+    "Llama-3.1-8B": "llama-3.1-8b",
+    "Llama-3.1-70B": "llama-3.1-70b",
+    "Llama-3.1-405B": "llama-3.1-405b",
+    "Llama-3.3-70B": "llama-3.3-70b",
+    "Llama-3-70B": "llama-3-70b",
+    "Llama-2-70B": "llama-2-70b",
+    "Llama-2-7B": "llama-2-7b",
+    "Mistral-7B": "mistral-7b",
+    "Mixtral-8x7B": "mixtral-8x7b",
+    "Mixtral-8x22B": "mixtral-8x22b",
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Llama-4-Scout-17B-16E": "llama-4-scout",
+    "Llama-4-Maverick-17B-128E": "llama-4-maverick",
+}
+
+# Which profile generation a source's measurements belong to.
+SOFTWARE = {
+    "TRTLLM-PERF-v0.17": "trtllm",
+    "TRTLLM-PERF-v1.0": "trtllm",
+    "TRTLLM-PERF-v0.14": "trtllm-0.14",
+    "TRTLLM-SERVING-v0.14": "trtllm-0.14",
+    "TRTLLM-PERF-v0.9": "trtllm-0.9",
+    "SPLITWISE-PROFILE": "splitwise",
+}
+# Newest first: a GPU's default profile is the one of the newest generation measured on it.
+GENERATIONS = ("trtllm", "trtllm-0.14", "trtllm-0.9", "splitwise")
+
+
+def profile_name(gpu: str, software: str) -> str:
+    """``H100-SXM``, ``trtllm`` -> ``h100-sxm``; older generations carry their name as a suffix."""
+    base = gpu.lower()
+    return base if software == "trtllm" else f"{base}-{software}"
+
+# Sources whose MoE rows spread the experts over the stage (``--ep``) instead of slicing them by TP.
+_EXPERT_PARALLEL_SOURCES = {"TRTLLM-PERF-v1.0"}
+
+# What a metric is, for grouping the results: the acceptance targets are per kind.
+THROUGHPUT, LATENCY, SERVING = "max-throughput", "latency", "serving-throughput"
+METRIC_KIND = {
+    "output_tokens_per_s_total": THROUGHPUT,  # offline tables; serving rows are SERVING (below)
+    "output_tokens_per_s_per_gpu": THROUGHPUT,
+    "ttft_ms": LATENCY,
+    "ttft_mean_ms": LATENCY,
+    "itl_mean_ms": LATENCY,
+    "prefill_time_ms": LATENCY,
+    "decode_time_per_token_ms": LATENCY,
+    "request_throughput_req_per_s": SERVING,
+    "total_tokens_per_s_total": SERVING,
+}
+
+SKIP_REASONS = {
+    "no-preset": "model has no preset (BLOOM-176B, Falcon-180B, GPT-J-6B)",
+    "flagged-anomalous": "the source flags the batch-64 Splitwise rows as anomalous (likely memory-limited)",
+    "overload-latency": "TTFT/ITL at an offered rate of at least 90 % of what the same configuration sustained "
+    "with every request sent at once (its rate-inf row): queueing of the benchmark's 500 requests behind the "
+    "server's unstated batch limit, not a property of the layout",
+    "unknown-metric": "metric the cost model does not predict",
+    "bad-row": "row does not describe a valid problem (unknown GPU, dtype or layout)",
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured number and everything needed to predict it."""
+
+    row_id: str
+    source: str
+    metric: str
+    value: float
+    kind: str
+    group: Optional[str]
+    gpu: str  # GPU preset name
+    software: str
+    num_gpus: int
+    problem: Problem
+    layout: Layout
+    rate_qps: Optional[float] = None  # serving: offered request rate (inf: all at once)
+    label: str = field(default="", compare=False)
+
+    @property
+    def profile_key(self) -> tuple[str, str]:
+        """(GPU preset name, software generation): the profile a point is priced with."""
+        return self.gpu, self.software
+
+
+@dataclass(frozen=True)
+class Skipped:
+    row_id: str
+    source: str
+    model: str
+    metric: str
+    reason: str
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def load_points(path: str | Path) -> tuple[list[Point], list[Skipped]]:
+    """Every row of the CSV at ``path``, as a usable point or a skip with its reason."""
+    return points_from_rows(read_rows(path))
+
+
+def points_from_rows(rows: Iterable[dict[str, str]]) -> tuple[list[Point], list[Skipped]]:
+    rows = list(rows)
+    capacity = _measured_capacity(rows)
+    points, skipped = [], []
+    for row in rows:
+        reason = _skip_reason(row, capacity)
+        if reason is None:
+            try:
+                points.append(_point(row))
+                continue
+            except (SpecError, ValueError, KeyError):
+                reason = "bad-row"
+        skipped.append(Skipped(row["id"], row["source_id"], row["model"], row["metric"], reason))
+    return points, skipped
+
+
+def skip_counts(skipped: Iterable[Skipped]) -> Counter[str]:
+    return Counter(s.reason for s in skipped)
+
+
+def _skip_reason(row: dict[str, str], capacity: dict[tuple, float]) -> Optional[str]:
+    if row["model"] not in MODEL_ALIASES:
+        return "no-preset"
+    if row["metric"] not in METRIC_KIND:
+        return "unknown-metric"
+    if row["source_id"] == "SPLITWISE-PROFILE" and "anomalous" in row["notes"]:
+        return "flagged-anomalous"
+    if row["metric"] in ("ttft_mean_ms", "itl_mean_ms"):
+        rate = _rate(row)
+        if rate == math.inf:
+            return "overload-latency"
+        limit = capacity.get(_serving_config(row))
+        if rate is not None and limit is not None and rate >= OVERLOAD_SHARE * limit:
+            return "overload-latency"
+    return None
+
+
+# A serving run offered at least this share of the request rate its configuration sustained
+# with every request sent at once is an overload run: its latencies are queueing.
+OVERLOAD_SHARE = 0.9
+
+
+def _serving_config(row: dict[str, str]) -> tuple:
+    return tuple(row[k] for k in ("source_id", "model", "weights_dtype", "gpu", "tp", "pp", "isl", "osl"))
+
+
+def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple, float]:
+    """Requests/s each serving configuration sustained at rate inf, read off whichever of its
+    throughput rows were published (request, output-token or total-token throughput)."""
+    found: dict[tuple, float] = {}
+    for row in rows:
+        if _rate(row) != math.inf:
+            continue
+        isl, osl, value = int(row["isl"]), int(row["osl"]), float(row["value"])
+        per = {"request_throughput_req_per_s": 1, "output_tokens_per_s_total": osl, "total_tokens_per_s_total": isl + osl}
+        if row["metric"] in per:
+            key = _serving_config(row)
+            found[key] = max(found.get(key, 0.0), value / per[row["metric"]])
+    return found
+
+
+def _rate(row: dict[str, str]) -> Optional[float]:
+    text = row.get("request_rate_qps", "").strip()
+    if not text:
+        return None
+    return math.inf if text == "inf" else float(text)
+
+
+def _dtypes(row: dict[str, str]) -> tuple[DType, DType]:
+    weights_text, kv_text = row["weights_dtype"].strip(), row["kv_cache_dtype"].strip()
+    if weights_text == "not stated":
+        return DType.FP16, DType.FP16  # Splitwise: fp16 checkpoints on A100/H100
+    weights = DType.parse(weights_text, "weights_dtype")
+    if kv_text != "not stated":
+        return weights, DType.parse(kv_text, "kv_cache_dtype")
+    if weights in (DType.FP8, DType.FP4):
+        return weights, DType.FP8  # ModelOpt FP8/NVFP4 checkpoints carry an FP8 KV cache
+    return weights, weights
+
+
+def _model(row: dict[str, str], context: int) -> ModelSpec:
+    weights, kv = _dtypes(row)
+    model = get_model(MODEL_ALIASES[row["model"]]).with_dtypes(weights, kv)
+    if context > model.max_position_embeddings:
+        model = model.model_copy(update={"max_position_embeddings": context})
+    if model.attention.sliding_window is not None:
+        # Full-length KV in every layer: the engines measured here keep it unless a maximum
+        # attention window is configured, and none of the published runs did.
+        attention = model.attention.model_copy(update={"sliding_window": None, "sliding_window_layers": ()})
+        model = model.model_copy(update={"attention": attention})
+    return model
+
+
+def _cluster(gpu_name: str, num_gpus: int) -> ClusterSpec:
+    gpu = get_gpu(gpu_name)
+    per_node = min(num_gpus, gpu.gpus_per_node)
+    if num_gpus % per_node:
+        raise SpecError("num_gpus", f"{num_gpus} GPUs do not fill whole {per_node}-GPU nodes")
+    domain = None
+    if gpu.domain_spans_nodes:  # NVL72: one rack-scale domain holds every GPU of the row
+        domain = num_gpus
+    return ClusterSpec.from_gpu(gpu, num_gpus // per_node, per_node, scaleup_domain_gpus=domain)
+
+
+def _layout(row: dict[str, str], model: ModelSpec, batch: int) -> tuple[Layout, frozenset[str]]:
+    tp, pp, dp = int(row["tp"]), int(row["pp"]), int(row["dp"] or 1)
+    if model.is_moe and row["source_id"] in _EXPERT_PARALLEL_SOURCES:
+        degrees = dict(tp=tp, attn_dp=1, expert_tp=1)
+        allow: frozenset[str] = frozenset()
+    elif model.is_moe:
+        degrees = dict(tp=tp, attn_dp=1, expert_tp=tp)
+        allow = frozenset({"expert-tp"})
+    else:
+        degrees = dict(tp=tp)
+        allow = frozenset()
+    return Layout.even(model.num_layers, pp, dp=dp, batch=batch, **degrees), allow
+
+
+def _point(row: dict[str, str]) -> Point:
+    isl, osl = int(row["isl"]), int(row["osl"])
+    metric = row["metric"]
+    model = _model(row, isl + osl)
+    gpu = get_gpu(row["gpu"])
+    num_gpus = int(row["num_gpus"])
+    batch_text = row["batch_size"].strip()
+    batch = int(batch_text) if batch_text else 1
+    layout, allow = _layout(row, model, batch)
+    if layout.num_gpus != num_gpus:
+        raise SpecError("num_gpus", f"layout uses {layout.num_gpus} GPUs, the row {num_gpus}")
+    kind = METRIC_KIND[metric]
+    rate = _rate(row)
+    if row["source_id"] == "TRTLLM-SERVING-v0.14" and metric == "output_tokens_per_s_total":
+        kind = SERVING
+    stated_batch = int(batch_text) if batch_text else None
+    software = SOFTWARE.get(row["source_id"], "trtllm")
+    problem = Problem(
+        model=model,
+        cluster=_cluster(gpu.name, num_gpus),
+        workload=Workload(isl=isl, osl=osl, batch=stated_batch),
+        objective=Objective.THROUGHPUT if kind != LATENCY else Objective.LATENCY,
+        allow=allow,
+        profile=profile_name(gpu.name, software),
+    )
+    label = f"{row['model']} {row['weights_dtype']} {gpu.name} tp{row['tp']}pp{row['pp']} {isl}/{osl}"
+    if stated_batch:
+        label += f" b{stated_batch}"
+    if rate is not None:
+        label += f" @{row['request_rate_qps']}qps"
+    return Point(
+        row_id=row["id"],
+        source=row["source_id"],
+        metric=metric,
+        value=float(row["value"]),
+        kind=kind,
+        group=row["config_group"].strip() or None,
+        gpu=gpu.name,
+        software=software,
+        num_gpus=num_gpus,
+        problem=problem,
+        layout=layout,
+        rate_qps=rate,
+        label=label,
+    )
