@@ -138,7 +138,7 @@ def components_bound(loads: Sequence[float], num_gpus: int, slots: int, proven: 
             lo = mid
         else:
             hi = mid
-        if hi - lo <= 1e-6 * hi:
+        if hi - lo <= 1e-5 * hi:
             break
     return lo
 

@@ -154,11 +154,11 @@ def best_lpt_groups(loads: Sequence[float], num_gpus: int, slots: int, reference
     return best
 
 
-def improve(groups: list[Group], loads: Sequence[float], slots: int, max_rounds: int = 2000) -> None:
+def improve(groups: list[Group], loads: Sequence[float], slots: int) -> None:
     """Lower the max load by moving or swapping one expert between the most-loaded group and another
-    (first improvement, groups keep their GPU counts; in place)."""
+    (first improvement, groups keep their GPU counts; in place; at most 4 moves per expert)."""
     weight = group_loads(groups, loads)
-    for _ in range(max_rounds):
+    for _ in range(4 * len(loads)):
         top = max(range(len(groups)), key=lambda j: (weight[j] / groups[j].gpus, -j))
         if not _improve_once(groups, weight, top, loads, slots):
             return

@@ -27,9 +27,7 @@ from shardplan.solver.placement import cpsat
 from shardplan.solver.placement.bounds import layer_lower_bound
 from shardplan.solver.placement.fill import Pieces, fill_group, fits_in_one_group
 from shardplan.solver.placement.greedy import greedy_layer
-from shardplan.solver.placement.groups import (
-    best_lpt_groups, improve, max_load, pair_cover, realize, reallocate,
-)
+from shardplan.solver.placement.groups import best_lpt_groups, improve, pair_cover, realize, reallocate
 from shardplan.solver.placement.result import ExpertPlacement, LayerPlacement
 from shardplan.solver.placement.shares import reshare
 
@@ -168,9 +166,6 @@ def _cpsat_phase(loads, num_gpus, slots, hint, bound, det_time, workers) -> tupl
     else:
         return bound, None
     pieces = realize(result.groups, loads, slots) if result.groups else None
-    if result.optimal and result.groups:
-        # The split is optimal for the rounded loads; its real max is within rounding of the optimum.
-        bound = max(bound, min(result.bound, max_load(result.groups, loads)))
     return max(bound, result.bound), pieces
 
 
