@@ -123,7 +123,7 @@ def _cold_tree_gpus(prefix: list[float], slots: int) -> list[int]:
 
 
 def components_bound(loads: Sequence[float], num_gpus: int, slots: int, proven: float, feasible: float,
-                     steps: int = 30) -> float:
+                     steps: int = 40) -> float:
     """The largest load shown infeasible by ``_components_exceed`` between ``proven`` and ``feasible``.
 
     ``proven`` is an already valid bound, ``feasible`` a load some placement reaches. Bisection keeps the
@@ -138,7 +138,7 @@ def components_bound(loads: Sequence[float], num_gpus: int, slots: int, proven: 
             lo = mid
         else:
             hi = mid
-        if hi - lo <= 1e-5 * hi:
+        if hi - lo <= 1e-8 * hi:  # finer than place.OPTIMAL_TOLERANCE, so a met bound reads as optimal
             break
     return lo
 
