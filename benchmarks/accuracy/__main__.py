@@ -1,0 +1,155 @@
+"""``python -m benchmarks.accuracy [--refit] [--holdout] [--brief]``: the accuracy report (README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from benchmarks.accuracy import (
+    KINDS,
+    OPS_CSV,
+    POINTS_CSV,
+    RANK_TARGET,
+    RANK_TOLERANCE,
+    TARGETS,
+    by_metric,
+    holdout,
+    median_abs,
+    model_half,
+    model_halves,
+    predict_all,
+    random_half,
+    rankings,
+    refit,
+    summary,
+)
+from shardplan.solver.cost.points import SKIP_REASONS, load_points
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__)
+    ap.add_argument("--points", type=Path, default=POINTS_CSV, help="measured points (perf_points.csv)")
+    ap.add_argument("--ops", type=Path, default=OPS_CSV, help="operator points (op_points.csv)")
+    ap.add_argument("--refit", action="store_true", help="refit every profile and rewrite hardware/profiles/*.json first")
+    ap.add_argument("--holdout", action="store_true", help="also fit on half the rows and test on the other half (slow)")
+    ap.add_argument("--brief", action="store_true", help="summaries only, not every row")
+    ap.add_argument("--jobs", type=int, default=2, help="processes for fitting")
+    args = ap.parse_args(argv)
+
+    if args.refit:
+        t = time.perf_counter()
+        results = refit(args.points, args.ops, jobs=args.jobs)
+        print(f"refit {len(results)} profiles in {time.perf_counter() - t:.0f} s")
+        for r in results:
+            fitted = ", ".join(f"{f}={getattr(r.profile, f):g}" for f in r.fields)
+            print(f"  {r.profile.name:28s} {r.rows:4d} rows  median |err| {r.median_abs_error:6.1%}  {fitted}")
+        print()
+
+    points, skipped = load_points(args.points)
+    t = time.perf_counter()
+    rows = predict_all(points)
+    elapsed = time.perf_counter() - t
+    print(f"{len(points)} usable rows of {len(points) + len(skipped)} in {args.points.name}, predicted in {elapsed:.1f} s")
+
+    if not args.brief:
+        _print_rows(rows)
+    _print_summary(rows)
+    _print_rankings(rows)
+    _print_skipped(skipped)
+    if args.holdout:
+        _print_holdouts(points, args)
+    return 0
+
+
+def _print_rows(rows) -> None:
+    print()
+    print("== every usable row: predicted vs measured (error = predicted / measured - 1)")
+    print(f"{'id':>5} {'source':21s} {'kind':18s} {'configuration':64s} {'metric':30s} {'measured':>10s} {'predicted':>10s} {'error':>7s}  profile")
+    for r in sorted(rows, key=lambda r: (r.point.source, r.point.kind, int(r.point.row_id))):
+        p = r.point
+        pred = f"{r.predicted:10.4g}" if r.fits else "  no fit  "
+        print(f"{p.row_id:>5} {p.source:21s} {p.kind:18s} {p.label:64s} {p.metric:30s} {p.value:10.4g} {pred} {r.error:+7.1%}  {r.profile}")
+
+
+def _print_summary(rows) -> None:
+    table = summary(rows)
+    print()
+    print("== median |error| per source and kind")
+    for kind in KINDS:
+        target = TARGETS.get(kind)
+        n, med = table[kind]["all"]
+        verdict = "" if target is None else ("  (target <= %d %%: %s)" % (round(target * 100), "met" if med <= target else "MISSED"))
+        print(f"{kind}: {n} rows, median |error| {med:.1%}{verdict}")
+        for src, (n_src, m_src) in table[kind].items():
+            if src != "all":
+                print(f"    {src:24s} {n_src:4d} rows  {m_src:6.1%}")
+    n, med = table["all"]["all"]
+    print(f"overall: {n} rows, median |error| {med:.1%}")
+    print()
+    print("== median |error| per metric")
+    for metric, (n, med) in by_metric(rows).items():
+        print(f"    {metric:32s} {n:4d} rows  {med:6.1%}")
+    profiles = Counter(r.profile for r in rows)
+    print()
+    print("== profiles used (rows)")
+    for name, n in sorted(profiles.items()):
+        print(f"    {name:30s} {n:4d}  median |error| {median_abs([r for r in rows if r.profile == name]):6.1%}")
+
+
+def _print_rankings(rows) -> None:
+    ranks = rankings(rows)
+    print()
+    print(f"== layout ranking per config_group (ok: the predicted-best layout measures within {RANK_TOLERANCE:.0%} of the measured best)")
+    by_source = defaultdict(list)
+    for g in ranks:
+        src = next(r.point.source for r in rows if r.point.group == g.group)
+        by_source[src].append(g)
+        mark = "exact" if g.exact else ("ok" if g.ok else "MISS")
+        unit = " per GPU" if g.per_gpu else ""
+        print(f"    {g.group:6s} {src:21s} {g.metric}{unit:8s} measured best {g.measured_best:8s} predicted best {g.predicted_best:8s} shortfall {g.shortfall:6.1%}  {mark}")
+    ok = sum(g.ok for g in ranks)
+    exact = sum(g.exact for g in ranks)
+    share = ok / len(ranks) if ranks else float("nan")
+    print(f"groups: {len(ranks)}; predicted best within {RANK_TOLERANCE:.0%}: {ok} ({share:.1%}, target >= {RANK_TARGET:.0%}: "
+          f"{'met' if share >= RANK_TARGET else 'MISSED'}); exactly the measured best: {exact} ({exact / len(ranks):.1%})")
+    for src, gs in sorted(by_source.items()):
+        print(f"    {src:24s} {len(gs):4d} groups  within {RANK_TOLERANCE:.0%}: {sum(g.ok for g in gs) / len(gs):6.1%}  exact: {sum(g.exact for g in gs) / len(gs):6.1%}")
+
+
+def _print_skipped(skipped) -> None:
+    print()
+    print(f"== skipped rows: {len(skipped)}")
+    counts = Counter(s.reason for s in skipped)
+    for reason, n in counts.most_common():
+        detail = Counter(f"{s.source}/{s.model}" for s in skipped if s.reason == reason)
+        print(f"    {n:4d}  {reason}: {SKIP_REASONS[reason]}")
+        print("          " + ", ".join(f"{k} ({v})" for k, v in sorted(detail.items())))
+
+
+def _print_holdouts(points, args) -> None:
+    print()
+    print("== held-out checks: fit on one half, report the other half's median |error| (profiles not written)")
+    first, second = model_halves(points)
+    checks = [
+        ("random half of the rows (seed 20261122)", random_half),
+        (f"unseen models A ({', '.join(m.split('/')[-1] for m in first)})", model_half(first)),
+        (f"unseen models B ({', '.join(m.split('/')[-1] for m in second)})", model_half(second)),
+    ]
+    for name, train in checks:
+        t = time.perf_counter()
+        h = holdout(name, train, args.points, args.ops, jobs=args.jobs)
+        parts = []
+        for kind in KINDS:
+            test = [r for r in h.test if r.point.kind == kind]
+            if test:
+                parts.append(f"{kind} {median_abs(test):.1%} ({len(test)})")
+        ranks = rankings(h.test)
+        rank = f"; ranking within {RANK_TOLERANCE:.0%}: {sum(g.ok for g in ranks)}/{len(ranks)}" if ranks else ""
+        print(f"    {name}: trained on {h.train_rows} rows, tested on {len(h.test)} ({h.unfitted} with an unfitted profile): "
+              f"{'; '.join(parts)}; all {median_abs(h.test):.1%}{rank}  [{time.perf_counter() - t:.0f} s]")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
