@@ -150,12 +150,13 @@ def solve_layer(loads: Sequence[float], num_gpus: int, slots: int, det_time: flo
         cover = pair_cover(loads, num_gpus, start_bound, best_max)
         if cover is not None:
             offer(realize(cover, loads, slots))
-    offer(reshare(loads, [[e for e, _ in gpu] for gpu in greedy]))
+    if len(loads) < slots * num_gpus:  # with copies to re-share
+        offer(reshare(loads, [[e for e, _ in gpu] for gpu in greedy]))
     bound = layer_lower_bound(loads, num_gpus, slots, feasible=best_max)
     if best_max > bound * (1 + OPTIMAL_TOLERANCE) and det_time > 0:
         bound, pieces = _cpsat_phase(loads, num_gpus, slots, split, bound, det_time, workers)
         offer(pieces)
-    return best, min(bound, best_max)
+    return best, bound
 
 
 def _cpsat_phase(loads, num_gpus, slots, hint, bound, det_time, workers) -> tuple[float, Pieces | None]:
@@ -185,7 +186,7 @@ def _solve_hierarchical(loads, num_gpus, slots, per_node, det_time, workers) -> 
     greedy = greedy_layer(loads, num_gpus, slots)
     if _node_key(greedy, per_node) < _node_key(out, per_node):
         out = greedy
-    return out, min(bound, _max(out))
+    return out, bound
 
 
 def _node_key(pieces: Pieces, per_node: int) -> tuple[float, float]:
