@@ -60,8 +60,8 @@ def exact_split(loads: Sequence[float], num_gpus: int, slots: int, hint: Sequenc
     k, weight = _scale(loads)
     top = sum(weight)
     model = cp_model.CpModel()
-    groups = range(min(n, num_gpus))
-    # in_group[(e, j)]: expert e belongs to group j; group j, if used, has expert j as its first member
+    groups = range(n)  # group j, if used, is named after its first member, expert j; at most G are used
+    # in_group[(e, j)]: expert e belongs to group j (only j <= e)
     in_group = {(e, j): model.new_bool_var(f"e{e}_g{j}") for e in range(n) for j in groups if j <= e}
     used = [in_group.get((j, j)) for j in groups]
     gpus = [model.new_int_var(0, num_gpus, f"m{j}") for j in groups]

@@ -35,6 +35,17 @@ def test_matches_brute_force(experts, gpus, slots, seed):
     assert placed.status == "optimal"
 
 
+def test_group_named_after_a_late_expert():
+    # The optimum puts experts 3, 4 and 6 alone on a GPU: a group whose first member is expert 3 while
+    # there are only 3 GPUs (found by hypothesis: CP-SAT's group model once allowed only groups 0..G-1).
+    loads = [0.0, 0.0, 0.0, 1.0, 1.0, 3.0, 101.0, 204.0]
+    profile = ExpertLoadProfile(num_experts=8, layers=(0,), loads=(tuple(loads),))
+    placed = place_experts(profile, 3, 3)
+    assert check_placement(placed, profile) == []
+    assert placed.layers[0].max_load(loads) == pytest.approx(optimum(loads, 3, 3)) == pytest.approx(103.5)
+    assert placed.status == "optimal"
+
+
 def test_six_experts_three_gpus_two_slots():
     loads = [10.0, 7.0, 6.0, 4.0, 2.0, 1.0]
     profile = ExpertLoadProfile(num_experts=6, layers=(0,), loads=(tuple(loads),))
