@@ -111,7 +111,24 @@ def collective_time_s(
     _check_nonnegative(latency_scale, "latency_scale")
     group = _distinct(gpus)
     tier = tier_of(group, cluster)  # also checks every id is in the cluster
-    steps, share = collective_steps(op, len(group))
+    return collective_time_on_tier_s(
+        op, nbytes, len(group), tier, cluster, bw_efficiency=bw_efficiency, latency_scale=latency_scale
+    )
+
+
+def collective_time_on_tier_s(
+    op: Collective,
+    nbytes: float,
+    group_size: int,
+    tier: Tier,
+    cluster: ClusterSpec,
+    *,
+    bw_efficiency: float = 1.0,
+    latency_scale: float = 1.0,
+) -> float:
+    """``collective_time_s`` for a caller that already knows the group's size and tier (the cost
+    model prices thousands of collectives over the same few groups, some of 4,096 GPUs)."""
+    steps, share = collective_steps(op, group_size)
     if steps == 0:
         return 0.0
     alpha = _latency_s(tier, cluster) * latency_scale

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_s
+from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.derived import (
@@ -81,6 +81,7 @@ class CostContext:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile, shape: StageShape):
         self.model, self.cluster, self.profile, self.shape = model, cluster, profile, shape
         self.gpu: GPUSpec = cluster.gpu
+        self._tiers: dict[tuple[int, int, int], Tier] = {}
 
     # --- primitives ------------------------------------------------------------------------
     def gemm(self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0) -> float:
@@ -107,9 +108,20 @@ class CostContext:
         if len(group) <= 1 or nbytes <= 0:
             return 0.0
         p = self.profile
-        scaleup = not self.cluster.spans_scaleout(group)
-        eff = p.scaleup_bw_efficiency if scaleup else p.scaleout_bw_efficiency
-        return collective_time_s(op, nbytes, group, self.cluster, bw_efficiency=eff, latency_scale=p.collective_latency_scale)
+        tier = self._tier(group)
+        eff = p.scaleup_bw_efficiency if tier is Tier.SCALE_UP else p.scaleout_bw_efficiency
+        return collective_time_on_tier_s(
+            op, nbytes, len(group), tier, self.cluster, bw_efficiency=eff, latency_scale=p.collective_latency_scale
+        )
+
+    def _tier(self, group: tuple[int, ...]) -> Tier:
+        """The group's tier, cached: groups here are runs or strides of ids, so first, last and
+        size identify them, and a 4,096-GPU group is scanned once rather than per operator."""
+        key = (group[0], group[-1], len(group))
+        tier = self._tiers.get(key)
+        if tier is None:
+            tier = self._tiers[key] = Tier.SCALE_OUT if self.cluster.spans_scaleout(group) else Tier.SCALE_UP
+        return tier
 
     # --- one layer -------------------------------------------------------------------------
     def layer(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[str, float]:

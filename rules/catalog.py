@@ -1,0 +1,77 @@
+"""The one catalog of rules: the solver posts them, explanations name them, plans are checked
+against them, ``shardplan rules`` lists them. IDs are never reused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardplan.rules.base import Diagnostic, Kind, Rule
+from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
+from shardplan.rules.parallel import (
+    ExpertParallelWidth,
+    ExpertsPerRank,
+    FfnDivisible,
+    NoTpInsideExperts,
+    SpShardsHoldTokens,
+    SpShortContext,
+    TpDividesHeads,
+    TpInsideDomain,
+    TpKvHeads,
+)
+from shardplan.rules.pins import pins_of
+from shardplan.rules.structure import DataParallelLatency, DataParallelOutside, GpuCount, StageAlignment, StagesContiguous
+
+CATALOG: tuple[Rule, ...] = (
+    GpuCount(),
+    StagesContiguous(),
+    StageAlignment(),
+    DataParallelOutside(),
+    DataParallelLatency(),
+    TpDividesHeads(),
+    TpKvHeads(),
+    TpInsideDomain(),
+    FfnDivisible(),
+    SpShardsHoldTokens(),
+    SpShortContext(),
+    ExpertParallelWidth(),
+    NoTpInsideExperts(),
+    ExpertsPerRank(),
+    MemoryFits(),
+    TtftLimit(),
+    TpotLimit(),
+)
+
+SWITCHES = {rule.switch: rule.id for rule in CATALOG if rule.switch}
+
+
+def get_rule(rule_id: str) -> Rule:
+    for rule in CATALOG:
+        if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
+            return rule
+    from shardplan.models.errors import SpecError
+
+    raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in CATALOG)}")
+
+
+def rules_for(problem: Any) -> list[Rule]:
+    """The rules in force for a problem, the user's pins included."""
+    return [rule for rule in CATALOG if rule.applies(problem)] + pins_of(problem)
+
+
+def check_plan(plan: Any) -> list[Diagnostic]:
+    """Every diagnostic of every catalog rule and pin (advisory ones as warnings)."""
+    out = []
+    for rule in (*CATALOG, *pins_of(plan.problem)):
+        out.extend(rule.check(plan))
+    return out
+
+
+def errors_of(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    return [d for d in diagnostics if d.severity == "error"]
+
+
+def unknown_switches(allow: frozenset[str]) -> list[str]:
+    return sorted(set(allow) - set(SWITCHES))
+
+
+__all__ = ["CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]

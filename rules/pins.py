@@ -1,0 +1,51 @@
+"""The user's pins as rules, so an infeasibility explanation can name them like any other rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardplan.rules.base import Diagnostic, Kind, Rule
+
+_SHAPE_FIELDS = ("tp", "sp", "attn_dp", "expert_tp")
+
+
+class Pin(Rule):
+    kind = Kind.STRUCTURAL
+    source = "user input"
+
+    def __init__(self, field: str, value: Any):
+        self.field, self.value = field, value
+        self.id = f"PIN-{field}"
+        self.name = f"pinned-{field.replace('_', '-')}"
+        self.statement = f"{field} pinned to {value}"
+
+    def post(self, enc: Any, enforce: Any) -> None:
+        cp, v = enc.cp, self.value
+        if self.field in _SHAPE_FIELDS:
+            enc.forbid_shapes(lambda o: getattr(o, self.field) != v, enforce)
+        elif self.field == "pp":
+            cp.Add(enc.stages == v).OnlyEnforceIf(enforce)
+        elif self.field == "dp":
+            cp.Add(enc.dp == v).OnlyEnforceIf(enforce)
+        elif self.field == "ep":
+            cp.Add(enc.ep == v).OnlyEnforceIf(enforce)
+        elif self.field == "stages":
+            cp.Add(enc.stages == len(v)).OnlyEnforceIf(enforce)
+            for s, (start, _end) in enumerate(v):
+                cp.Add(enc.bound[s] == start).OnlyEnforceIf(enforce)
+            cp.Add(enc.bound[len(v)] == v[-1][1]).OnlyEnforceIf(enforce)
+
+    def check(self, plan: Any) -> list[Diagnostic]:
+        lay = plan.layout
+        got = lay.stages if self.field == "stages" else lay.degrees().get(self.field, lay.pp if self.field == "pp" else None)
+        if self.field == "ep" and not plan.problem.model.is_moe:
+            got = 1
+        return [self.error(f"{self.field} is {got}, pinned to {self.value}")] if got != self.value else []
+
+    def conflict_message(self, problem: Any) -> str:
+        return self.statement
+
+
+def pins_of(problem: Any) -> list[Pin]:
+    fields = problem.pins.model_dump()
+    return [Pin(name, value if name != "stages" else tuple(tuple(r) for r in value)) for name, value in fields.items() if value is not None]

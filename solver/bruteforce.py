@@ -1,0 +1,247 @@
+"""A plain enumeration of the solver's space on the same integer tables: the test oracle.
+
+Every (shape, batch option, stage count, replicas) the rules allow is visited; for each, the
+stage boundaries are optimised exactly by a dynamic programme over layer prefixes that keeps the
+Pareto front of (slowest decode stage, slowest prefill stage). No CP-SAT here. It is exact and
+simple, and slow on large spaces: that is what the benchmark compares the solver against.
+``even_partition_incumbent`` is the quick version (even stages only) that seeds the solver.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from shardplan.rules.base import ShapeRule
+from shardplan.rules.catalog import rules_for
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective
+from shardplan.solver.space import BatchOption, Shape
+from shardplan.solver.tables import Tables
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A scored layout: ``score`` orders candidates (lower is better) exactly as the solver's
+    objective does; ``tokens`` / ``cycle`` are the throughput ratio's terms."""
+
+    layout: Layout
+    e2e_ns: int
+    tokens: int
+    cycle_ns: int
+
+    def better_than(self, other: Optional["Candidate"], objective: Objective) -> bool:
+        if other is None:
+            return True
+        if objective is Objective.LATENCY:
+            return self.e2e_ns < other.e2e_ns
+        return self.tokens * other.cycle_ns > other.tokens * self.cycle_ns
+
+
+class Oracle:
+    def __init__(self, tables: Tables):
+        self.t = tables
+        self.problem = p = tables.problem
+        self.space = tables.space
+        in_force = rules_for(p)
+        self.shape_rules = [r for r in in_force if isinstance(r, ShapeRule)]
+        self.pins = p.pins
+        self.osl = p.workload.osl
+
+    # --- the space --------------------------------------------------------------------------
+    def shapes(self) -> Iterator[Shape]:
+        for o in self.space.shapes:
+            if any(rule.forbids(self.problem, o) for rule in self.shape_rules):
+                continue
+            if any(getattr(self.pins, f) not in (None, getattr(o, f)) for f in ("tp", "sp", "attn_dp", "expert_tp")):
+                continue
+            ep = o.ep if self.problem.model.is_moe else 1
+            if self.pins.ep is not None and ep != self.pins.ep:
+                continue
+            yield o
+
+    def stage_counts(self, o: Shape) -> Iterator[int]:
+        pinned = len(self.pins.stages) if self.pins.stages else self.pins.pp
+        for S in self.space.stage_values:
+            if pinned and S != pinned:
+                continue
+            if S * o.gpus <= self.space.num_gpus and S <= self.problem.model.num_layers:
+                yield S
+
+    def options(self, o: Shape, S: int) -> Iterator[BatchOption]:
+        for opt in self.space.batch_options(o):
+            if self.space.decides_batch:
+                if S * opt.q <= max(self.space.q_values):
+                    yield opt
+            elif opt.micro == self.space.micro_for_stages(S):
+                yield opt
+
+    def replicas(self, o: Shape, S: int) -> list[int]:
+        top = self.space.num_gpus // (S * o.gpus)
+        if self.pins.dp is not None:
+            return [self.pins.dp] if self.pins.dp <= top else []
+        return list(range(1, top + 1))
+
+    # --- one combination ----------------------------------------------------------------------
+    def batch_of(self, o: Shape, opt: BatchOption, S: int) -> int:
+        return S * opt.micro if self.space.decides_batch else self.space.fixed_batch
+
+    def seqs_per_gpu(self, o: Shape, opt: BatchOption, S: int) -> int:
+        return S * opt.q if self.space.decides_batch else -(-self.space.fixed_batch // o.attn_dp)
+
+    def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int):
+        """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
+        t, e, m = self.t, self.t.time[(o, opt)], self.t.memory[o]
+        counts = {k: t.prefix[k][j] - t.prefix[k][i] for k in t.kinds}
+        first, last = s == 0, s == S - 1
+        d = sum(n * e.decode[k] for k, n in counts.items()) + first * e.first_decode + last * e.last_decode
+        p = sum(n * e.prefill[k] for k, n in counts.items()) + first * e.first_prefill + last * e.last_prefill
+        if s < S - 1:
+            d, p = d + e.send_decode[s], p + e.send_prefill[s]
+        seqs = self.seqs_per_gpu(o, opt, S)
+        mem = sum(n * (m.weights[k] + m.kv_per_seq[k] * seqs) for k, n in counts.items())
+        mem += seqs * m.logits_per_seq + t.chunk_activation[(o, opt)] + m.fixed
+        mem += first * m.first + last * (m.last_with_first if S == 1 else m.last)
+        return d, p, mem
+
+    def fronts(self, o: Shape, opt: BatchOption, S: int, need_times: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+        """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
+        memory-feasible split of the layers into S contiguous non-empty stages."""
+        L, limit = self.problem.model.num_layers, self.t.limit_bytes
+        # front[j]: splits of layers [0, j) into the stages placed so far.
+        front: dict[int, list] = {0: [(0, 0, (0,))]}
+        for s in range(S):
+            nxt: dict[int, list] = {}
+            lo_end = s + 1
+            hi_end = L - (S - 1 - s)
+            ends = [L] if s == S - 1 else range(lo_end, hi_end + 1)
+            for j in ends:
+                cands = []
+                for i, entries in front.items():
+                    if i >= j:
+                        continue
+                    d, p, mem = self.stage_cost(o, opt, S, s, i, j)
+                    if mem > limit:
+                        continue
+                    for dmax, pmax, bounds in entries:
+                        cands.append((max(dmax, d), max(pmax, p), bounds + (j,)) if need_times else (0, 0, bounds + (j,)))
+                if cands:
+                    nxt[j] = _pareto(cands)
+            front = nxt
+            if not front:
+                return []
+        return front.get(L, [])
+
+    def evaluate_combo(self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int) -> Candidate:
+        t, e, wl = self.t, self.t.time[(o, opt)], self.problem.workload
+        L_k = {k: t.layers_of(k) for k in t.kinds}
+        sends_d = sum(e.send_decode[: S - 1])
+        sends_p = sum(e.send_prefill[: S - 1])
+        ttft = sum(L_k[k] * e.prefill[k] for k in t.kinds) + e.first_prefill + e.last_prefill + sends_p
+        dsum = sum(L_k[k] * e.decode[k] for k in t.kinds) + e.first_decode + e.last_decode + sends_d
+        b = self.batch_of(o, opt, S)
+        mu = min(S, b)
+        rnd = max(dsum, mu * dmax)
+        cycle = rnd + -(-b * pmax // (self.osl * e.chunk))
+        layout = Layout(
+            dp=dp, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp,
+            stages=tuple((bounds[i], bounds[i + 1]) for i in range(S)), batch=b,
+        )
+        return Candidate(layout, ttft + self.osl * rnd, dp * b, cycle), ttft, rnd
+
+    def within_limits(self, ttft: int, rnd: int) -> bool:
+        wl = self.problem.workload
+        if wl.ttft_ms is not None and ttft > round(wl.ttft_ms * 1e6):
+            return False
+        return not (wl.tpot_ms is not None and rnd > round(wl.tpot_ms * 1e6))
+
+    # --- the search -----------------------------------------------------------------------------
+    def feasible(self, exact: bool = True) -> Iterator[Candidate]:
+        """Every feasible (shape, option, S, dp), each with its best boundaries."""
+        need_times = True
+        for o in self.shapes():
+            for S in self.stage_counts(o):
+                for opt in self.options(o, S):
+                    best = self._best_split(o, opt, S, need_times, exact)
+                    if best is None:
+                        continue
+                    for dp in self.replicas(o, S):
+                        yield from self._with_dp(best, dp)
+
+    def _best_split(self, o, opt, S, need_times, exact):
+        """The split of this combination that the objective prefers (dp does not change it)."""
+        if self.pins.stages is not None:
+            bounds = tuple(r[0] for r in self.pins.stages) + (self.pins.stages[-1][1],)
+            entries = self._score_fixed(o, opt, S, bounds)
+        elif exact:
+            entries = self.fronts(o, opt, S, need_times)
+        else:
+            entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
+        best = None
+        for dmax, pmax, bounds in entries:
+            cand, ttft, rnd = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
+            if not self.within_limits(ttft, rnd):
+                continue
+            if best is None or cand.better_than(best[0], self.problem.objective) or (
+                not best[0].better_than(cand, self.problem.objective) and bounds < best[1]
+            ):
+                best = (cand, bounds, dmax, pmax, o, opt, S)
+        return best
+
+    def _with_dp(self, best, dp):
+        cand, bounds, dmax, pmax, o, opt, S = best
+        yield self.evaluate_combo(o, opt, S, dp, bounds, dmax, pmax)[0]
+
+    def _score_fixed(self, o, opt, S, bounds):
+        if len(bounds) != S + 1 or bounds[0] != 0 or bounds[-1] != self.problem.model.num_layers:
+            return []
+        dmax = pmax = 0
+        for s in range(S):
+            i, j = bounds[s], bounds[s + 1]
+            if j <= i:
+                return []
+            d, p, mem = self.stage_cost(o, opt, S, s, i, j)
+            if mem > self.t.limit_bytes:
+                return []
+            dmax, pmax = max(dmax, d), max(pmax, p)
+        return [(dmax, pmax, bounds)]
+
+    def optimum(self, exact: bool = True) -> Optional[Candidate]:
+        """The best candidate. Replicas only scale throughput (and never change latency), so
+        each combination is scored at its most replicas (throughput) or fewest (latency)."""
+        best = None
+        throughput = self.problem.objective is Objective.THROUGHPUT
+        for o in self.shapes():
+            for S in self.stage_counts(o):
+                dps = self.replicas(o, S)
+                if not dps:
+                    continue
+                for opt in self.options(o, S):
+                    split = self._best_split(o, opt, S, True, exact)
+                    if split is None:
+                        continue
+                    for cand in self._with_dp(split, dps[-1] if throughput else dps[0]):
+                        if cand.better_than(best, self.problem.objective):
+                            best = cand
+        return best
+
+
+def _pareto(points: list[tuple[int, int, tuple[int, ...]]]) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Non-dominated (a, b) points, each kept with its lexicographically smallest boundaries."""
+    points.sort(key=lambda x: (x[0], x[1], x[2]))
+    out, best_b = [], math.inf
+    for a, b, bounds in points:
+        if b < best_b:
+            out.append((a, b, bounds))
+            best_b = b
+    return out
+
+
+def _even_bounds(layers: int, stages: int) -> tuple[int, ...]:
+    base, extra = divmod(layers, stages)
+    bounds, start = [0], 0
+    for s in range(stages):
+        start += base + (1 if s < extra else 0)
+        bounds.append(start)
+    return tuple(bounds)

@@ -1,0 +1,74 @@
+"""Why a problem has no plan: the smallest set of rules that cannot all hold.
+
+Every rule's enforcement literal is an assumption. CP-SAT returns a core through
+``sufficient_assumptions_for_infeasibility``; with presolve on it is often not minimal, so it is
+shrunk by deletion: drop one rule, re-solve with the rest assumed, keep it out if still
+infeasible (CPSAT-NOTES: a few re-solves with presolve off are cheap here).
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from shardplan.models.errors import ShardplanError
+
+
+def pin_conflicts(model) -> list[tuple[str, str]]:
+    """Pins that a shape rule rejects on their own: every candidate shape with the pinned value
+    breaks the rule (``--tp 3`` and TP-001). These are reported with the rule's numbers."""
+    from shardplan.rules.base import ShapeRule
+
+    problem, shapes = model.enc.problem, model.enc.shapes
+    out: list[tuple[str, str]] = []
+    for pin in (r for r in model.rules if r.id.startswith("PIN-") and r.field in ("tp", "sp", "attn_dp", "expert_tp")):
+        pinned = [o for o in shapes if getattr(o, pin.field) == pin.value]
+        family = {"tp": "TP-", "sp": "SP-", "attn_dp": "DP-", "expert_tp": "EP-"}[pin.field]
+        broken = [
+            rule for rule in model.rules
+            if isinstance(rule, ShapeRule) and pinned and all(rule.forbids(problem, o) for o in pinned)
+        ]
+        broken.sort(key=lambda r: (not r.id.startswith(family), r.id))
+        if broken:
+            out.append((pin.id, pin.statement))
+            out.extend((rule.id, rule.violation(problem, pinned[0])) for rule in broken)
+    return out
+
+
+def explain(model) -> list[tuple[str, str]]:
+    """(rule id, message with the numbers) for a minimal conflicting set of ``model``'s rules;
+    pins that a rule rejects outright are named with every rule they break."""
+    from shardplan.solver.solve import build_model, parameters
+
+    direct = pin_conflicts(model)
+    if direct:
+        return direct
+
+    fresh = build_model(model.enc.problem)  # the optimiser fixed every literal in its copy
+    enc, rules, literals = fresh.enc, fresh.rules, fresh.literals
+    index = {lit.Index(): i for i, lit in enumerate(literals)}
+
+    def infeasible(subset: list[int]) -> bool | None:
+        enc.cp.ClearAssumptions()
+        enc.cp.AddAssumptions([literals[i] for i in subset])
+        solver = parameters(30.0, presolve=False)
+        status = solver.Solve(enc.cp)
+        if status == cp_model.INFEASIBLE:
+            core = solver.SufficientAssumptionsForInfeasibility()
+            unknown = [c for c in core if c not in index]
+            if unknown:  # OR-Tools #5141: a literal that is not an assumption means a bug here
+                raise ShardplanError(f"infeasibility core holds non-assumption literals {unknown}")
+            return [index[c] for c in core]
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        raise ShardplanError("could not decide which rules conflict within the time limit")
+
+    core = infeasible(list(range(len(rules))))
+    if core is None:
+        raise ShardplanError("the problem is feasible once its rules are assumed; nothing to explain")
+    members = sorted(set(core))
+    for i in list(members):
+        trial = [j for j in members if j != i]
+        smaller = infeasible(trial)
+        if smaller is not None:
+            members = sorted(set(smaller) & set(trial)) or trial
+    return [(rules[i].id, rules[i].conflict_message(enc.problem)) for i in members]

@@ -1,0 +1,144 @@
+"""Integer cost tables: what the CP-SAT model and the brute-force oracle both read.
+
+Times come from the cost model's own ``phase_table`` (integer nanoseconds per layer kind), so a
+plan's objective in the solver is exactly ``evaluate()``'s. Memory is in bytes, each coefficient
+rounded up: a plan the tables accept fits in ``evaluate()`` as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.evaluate import (
+    NS,
+    decode_context,
+    memory_limit_gib,
+    phase_table,
+    prefill_chunk,
+    resolve_profile,
+)
+from shardplan.solver.cost.memory import GIB, activation_bytes, end_weight_bytes, layer_kv_bytes, layer_weight_bytes
+from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
+from shardplan.solver.cost.stage import shape_of
+from shardplan.solver.space import BatchOption, SearchSpace, Shape
+
+
+@dataclass
+class TimeEntry:
+    """Nanoseconds of one stage step for one (shape, microbatch)."""
+
+    decode: dict[LayerKind, int]
+    prefill: dict[LayerKind, int]
+    first_decode: int
+    first_prefill: int
+    last_decode: int
+    last_prefill: int
+    send_decode: list[int]  # after slot s, for s = 0 .. max_stages - 2
+    send_prefill: list[int]
+    chunk: int  # prompts per prefill chunk
+
+
+@dataclass
+class MemoryEntry:
+    """Bytes on one GPU of a stage of one shape."""
+
+    weights: dict[LayerKind, int]  # per layer of the kind
+    kv_per_seq: dict[LayerKind, int]  # per layer of the kind, per sequence held
+    first: int  # embedding
+    last: int  # LM head on a stage without the embedding
+    last_with_first: int  # LM head on the only stage (0 when tied: it reuses the embedding)
+    fixed: int  # runtime + communication buffers
+    logits_per_seq: int  # activation bytes per sequence held (decode logits)
+
+
+@dataclass
+class Tables:
+    problem: Problem
+    space: SearchSpace
+    kinds: list[LayerKind]
+    kind_of_layer: list[LayerKind]
+    prefix: dict[LayerKind, list[int]]  # prefix[k][i]: layers of kind k among the first i
+    limit_bytes: int
+    time: dict[tuple[Shape, BatchOption], TimeEntry] = field(default_factory=dict)
+    memory: dict[Shape, MemoryEntry] = field(default_factory=dict)
+    chunk_activation: dict[tuple[Shape, BatchOption], int] = field(default_factory=dict)
+
+    def layers_of(self, kind: LayerKind) -> int:
+        return self.prefix[kind][-1]
+
+    def time_bound_ns(self) -> int:
+        """An upper bound on any stage step, round or TTFT the tables can produce: the whole
+        model on one stage in the slowest entry, plus every send, times the stage count.
+        Variable domains are sized from it so that no product can overflow 64 bits."""
+        worst = 1
+        for e in self.time.values():
+            for per_layer, first, last, sends in (
+                (e.decode, e.first_decode, e.last_decode, e.send_decode),
+                (e.prefill, e.first_prefill, e.last_prefill, e.send_prefill),
+            ):
+                whole = sum(self.layers_of(k) * per_layer[k] for k in self.kinds) + first + last + sum(sends)
+                worst = max(worst, whole)
+        return worst * (self.space.max_stages + 1)
+
+
+def build_tables(problem: Problem, space: SearchSpace) -> Tables:
+    model, cluster = problem.model, problem.cluster
+    profile = resolve_profile(problem)
+    kind_of_layer = [layer_kind(model, i) for i in range(model.num_layers)]
+    kinds = sorted(set(kind_of_layer), key=lambda k: (k.moe, k.windowed))
+    prefix = {k: [0] for k in kinds}
+    for kind in kind_of_layer:
+        for k in kinds:
+            prefix[k].append(prefix[k][-1] + (k == kind))
+    tables = Tables(
+        problem=problem,
+        space=space,
+        kinds=kinds,
+        kind_of_layer=kind_of_layer,
+        prefix=prefix,
+        limit_bytes=math.floor(memory_limit_gib(problem, profile) * GIB),
+    )
+    wl = problem.workload
+    for shape in space.shapes:
+        stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
+        ctx = CostContext(model, cluster, profile, stage)
+        tables.memory[shape] = _memory_entry(problem, profile, stage, kinds, kind_of_layer)
+        for option in space.batch_options(shape):
+            chunk = prefill_chunk(problem, profile, option.micro)
+            dec_step = Step(Phase.DECODE, option.micro, 1, decode_context(problem))
+            pre_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
+            dec, pre = phase_table(ctx, dec_step, kinds), phase_table(ctx, pre_step, kinds)
+            sends_d, sends_p = [], []
+            for s in range(space.max_stages - 1):
+                src, dst = s * shape.gpus, (s + 1) * shape.gpus
+                if dst >= cluster.num_gpus:
+                    sends_d.append(0), sends_p.append(0)  # no such boundary fits in the cluster
+                    continue
+                sends_d.append(round(ctx.send_recv(dec_step, src, dst) * NS))
+                sends_p.append(round(ctx.send_recv(pre_step, src, dst) * NS))
+            tables.time[(shape, option)] = TimeEntry(
+                decode=dec.layer_ns, prefill=pre.layer_ns,
+                first_decode=dec.first_ns, first_prefill=pre.first_ns,
+                last_decode=dec.last_ns, last_prefill=pre.last_ns,
+                send_decode=sends_d, send_prefill=sends_p, chunk=chunk,
+            )
+            tables.chunk_activation[(shape, option)] = math.ceil(
+                activation_bytes(model, stage, profile, 0, chunk * wl.isl)
+            )
+    return tables
+
+
+def _memory_entry(problem, profile, stage, kinds, kind_of_layer) -> MemoryEntry:
+    model, wl = problem.model, problem.workload
+    representative = {k: kind_of_layer.index(k) for k in kinds}
+    return MemoryEntry(
+        weights={k: math.ceil(layer_weight_bytes(model, i, stage)) for k, i in representative.items()},
+        kv_per_seq={k: math.ceil(layer_kv_bytes(model, i, stage, stage.attn_dp, wl.context)) for k, i in representative.items()},
+        first=math.ceil(end_weight_bytes(model, stage, first=True, last=False)),
+        last=math.ceil(end_weight_bytes(model, stage, first=False, last=True)),
+        last_with_first=0 if model.tie_word_embeddings else math.ceil(end_weight_bytes(model, stage, first=False, last=True)),
+        fixed=math.ceil((profile.runtime_overhead_gib + (profile.comm_buffer_gib if stage.gpus > 1 else 0.0)) * GIB),
+        logits_per_seq=math.ceil(activation_bytes(model, stage, profile, stage.attn_dp, 0)),
+    )
