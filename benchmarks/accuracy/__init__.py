@@ -189,8 +189,8 @@ def _unfitted(points: Iterable[Point], ops_csv: Path) -> dict[str, Profile]:
 class Holdout:
     name: str
     train_rows: int
-    test: list[Row]
-    unfitted: int  # test rows whose profile had no training rows (priced with starting values)
+    test: list[Row]  # test rows whose profile was fitted on the training half
+    unfitted: list[Row]  # test rows whose (GPU, software) had no training rows: starting values
 
 
 def holdout(
@@ -206,10 +206,13 @@ def holdout(
     profiles = _unfitted(points, ops_csv)
     fitted = fitted_profiles(results)
     profiles.update(fitted)
-    test = [p for p in points if not train(p)]
-    rows = predict_all(test, profiles)
-    unfitted = sum(1 for p in test if p.problem.profile not in fitted)
-    return Holdout(name, sum(1 for p in points if train(p)), rows, unfitted)
+    rows = predict_all([p for p in points if not train(p)], profiles)
+    return Holdout(
+        name,
+        sum(1 for p in points if train(p)),
+        [r for r in rows if r.point.problem.profile in fitted],
+        [r for r in rows if r.point.problem.profile not in fitted],
+    )
 
 
 def random_half(point: Point) -> bool:

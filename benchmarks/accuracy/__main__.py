@@ -147,8 +147,12 @@ def _print_holdouts(points, args) -> None:
                 parts.append(f"{kind} {median_abs(test):.1%} ({len(test)})")
         ranks = rankings(h.test)
         rank = f"; ranking within {RANK_TOLERANCE:.0%}: {sum(g.ok for g in ranks)}/{len(ranks)}" if ranks else ""
-        print(f"    {name}: trained on {h.train_rows} rows, tested on {len(h.test)} ({h.unfitted} with an unfitted profile): "
+        print(f"    {name}: trained on {h.train_rows} rows, tested on {len(h.test)}: "
               f"{'; '.join(parts)}; all {median_abs(h.test):.1%}{rank}  [{time.perf_counter() - t:.0f} s]")
+        if h.unfitted:
+            names = sorted({r.point.problem.profile for r in h.unfitted})
+            print(f"        + {len(h.unfitted)} test rows whose GPU/software had no training rows ({', '.join(names)}), "
+                  f"priced with unfitted starting values: median |error| {median_abs(h.unfitted):.1%}")
 
 
 if __name__ == "__main__":

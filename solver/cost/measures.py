@@ -13,7 +13,8 @@ One function per kind of measurement, each a plain reading of what the source me
   carries) and ``TTFT = front-end time + half a cycle + the iteration that runs the prompt``
   (``_serving_state``); past the largest batch that fits the queue of the benchmark's 500
   requests is replayed; request and token throughputs are ``min(rate, capacity)`` times the
-  request's tokens.
+  request's tokens, the capacity being that of draining the benchmark's 500 requests sent at
+  once (``_burst_capacity_rps``): too few for a steady state at the largest batch.
 
 No fitting here and nothing row-specific: every number comes from ``evaluate`` with one profile.
 """
@@ -79,7 +80,7 @@ class _ServingState:
     concurrency: int
     cycle_ms: float  # one steady-state iteration: the inter-token latency
     ttft_ms: float
-    capacity_rps: float  # requests/s at the largest batch that fits
+    capacity_rps: float  # requests/s the benchmark's run can reach (``_burst_capacity_rps``)
     fits: bool
 
 
@@ -120,7 +121,7 @@ def _serving_state(point: Point, profile: Profile) -> _ServingState:
         return ttft(it) + wl.osl * it.cycle_ms
 
     at_top = _iteration(point, profile, top)
-    capacity = layout.dp * top / (e2e(at_top) / 1e3)
+    capacity = _burst_capacity_rps(point, profile, top)
     if math.isinf(rate) or per_replica * e2e(at_top) / 1e3 > top:
         wait = _mean_queue_wait_ms(rate, layout.dp * top, e2e(at_top))
         return _ServingState(top, at_top.cycle_ms, ttft(at_top) + wait, capacity, True)
@@ -134,6 +135,26 @@ def _serving_state(point: Point, profile: Profile) -> _ServingState:
             lo = mid + 1
     it = _iteration(point, profile, lo)
     return _ServingState(lo, it.cycle_ms, ttft(it), capacity, True)
+
+
+def _burst_capacity_rps(point: Point, profile: Profile, top: int) -> float:
+    """Requests/s of draining the benchmark's requests sent at once: too few for a steady state at
+    the largest batch, so the run is prompts first (``max_num_tokens`` of them per iteration, with
+    the admitted sequences decoding alongside), then the last prompts' outputs.
+
+    Per replica and wave of ``b = min(requests, top)`` sequences: ``n`` = ceil(b x ISL / chunk
+    tokens) prefill iterations, each a prompt chunk through the stages plus a decode round, then
+    ``OSL`` more rounds for the last admitted prompts.
+    """
+    wl, layout = point.problem.workload, point.layout
+    requests = math.ceil(SERVING_REQUESTS / layout.dp)
+    b = min(requests, top)
+    pred = evaluate(point.problem, layout.model_copy(update={"batch": b}), profile)
+    chunk_tokens = pred.prefill_chunk * wl.isl
+    prefill_iterations = math.ceil(b * wl.isl / chunk_tokens)
+    wave_ms = prefill_iterations * pred.metrics.ttft_ms + (prefill_iterations + wl.osl) * pred.metrics.tpot_ms
+    waves = math.ceil(requests / b)
+    return layout.dp * requests / (waves * wave_ms / 1e3)
 
 
 def _mean_queue_wait_ms(rate: float, slots: int, service_ms: float) -> float:
