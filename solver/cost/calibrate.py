@@ -9,7 +9,8 @@ What is fitted, and how (DESIGN.md "Cost model": every efficiency is a named, fi
    (``collective_latency_scale``, ``scaleup_bw_efficiency``). These are shared by every profile.
 2. **End to end** (``perf_points.csv``): per GPU type and software generation, a handful of fields
    (``FITTED``) by least squares on the log of predicted over measured, with a robust loss so a few
-   odd rows cannot drag the fit. The optimiser starts from fixed values and runs single-threaded
+   odd rows cannot drag the fit and weak priors (``PRIORS``) so a field the rows cannot see stays
+   at a typical value. The optimiser starts from fixed values and runs single-threaded
    arithmetic, and stored values are rounded to ``DIGITS`` significant digits, so a refit rewrites
    the profile files byte for byte.
 
@@ -19,6 +20,7 @@ scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import re
@@ -45,10 +47,11 @@ FITTED: tuple[str, ...] = (
     "usable_memory_fraction",
     "scaleup_bw_efficiency",
 )
-# Static-batching runs state their batch, so no memory field is identifiable from them, and a
-# dozen rows carry three fields at most.
+# Generations that fit other fields than FITTED.
 FITTED_BY_SOFTWARE: dict[str, tuple[str, ...]] = {
     "trtllm-0.14": FITTED + ("request_overhead_ms",),  # its serving runs time the front end too
+    # Static-batching runs state their batch, so no memory field is identifiable from them, and a
+    # dozen rows carry three fields at most.
     "trtllm-0.9": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us"),
     # Splitwise's stack scales badly with TP (decode at TP8 no faster than at TP4): its collectives
     # are fitted instead of a step overhead.
@@ -120,7 +123,8 @@ def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
     from scipy.optimize import least_squares
 
-    rows = list(csv.DictReader(open(path, newline="", encoding="utf-8")))
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
     gemm = [r for r in rows if r["op"] == "gemm"]
 
     def gemm_fit(dtype: str) -> tuple[float, float]:
@@ -397,10 +401,8 @@ def calibrate_to_file(
 
 
 def _require_scipy() -> None:
-    try:
-        import scipy.optimize  # noqa: F401
-    except ImportError:
-        raise SpecError("calibrate", "fitting needs scipy: pip install 'shardplan[calibrate]'") from None
+    if importlib.util.find_spec("scipy") is None:
+        raise SpecError("calibrate", "fitting needs scipy: pip install 'shardplan[calibrate]'")
 
 
 def profile_json(profile: Profile) -> str:
