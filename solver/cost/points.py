@@ -30,6 +30,9 @@ Conventions, for what the tables leave unstated:
   profiles), ``trtllm-0.14`` for the v0.14 table and serving runs (about 10 % slower, and less
   KV room on memory-starved layouts), ``trtllm-0.9`` and ``splitwise`` for the older engines (the
   README: a newer engine can be up to 2x faster on the same hardware).
+- **overload**: serving TTFT/ITL rows whose offered rate is at least ``OVERLOAD_SHARE`` of the
+  request rate the same configuration sustained with every request sent at once (read off its
+  rate-inf throughput rows) are queueing measurements, skipped as ``overload-latency``.
 """
 
 from __future__ import annotations
