@@ -158,16 +158,19 @@ class Oracle:
 
     # --- the search -----------------------------------------------------------------------------
     def feasible(self, exact: bool = True) -> Iterator[Candidate]:
-        """Every feasible (shape, option, S, dp), each with its best boundaries."""
-        need_times = True
+        """Every feasible layout: each (shape, stage count) with its best batch option and
+        boundaries, at every replica count that fits."""
         for o in self.shapes():
             for S in self.stage_counts(o):
+                best = None
                 for opt in self.options(o, S):
-                    best = self._best_split(o, opt, S, need_times, exact)
-                    if best is None:
-                        continue
-                    for dp in self.replicas(o, S):
-                        yield from self._with_dp(best, dp)
+                    split = self._best_split(o, opt, S, True, exact)
+                    if split is not None and (best is None or split[0].better_than(best[0], self.problem.objective)):
+                        best = split
+                if best is None:
+                    continue
+                for dp in self.replicas(o, S):
+                    yield from self._with_dp(best, dp)
 
     def _best_split(self, o, opt, S, need_times, exact):
         """The split of this combination that the objective prefers (dp does not change it)."""

@@ -7,6 +7,7 @@ Every command has ``--json``. Errors never show a traceback: bad input prints on
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from shardplan.models import InfeasibleError, ShardplanError, SpecError
 from shardplan.solver import cli_views
 from shardplan.solver.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
 
-EXIT_INFEASIBLE, EXIT_BAD_INPUT = 1, 2
+EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 
 
 def emit_json(data: Any) -> None:
@@ -138,6 +139,86 @@ def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops:
         click.echo(f"wrote {out}")
 
 
+@cli.command()
+@problem_options
+@click.option("--time-limit", type=float, default=None, help="seconds; the best plan found is returned as 'feasible'")
+@click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False), help="write the execution DAG (.json, .graphml, .dot, .mmd)")
+@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
+def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, **kw: Any) -> None:
+    """Find the best layout: minimum latency, or maximum throughput under the memory cap.
+
+    With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
+    """
+    from shardplan.solver.output import plan_dict
+    from shardplan.solver.solve import solve as run_solve
+
+    if time_limit is not None and not time_limit > 0:
+        raise SpecError("time-limit", f"must be > 0, got {time_limit}")
+    problem = build_problem(problem_args(kw))
+    plan = run_solve(problem, time_limit_s=time_limit)
+    if dag_path:
+        from shardplan.solver.export import write_dag
+
+        write_dag(plan, dag_path, detail)
+    data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
+                     extra={"objective_value": plan.objective_value})
+    if as_json:
+        emit_json(data)
+    else:
+        cli_views.print_plan(data)
+
+
+@cli.command(name="enumerate")
+@problem_options
+@click.option("--jsonl", is_flag=True, help="stream one JSON object per layout, then the frontier")
+@click.option("--limit", type=int, default=None, help="stop after this many layouts")
+@click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
+def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, **kw: Any) -> None:
+    """Every feasible layout with its best boundaries and batch, and the latency-throughput
+    Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
+    into 8 stages): each layout shows its best ones."""
+    from shardplan.solver.enumerate import enumerate_plans, pareto_front
+    from shardplan.solver.output import plan_dict
+
+    if limit is not None and limit < 1:
+        raise SpecError("limit", f"must be >= 1, got {limit}")
+    problem = build_problem(problem_args(kw))
+    plans, rows = [], []
+    with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
+        for plan in enumerate_plans(problem, limit=limit, progress=tick, time_limit_s=time_limit):
+            row = plan_dict(problem, plan.layout, plan.prediction, status="feasible")
+            row = {"index": len(plans), **row}
+            if jsonl:
+                click.echo(json.dumps(row, separators=(",", ":")))
+            plans.append(plan)
+            rows.append(row)
+    marks = pareto_front(plans)
+    frontier = [i for i, on in enumerate(marks) if on]
+    if jsonl:
+        click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
+    elif as_json:
+        for row, on in zip(rows, marks):
+            row["pareto"] = on
+        emit_json({"count": len(plans), "pareto": frontier, "plans": rows})
+    else:
+        cli_views.print_enumeration(rows, marks)
+
+
+@cli.command()
+@click.argument("rule_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def rules(rule_id: str | None, as_json: bool) -> None:
+    """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
+    from shardplan.rules.catalog import CATALOG, get_rule
+
+    selected = [get_rule(rule_id)] if rule_id else list(CATALOG)
+    data = [rule.describe() for rule in selected]
+    if as_json:
+        emit_json(data if rule_id is None else data[0])
+    else:
+        cli_views.print_rules(data, detailed=rule_id is not None)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the group, turning our errors into one line and an exit code."""
     try:
@@ -161,6 +242,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except (BrokenPipeError, KeyboardInterrupt):
         sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:  # a bug: still one line, the traceback only on request
+        if os.environ.get("SHARDPLAN_DEBUG"):
+            raise
+        click.echo(f"shardplan: internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -132,3 +132,62 @@ def _billions(n: int) -> str:
 
 def _opt(x: float | None) -> str:
     return "-" if x is None else f"{x:g}"
+
+
+def print_rules(rows: list[dict[str, Any]], detailed: bool) -> None:
+    if detailed:
+        r = rows[0]
+        console.print(f"[bold]{r['id']}[/bold] {r['name']} ({r['kind']})")
+        console.print(f"  enforces: {r['statement']}")
+        console.print(f"  source:   {r['source']}")
+        if r["switch"]:
+            console.print(f"  turn off: --allow {r['switch']}")
+        console.print(f"  breaks it: {r['example_bad']}")
+        console.print(f"  keeps it:  {r['example_good']}")
+        return
+    table = Table(title="Rules (shardplan rules ID explains one)", title_justify="left")
+    for col in ("id", "name", "kind", "switch", "source", "statement"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], r["name"], r["kind"], r["switch"] or "", r["source"], r["statement"])
+    console.print(table)
+
+
+def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
+    console.print(f"{len(rows)} feasible layouts; Pareto frontier of end-to-end latency against throughput:")
+    table = Table(title_justify="left")
+    for col in ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "TTFT ms", "TPOT ms", "e2e ms", "tok/s", "tok/s/GPU"):
+        table.add_column(col, justify="right")
+    for row, on in zip(rows, marks):
+        if not on:
+            continue
+        d, m = row["degrees"], row["metrics"]
+        table.add_row(
+            str(row["index"]), str(d["dp"]), str(d["pp"]), str(d["tp"]), str(d["sp"]), str(d["attn_dp"]), str(d["ep"]),
+            str(m["batch"]), f"{m['ttft_ms']:.1f}", f"{m['tpot_ms']:.2f}", f"{m['e2e_ms']:.0f}",
+            f"{m['output_tokens_per_s']:,.0f}", f"{m['output_tokens_per_s_per_gpu']:,.1f}",
+        )
+    console.print(table)
+
+
+class progress:
+    """A progress bar on stderr while work runs, only on a terminal; yields a tick(done, total)."""
+
+    def __init__(self, label: str, enabled: bool = True):
+        from rich.progress import Progress
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = Progress(console=Console(stderr=True), transient=True) if self.enabled else None
+        self.label = label
+        self.task = None
+
+    def __enter__(self):
+        if not self.bar:
+            return lambda done, total: None
+        self.bar.start()
+        self.task = self.bar.add_task(self.label, total=None)
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar:
+            self.bar.stop()

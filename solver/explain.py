@@ -34,17 +34,16 @@ def pin_conflicts(model) -> list[tuple[str, str]]:
     return out
 
 
-def explain(model) -> list[tuple[str, str]]:
-    """(rule id, message with the numbers) for a minimal conflicting set of ``model``'s rules;
+def explain(problem) -> list[tuple[str, str]]:
+    """(rule id, message with the numbers) for a minimal conflicting set of the problem's rules;
     pins that a rule rejects outright are named with every rule they break."""
     from shardplan.solver.solve import build_model, parameters
 
+    model = build_model(problem)
     direct = pin_conflicts(model)
     if direct:
         return direct
-
-    fresh = build_model(model.enc.problem)  # the optimiser fixed every literal in its copy
-    enc, rules, literals = fresh.enc, fresh.rules, fresh.literals
+    enc, rules, literals = model.enc, model.rules, model.literals
     index = {lit.Index(): i for i, lit in enumerate(literals)}
 
     def infeasible(subset: list[int]) -> bool | None:

@@ -1,11 +1,14 @@
 """Solve a planning problem: build the encoding, post every rule, optimise, decode a Plan.
 
 - latency: minimise TTFT + OSL x TPOT (integer ns), exactly ``evaluate()``'s e2e;
-- throughput: maximise dp x batch / cycle, a ratio. It is solved exactly by Dinkelbach's method:
-  given the best ratio a/c found so far, maximise ``c x tokens - a x cycle``; a positive optimum
-  is a better plan, zero proves the current one optimal. Each step is a plain CP-SAT solve.
-Ties are broken in a second pass with the objective fixed: fewer GPUs, then fewer stages, then
-the lexicographically smallest shape. One worker and a fixed seed keep the output reproducible.
+- throughput: maximise dp x batch / cycle, a ratio, solved exactly by Dinkelbach's method: given
+  the best ratio a/c so far, look for a plan with ``c x tokens - a x cycle >= 1``; none proves a/c
+  optimal.
+Both start from the best even-staged plan (the oracle's quick mode, the same integer tables) and
+then ask CP-SAT for strictly better plans until it proves there is none; asked without an
+objective, that last question is usually settled in presolve. Ties are broken in a final pass
+with the objective fixed: fewer GPUs, then fewer stages, then the lexicographically smallest
+shape. One worker and a fixed seed keep the output reproducible.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ from typing import Optional
 from ortools.sat.python import cp_model
 
 from shardplan.models.errors import InfeasibleError, SolverLimitError, SpecError
-from shardplan.rules.catalog import Rule, check_plan, errors_of, rules_for, unknown_switches
+from shardplan.rules.catalog import SWITCHES, Rule, check_plan, errors_of, rules_for, unknown_switches
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.bruteforce import Oracle
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 
 SEED = 20261122
+STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
 
 
 @dataclass
@@ -39,14 +43,21 @@ class Model:
     literals: list  # literals[i] enforces rules[i]
 
 
-def build_model(problem: Problem) -> Model:
+@dataclass
+class Outcome:
+    """The best value an improvement loop reached, and whether it proved it optimal."""
+
+    proven: bool
+    e2e: Optional[int] = None  # latency objective
+    tokens: Optional[int] = None  # throughput objective: tokens / cycle
+    cycle: Optional[int] = None
+
+
+def build_model(problem: Problem, only_pins: bool = False) -> Model:
     bad = unknown_switches(problem.allow)
     if bad:
-        from shardplan.rules.catalog import SWITCHES
-
         raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
-    profile = resolve_profile(problem)
-    space = SearchSpace(problem, profile)
+    space = SearchSpace(problem, resolve_profile(problem), only_pins=only_pins)
     enc = Encoding(build_tables(problem, space))
     rules = rules_for(problem)
     literals = []
@@ -55,6 +66,12 @@ def build_model(problem: Problem) -> Model:
         rule.post(enc, lit)
         literals.append(lit)
     return Model(enc, rules, literals)
+
+
+def enforce_all(model: Model) -> None:
+    """Turn every rule on for optimisation (explanations build their own copy with assumptions)."""
+    for lit in model.literals:
+        model.enc.cp.Add(lit == 1)
 
 
 def parameters(time_limit_s: Optional[float], presolve: bool = True) -> cp_model.CpSolver:
@@ -67,110 +84,20 @@ def parameters(time_limit_s: Optional[float], presolve: bool = True) -> cp_model
     return solver
 
 
-def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
-    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
-    started = time.perf_counter()
-    model = build_model(problem)
-    deadline = None if time_limit_s is None else started + time_limit_s
-    best = _optimise(model, deadline)
-    if best is None:
-        from shardplan.solver.explain import explain
+class Deadline:
+    def __init__(self, time_limit_s: Optional[float]):
+        self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
 
-        raise InfeasibleError(explain(model))
-    layout, status, value, bound = best
-    plan = decode(problem, layout, status, value, bound, time.perf_counter() - started)
-    return plan
+    def remaining(self) -> Optional[float]:
+        return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
-
-def _remaining(deadline: Optional[float]) -> Optional[float]:
-    return None if deadline is None else max(0.01, deadline - time.perf_counter())
-
-
-def _optimise(model: Model, deadline: Optional[float]):
-    enc = model.enc
-    cp = enc.cp
-    cp.ClearAssumptions()
-    for lit in model.literals:
-        cp.Add(lit == 1)
-    if enc.problem.objective is Objective.LATENCY:
-        return _minimise_latency(model, deadline)
-    return _maximise_throughput(model, deadline)
+    def step(self) -> float:
+        left = self.remaining()
+        return STEP_LIMIT_S if left is None else min(STEP_LIMIT_S, left)
 
 
 def e2e_expr(enc: Encoding):
     return enc.ttft + enc.problem.workload.osl * enc.round
-
-
-def _minimise_latency(model: Model, deadline):
-    enc, cp = model.enc, model.enc.cp
-    e2e = e2e_expr(enc)
-    # Start from the best even-staged plan, then ask for strictly shorter until none exists.
-    incumbent = Oracle(enc.tables).optimum(exact=False)
-    best = incumbent.e2e_ns if incumbent else None
-    label, bound = "optimal", None
-    while True:
-        step = cp.Clone()
-        if best is not None:
-            step.Add(e2e <= best - 1)
-        step.Minimize(e2e)
-        solver = parameters(_step_limit(deadline))
-        status = solver.Solve(step)
-        if status == cp_model.UNKNOWN:
-            step.ClearObjective()
-            solver = parameters(_remaining(deadline))
-            status = solver.Solve(step)
-        if status == cp_model.INFEASIBLE:
-            break
-        if status == cp_model.UNKNOWN:
-            label = "feasible"
-            break
-        best = solver.Value(e2e)
-        if status == cp_model.OPTIMAL and solver.ObjectiveValue() == best:
-            bound = solver.BestObjectiveBound()
-            break  # proven optimal within the step
-    if best is None:
-        return None
-    cp.Add(e2e == best)
-    layout = _tie_break(model, None, deadline)
-    return layout, label, best, bound
-
-
-def _maximise_throughput(model: Model, deadline):
-    enc, cp = model.enc, model.enc.cp
-    tokens, cycle = throughput_terms(enc)
-    # Dinkelbach: start from the best even-staged plan (quick, exact arithmetic on the same
-    # tables), then ask CP-SAT for a strictly better ratio until it proves there is none.
-    incumbent = Oracle(enc.tables).optimum(exact=False)
-    a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
-    label, found = "optimal", incumbent is not None
-    while True:
-        step = cp.Clone()
-        step.Add(c * tokens - a * cycle >= 1)
-        step.Maximize(c * tokens - a * cycle)
-        solver = parameters(_step_limit(deadline))
-        status = solver.Solve(step)
-        if status == cp_model.UNKNOWN:
-            # No better plan within the step's budget: settle the question without an objective,
-            # which CP-SAT usually proves infeasible in presolve.
-            step.ClearObjective()
-            solver = parameters(_remaining(deadline))
-            status = solver.Solve(step)
-        if status == cp_model.INFEASIBLE:
-            break
-        if status == cp_model.UNKNOWN:
-            label = "feasible"
-            break
-        a, c, found = solver.Value(tokens), solver.Value(cycle), True
-    if not found:
-        return None
-    cp.Add(c * tokens - a * cycle >= 0)  # only plans exactly as good as the best
-    layout = _tie_break(model, None, deadline)
-    return layout, label, round(a * 1e9 / c), None
-
-
-def _step_limit(deadline: Optional[float], cap: float = 1.0) -> float:
-    remaining = _remaining(deadline)
-    return cap if remaining is None else min(cap, remaining)
 
 
 def throughput_terms(enc: Encoding):
@@ -180,14 +107,11 @@ def throughput_terms(enc: Encoding):
     """
     cp, hi = enc.cp, enc.hi
     osl = enc.problem.workload.osl
-    batch = enc.batch if not isinstance(enc.batch, int) else cp.NewConstant(enc.batch)
-    batch_hi = enc.batch if isinstance(enc.batch, int) else enc.num_gpus * max(enc.space.q_values)
+    fixed = isinstance(enc.batch, int)
+    batch = cp.NewConstant(enc.batch) if fixed else enc.batch
+    batch_hi = enc.batch if fixed else enc.num_gpus * max(enc.space.q_values)
     tokens = cp.NewIntVar(1, enc.num_gpus * batch_hi, "tokens")
     cp.AddMultiplicationEquality(tokens, [enc.dp, batch])
-    if enc.space.decides_batch:
-        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x attn_dp x q, a
-        # constant per (shape, batch option) pair.
-        cp.Add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
     chunks = [enc.tables.time[key].chunk for key in enc.pair]
     chunk_osl = cp.NewIntVar(osl * min(chunks), osl * max(chunks), "osl*chunk")
     cp.Add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
@@ -199,11 +123,16 @@ def throughput_terms(enc: Encoding):
     cp.AddMultiplicationEquality(rhs, [batch, enc.slowest_prefill])
     cp.Add(lhs >= rhs)
     cp.Add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
-    # Redundant, for the LP: the slowest prefill stage takes at least 1/S of all prefill layers,
-    # and a decided batch is S x micro, so batch x slowest >= micro x (all prefill layers).
-    if enc.space.decides_batch:
-        cp.Add(share * 1 >= sum(lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
-                                for key, lit in enc.pair.items()))
+    if not fixed:
+        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant
+        # per (shape, batch option) pair; and the slowest prefill stage takes at least 1/S of all
+        # prefill work while batch = S x micro, so the prefill share is at least micro x (all
+        # prefill layers) / (OSL x chunk).
+        cp.Add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
+        cp.Add(share >= sum(
+            lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
+            for key, lit in enc.pair.items()
+        ))
     cycle = cp.NewIntVar(1, hi + share_hi, "cycle")
     cp.Add(cycle == enc.round + share)
     return tokens, cycle
@@ -215,17 +144,114 @@ def _pair_prefill_ns(enc: Encoding, key) -> int:
     return sum(enc.tables.layers_of(k) * e.prefill[k] for k in enc.kinds) + e.first_prefill + e.last_prefill
 
 
-def _tie_break(model: Model, solver: cp_model.CpSolver, deadline) -> Layout:
+def _improve(cp: cp_model.CpModel, better, objective, deadline: Deadline, minimise: bool):
+    """One step: (solver, proven) for a plan satisfying ``better``, pushed as far along
+    ``objective`` as the step's budget allows — ``proven`` when the step itself proved that plan
+    optimal — or None when CP-SAT proves no such plan exists. Raises SolverLimitError when time
+    runs out undecided."""
+    step = cp.Clone()
+    for constraint in better:
+        step.Add(constraint)
+    if objective is not None:
+        step.Minimize(objective) if minimise else step.Maximize(objective)
+    solver = parameters(deadline.step())
+    status = solver.Solve(step)
+    proven = objective is not None and status == cp_model.OPTIMAL
+    if status == cp_model.UNKNOWN:
+        # Nothing better within the step's budget: settle the question without an objective.
+        step.ClearObjective()
+        solver = parameters(deadline.remaining())
+        status = solver.Solve(step)
+    if status == cp_model.INFEASIBLE:
+        return None
+    if status == cp_model.UNKNOWN:
+        raise SolverLimitError("the time limit ended the search")
+    return solver, proven
+
+
+def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, best: Optional[int]) -> Outcome:
+    e2e = e2e_expr(enc)
+    proven = True
+    while True:
+        try:
+            solver = _improve(cp, [e2e <= best - 1] if best is not None else [], e2e, deadline, minimise=True)
+        except SolverLimitError:
+            if best is None:
+                raise
+            proven = False
+            break
+        if solver is None:
+            break
+        solver, optimal = solver
+        best = solver.Value(e2e)
+        if optimal:
+            break  # the step proved it
+    return Outcome(proven=proven, e2e=best)
+
+
+def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: Deadline, a: int, c: int) -> Outcome:
+    tokens, cycle = terms
+    found, proven = a > 0, True
+    while True:
+        gain = c * tokens - a * cycle
+        try:
+            solver = _improve(cp, [gain >= 1], gain, deadline, minimise=False)
+        except SolverLimitError:
+            if not found:
+                raise
+            proven = False
+            break
+        if solver is None:
+            break
+        solver = solver[0]
+        a, c, found = solver.Value(tokens), solver.Value(cycle), True
+    return Outcome(proven=proven, tokens=a if found else None, cycle=c)
+
+
+def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
+    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
+    started = time.perf_counter()
+    deadline = Deadline(time_limit_s)
+    model = build_model(problem)
     enc, cp = model.enc, model.enc.cp
+    enforce_all(model)
+    incumbent = Oracle(enc.tables).optimum(exact=False)
+    if problem.objective is Objective.LATENCY:
+        out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
+        if out.e2e is None:
+            _raise_infeasible(problem)
+        cp.Add(e2e_expr(enc) == out.e2e)
+        value = out.e2e
+    else:
+        terms = throughput_terms(enc)
+        a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
+        out = maximise_throughput(enc, cp, terms, deadline, a, c)
+        if out.tokens is None:
+            _raise_infeasible(problem)
+        cp.Add(out.cycle * terms[0] - out.tokens * terms[1] >= 0)  # exactly as good as the best
+        value = round(out.tokens * 1e9 / out.cycle)
+    layout = tie_break(enc, cp, deadline)
+    return decode(problem, layout, "optimal" if out.proven else "feasible", value, time.perf_counter() - started)
+
+
+def _raise_infeasible(problem: Problem) -> None:
+    from shardplan.solver.explain import explain
+
+    raise InfeasibleError(explain(problem))
+
+
+def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout:
+    """Among plans as good as the optimum: fewest GPUs, then fewest stages, then smallest shape."""
     ranks = {o: i for i, o in enumerate(enc.shapes)}
-    n_shapes = len(enc.shapes)
-    cp.Minimize(
-        enc.gpus_used * (enc.max_stages + 1) * n_shapes
-        + enc.stages * n_shapes
+    n = len(enc.shapes)
+    step = cp.Clone()
+    step.Minimize(
+        enc.gpus_used * (enc.max_stages + 1) * n
+        + enc.stages * n
         + sum(ranks[o] * lit for o, lit in enc.shape.items())
     )
-    solver = parameters(_remaining(deadline))
-    status = solver.Solve(cp)
+    solver = parameters(deadline.remaining())
+    status = solver.Solve(step)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverLimitError(f"tie-breaking ended with status {solver.StatusName(status)}")
     return read_layout(enc, solver)
@@ -247,7 +273,7 @@ def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:
     )
 
 
-def decode(problem: Problem, layout: Layout, status: str, value: int, bound, elapsed: float) -> Plan:
+def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: float) -> Plan:
     """The plan with the cost model's prediction; every rule's check must pass."""
     plan = Plan(
         problem=problem,
@@ -255,7 +281,6 @@ def decode(problem: Problem, layout: Layout, status: str, value: int, bound, ela
         prediction=evaluate(problem, layout),
         status=status,
         objective_value=value,
-        bound=bound,
         solve_time_s=elapsed,
     )
     violations = errors_of(check_plan(plan))

@@ -58,8 +58,13 @@ def _divisors(n: int, limit: int) -> list[int]:
 
 
 class SearchSpace:
-    def __init__(self, problem: Problem, profile: Profile):
+    """Candidate values of every degree. With ``only_pins``, a pinned degree takes its pinned
+    value alone (enumeration solves one small model per candidate this way); otherwise a pin is
+    added to the candidates and the pin's rule selects it, so a bad pin is explained, not hidden."""
+
+    def __init__(self, problem: Problem, profile: Profile, only_pins: bool = False):
         self.problem = problem
+        self.only_pins = only_pins
         self.profile = profile
         model, cluster, pins = problem.model, problem.cluster, problem.pins
         n, domain = cluster.num_gpus, cluster.scaleup_domain_gpus
@@ -77,11 +82,14 @@ class SearchSpace:
             self.expert_tp_values = self._with_pin({1}, pins.expert_tp)
         top = pins.pp or min(model.num_layers, n, MAX_STAGES)
         self.stage_values = sorted(set(range(1, top + 1)) | ({pins.pp} if pins.pp else set()))
+        if pins.pp and only_pins:
+            self.stage_values = [pins.pp]
         if pins.stages is not None:
             self.stage_values = sorted(set(self.stage_values) | {len(pins.stages)})
 
-    @staticmethod
-    def _with_pin(values: set[int], pin: int | None) -> list[int]:
+    def _with_pin(self, values: set[int], pin: int | None) -> list[int]:
+        if pin and self.only_pins:
+            return [pin]
         return sorted(values | ({pin} if pin else set()))
 
     @cached_property
