@@ -48,7 +48,8 @@ class Encoding:
         self.gpus_per_stage = cp.NewIntVar(1, N, "G")
         cp.Add(self.gpus_per_stage == sum(o.gpus * lit for o, lit in self.shape.items()))
         self.dp = cp.NewIntVar(1, N, "dp")
-        self.ep = cp.NewIntVar(1, N, "ep")  # tied to the shape by EP-001
+        # ep: tied to the shape by EP-001 alone, so a pinned ep the shapes cannot give is named.
+        self.ep = cp.NewIntVar(1, max(N, problem.pins.ep or 1), "ep")
         self.gpus_per_replica = cp.NewIntVar(1, N * Smax, "S*G")
         cp.AddMultiplicationEquality(self.gpus_per_replica, [self.stages, self.gpus_per_stage])
         self.gpus_used = cp.NewIntVar(1, N * N * Smax, "GPUs")

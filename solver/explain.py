@@ -22,6 +22,10 @@ def pin_conflicts(model) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for pin in (r for r in model.rules if r.id.startswith("PIN-") and r.field in ("tp", "sp", "attn_dp", "expert_tp")):
         pinned = [o for o in shapes if getattr(o, pin.field) == pin.value]
+        if not pinned:  # no stage with that value fits the cluster at all
+            out.append((pin.id, pin.statement))
+            out.append(("GPU-001", f"a stage with {pin.field}={pin.value} needs more than the cluster's {problem.cluster.num_gpus} GPUs"))
+            continue
         family = {"tp": "TP-", "sp": "SP-", "attn_dp": "DP-", "expert_tp": "EP-"}[pin.field]
         broken = [
             rule for rule in model.rules
