@@ -33,8 +33,10 @@ class Encoding:
         self.num_gpus = N = space.num_gpus
         self.max_stages = Smax = space.max_stages
         self.kinds = tables.kinds
-        # Every time variable lives in [0, hi]: sized from the tables, so products stay in 64 bits.
+        # Stage times live in [0, hi], rounds and sums in [0, round_hi]: sized from the tables,
+        # so products and objectives stay in 64 bits.
         self.hi = tables.time_bound_ns()
+        self.round_hi = self.hi * (Smax + 1)
 
         # shape[o]: stage shape o is chosen.
         self.shapes = space.shapes
@@ -155,7 +157,7 @@ class Encoding:
         self.decode_sum = self._new(
             "decode_sum", sum(L_k[k] * self.tau_decode[k] for k in self.kinds) + first_d + last_d + sum(self.send_decode)
         )
-        self.round = cp.NewIntVar(0, big, "round")
+        self.round = cp.NewIntVar(0, self.round_hi, "round")
         cp.Add(self.round >= self.decode_sum)
         if not self._needs_stage_times():
             cp.Add(self.round == self.decode_sum)
@@ -175,7 +177,7 @@ class Encoding:
         b = self.batch
         micro_count = self.stages if self.space.decides_batch else sum(min(S, b) * lit for S, lit in self.pp.items())
         mu = self._new("microbatches", micro_count, hi=Smax)
-        busiest = cp.NewIntVar(0, big * Smax, "mu*slowest")
+        busiest = cp.NewIntVar(0, self.round_hi, "mu*slowest")
         cp.AddMultiplicationEquality(busiest, [mu, slowest_decode])
         # round = max(decode_sum, busiest): both are lower bounds, and no objective rewards a
         # longer round, so the optimum sits at the maximum.

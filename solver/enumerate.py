@@ -105,7 +105,7 @@ def _best_of_pair(problem: Problem, deadline: Deadline) -> Optional[Layout]:
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
         if out.tokens is None:
             return None
-        final = out.cycle * terms[0] - out.tokens * terms[1] >= 0
+        final = terms.gain(cp, out.tokens, out.cycle) >= 0
     step = cp.Clone()
     step.Add(final)
     solver = parameters(deadline.remaining())

@@ -27,6 +27,7 @@ from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.bruteforce import Oracle
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding
+from shardplan.solver.placement.plan import place_and_price
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 
@@ -109,8 +110,11 @@ def throughput_terms(enc: Encoding):
     osl = enc.problem.workload.osl
     fixed = isinstance(enc.batch, int)
     batch = cp.NewConstant(enc.batch) if fixed else enc.batch
+    # dp x S x attn_dp <= N GPUs and S x q <= the engine's batch limit, so the cluster holds at
+    # most N x q_max sequences (N x b for a fixed batch b).
+    tokens_hi = enc.num_gpus * (enc.batch if fixed else max(enc.space.q_values))
     batch_hi = enc.batch if fixed else enc.num_gpus * max(enc.space.q_values)
-    tokens = cp.NewIntVar(1, enc.num_gpus * batch_hi, "tokens")
+    tokens = cp.NewIntVar(1, tokens_hi, "tokens")
     cp.AddMultiplicationEquality(tokens, [enc.dp, batch])
     chunks = [enc.tables.time[key].chunk for key in enc.pair]
     chunk_osl = cp.NewIntVar(osl * min(chunks), osl * max(chunks), "osl*chunk")
@@ -133,9 +137,30 @@ def throughput_terms(enc: Encoding):
             lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
             for key, lit in enc.pair.items()
         ))
-    cycle = cp.NewIntVar(1, hi + share_hi, "cycle")
+    cycle = cp.NewIntVar(1, enc.round_hi + share_hi, "cycle")
     cp.Add(cycle == enc.round + share)
-    return tokens, cycle
+    return Ratio(tokens, cycle, tokens_hi)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Throughput as tokens per round over ns per round (bounds kept in Python: reading a
+    variable's proto while the model grows crashed OR-Tools 9.15, CPSAT-NOTES)."""
+
+    tokens: cp_model.IntVar
+    cycle: cp_model.IntVar
+    tokens_hi: int
+
+    def gain(self, cp: cp_model.CpModel, a: int, c: int):
+        """``c x tokens - a x cycle``, positive for plans better than a/c. The cycle is copied
+        into a variable bounded by c x tokens_max / a, which every plan at least as good as a/c
+        respects, so a x cycle cannot overflow 64 bits on large clusters."""
+        if a == 0:
+            return self.tokens
+        hi = c * self.tokens_hi // a + 1
+        bounded = cp.NewIntVar(0, hi, "cycle_bounded")
+        cp.Add(bounded == self.cycle)
+        return c * self.tokens - a * bounded
 
 
 def _pair_prefill_ns(enc: Encoding, key) -> int:
@@ -190,12 +215,12 @@ def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, be
 
 
 def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: Deadline, a: int, c: int) -> Outcome:
-    tokens, cycle = terms
     found, proven = a > 0, True
     while True:
-        gain = c * tokens - a * cycle
+        step = cp.Clone()
+        gain = terms.gain(step, a, c)
         try:
-            solver = _improve(cp, [gain >= 1], gain, deadline, minimise=False)
+            solver = _improve(step, [gain >= 1], gain, deadline, minimise=False)
         except SolverLimitError:
             if not found:
                 raise
@@ -204,7 +229,7 @@ def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: De
         if solver is None:
             break
         solver = solver[0]
-        a, c, found = solver.Value(tokens), solver.Value(cycle), True
+        a, c, found = solver.Value(terms.tokens), solver.Value(terms.cycle), True
     return Outcome(proven=proven, tokens=a if found else None, cycle=c)
 
 
@@ -224,11 +249,15 @@ def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
         value = out.e2e
     else:
         terms = throughput_terms(enc)
+        if problem.pins.dp is None:
+            # Dominance: replicas multiply throughput and change nothing else, so an optimum
+            # runs as many as fit; another one must not fit. Cuts the dp dimension away.
+            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
         a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
         if out.tokens is None:
             _raise_infeasible(problem)
-        cp.Add(out.cycle * terms[0] - out.tokens * terms[1] >= 0)  # exactly as good as the best
+        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
         value = round(out.tokens * 1e9 / out.cycle)
     layout = tie_break(enc, cp, deadline)
     return decode(problem, layout, "optimal" if out.proven else "feasible", value, time.perf_counter() - started)
@@ -274,16 +303,41 @@ def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:
 
 
 def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: float) -> Plan:
-    """The plan with the cost model's prediction; every rule's check must pass."""
+    """The plan with the cost model's prediction; every rule's check must pass.
+
+    For a MoE model the experts are placed for the chosen layout (``solver/placement/plan.py``) and
+    the prediction prices each MoE layer at its placement's max/mean load: the search priced them at
+    uniform routing, so ``metrics`` may differ from ``objective_value`` when the routing is skewed.
+    """
+    placed, prediction, experts = place_and_price(problem, layout)
     plan = Plan(
         problem=problem,
-        layout=layout,
-        prediction=evaluate(problem, layout),
+        layout=placed,
+        prediction=prediction,
         status=status,
         objective_value=value,
         solve_time_s=elapsed,
+        experts=experts,
     )
     violations = errors_of(check_plan(plan))
-    if violations:  # the encoding and the checks disagree: a bug, never a user error
-        raise AssertionError("solver returned a plan that breaks " + "; ".join(map(str, violations)))
+    if violations:
+        _reject(problem, layout, violations, experts is not None)
     return plan
+
+
+def _reject(problem: Problem, layout: Layout, violations: list, placed: bool) -> None:
+    """A plan that breaks a check: a bug, unless only the placement priced in (its imbalance, its
+    redundant slots' memory) broke a limit the uniform-routing search kept — then the user hears so."""
+    searched = problem.model_copy(update={"redundant_slots": 0})  # what the layout search priced
+    bare = Plan(problem=searched, layout=layout, prediction=evaluate(searched, layout), status="evaluated")
+    if not placed or any(d.rule.startswith("EXP-") for d in violations) or errors_of(check_plan(bare)):
+        # the encoding and the checks disagree: a bug, never a user error
+        raise AssertionError("solver returned a plan that breaks " + "; ".join(map(str, violations)))
+    what = "the expert placement's imbalance"
+    if problem.redundant_slots:
+        what += f" and {problem.redundant_slots} redundant expert slot(s) per GPU"
+    note = (
+        f"once {what} are priced in (the layout search plans at uniform routing without redundant slots, "
+        "so another layout may still hold: pin one with --dp/--pp/--tp/--attn-dp, or relax the input)"
+    )
+    raise InfeasibleError([(d.rule, f"{d.message} {note}") for d in violations])

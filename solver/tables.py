@@ -69,9 +69,9 @@ class Tables:
         return self.prefix[kind][-1]
 
     def time_bound_ns(self) -> int:
-        """An upper bound on any stage step, round or TTFT the tables can produce: the whole
-        model on one stage in the slowest entry, plus every send, times the stage count.
-        Variable domains are sized from it so that no product can overflow 64 bits."""
+        """An upper bound on any one stage step: the whole model on one stage in the slowest
+        entry, plus every send. Variable domains are sized from it (a round is at most
+        max_stages of these) so that no product or objective can overflow 64 bits."""
         worst = 1
         for e in self.time.values():
             for per_layer, first, last, sends in (
@@ -80,7 +80,7 @@ class Tables:
             ):
                 whole = sum(self.layers_of(k) * per_layer[k] for k in self.kinds) + first + last + sum(sends)
                 worst = max(worst, whole)
-        return worst * (self.space.max_stages + 1)
+        return worst
 
 
 def build_tables(problem: Problem, space: SearchSpace) -> Tables:
