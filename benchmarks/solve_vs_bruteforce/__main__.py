@@ -1,0 +1,130 @@
+"""CP-SAT against a plain enumeration of the same space and the same integer costs.
+
+    python -m benchmarks.solve_vs_bruteforce            # the scenario matrix + process timings
+    python -m benchmarks.solve_vs_bruteforce --quick    # small scenarios only
+    python -m benchmarks.solve_vs_bruteforce --budget 30  # brute-force seconds per scenario
+
+For each scenario: CP-SAT's status, objective and time; the brute force's optimum and time (or
+"timeout" past the budget); whether they agree exactly; the model's size. Then the acceptance
+timings: the whole ``shardplan solve`` process, median of 5 runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from shardplan.rules.problem import Objective
+from shardplan.solver.bruteforce import Oracle
+from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.inputs import ProblemArgs, build_problem
+from shardplan.solver.solve import build_model, solve
+from shardplan.solver.space import SearchSpace
+from shardplan.solver.tables import build_tables
+
+MODELS = ["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-235b-a22b", "deepseek-v3"]
+CLUSTERS = ["8xH100", "4x8xH200", "64x8xH200", "512x8xH200"]
+QUICK_CLUSTERS = ["8xH100", "4x8xH200"]
+OBJECTIVES = ["latency", "throughput"]
+
+PROCESS_CASES = [
+    ("Llama-3.1-70B 8xH100 latency", ["--model", "llama-3.1-70b", "--cluster", "8xH100"], 1.0),
+    ("Llama-3.1-70B 8xH100 throughput", ["--model", "llama-3.1-70b", "--cluster", "8xH100", "--objective", "throughput"], 1.0),
+    ("DeepSeek-V3 4x8xH200 throughput (uneven stages, batch decided)",
+     ["--model", "deepseek-v3", "--cluster", "4x8xH200", "--objective", "throughput"], 2.0),
+    ("DeepSeek-V3 512x8xH200 latency", ["--model", "deepseek-v3", "--cluster", "512x8xH200"], 5.0),
+    ("DeepSeek-V3 512x8xH200 throughput", ["--model", "deepseek-v3", "--cluster", "512x8xH200", "--objective", "throughput"], 5.0),
+]
+
+
+class Timeout(Exception):
+    pass
+
+
+def brute_force(problem, budget_s: float):
+    """The oracle's exact optimum, or Timeout past the budget."""
+    started = time.perf_counter()
+    oracle = Oracle(build_tables(problem, SearchSpace(problem, resolve_profile(problem))))
+    best, visited = None, 0
+    for cand in oracle.feasible(exact=True):
+        visited += 1
+        if cand.better_than(best, problem.objective):
+            best = cand
+        if time.perf_counter() - started > budget_s:
+            raise Timeout(visited)
+    return best, time.perf_counter() - started, visited
+
+
+def value_of(problem, cand) -> float:
+    if problem.objective is Objective.LATENCY:
+        return cand.e2e_ns / 1e6
+    return cand.tokens * 1e9 / cand.cycle_ns
+
+
+def run_matrix(clusters: list[str], budget: float) -> None:
+    header = f"{'model':16} {'cluster':11} {'objective':10} {'status':8} {'objective value':>16} {'cp-sat s':>8} " \
+             f"{'brute s':>8} {'layouts':>7} {'ratio':>6} {'agree':>5} {'vars':>6} {'cons':>6}"
+    print(header)
+    print("-" * len(header))
+    for model in MODELS:
+        for cluster in clusters:
+            for objective in OBJECTIVES:
+                problem = build_problem(ProblemArgs(model=model, cluster=cluster, objective=objective))
+                started = time.perf_counter()
+                try:
+                    plan = solve(problem)
+                    status = plan.status
+                    m = plan.prediction.metrics
+                    value = m.e2e_ms if objective == "latency" else m.output_tokens_per_s
+                except Exception as exc:  # an infeasible scenario is a result too
+                    status, value = type(exc).__name__[:8], float("nan")
+                cp_time = time.perf_counter() - started
+                proto = build_model(problem).enc.cp.Proto()
+                size = (len(proto.variables), len(proto.constraints))
+                try:
+                    best, bf_time, visited = brute_force(problem, budget)
+                    if best is None:  # both must find the problem infeasible
+                        agree = "yes" if status.startswith("Infeas") else "NO"
+                    else:
+                        bf_value = value_of(problem, best)
+                        agree = "yes" if abs(bf_value - value) <= 1e-9 * max(1.0, abs(value)) else "NO"
+                    bf_cell, ratio = f"{bf_time:8.2f}", f"{bf_time / cp_time:6.1f}"
+                except Timeout as t:
+                    bf_cell, ratio, agree, visited = " timeout", "     -", "    -", t.args[0]
+                unit = "ms" if objective == "latency" else "tok/s"
+                print(
+                    f"{model:16} {cluster:11} {objective:10} {status:8} {value:13.1f} {unit:>2} {cp_time:8.2f} "
+                    f"{bf_cell} {visited:7d} {ratio} {agree:>5} {size[0]:6d} {size[1]:6d}",
+                    flush=True,
+                )
+
+
+def run_processes(repeats: int = 5) -> None:
+    print("\nWhole `shardplan solve` process, median of", repeats, "runs")
+    print(f"{'case':66} {'median s':>9} {'target s':>9}")
+    for label, args, target in PROCESS_CASES:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "shardplan.solver.cli", "solve", *args, "--json"],
+                           check=True, stdout=subprocess.DEVNULL)
+            times.append(time.perf_counter() - started)
+        print(f"{label:66} {statistics.median(times):9.2f} {target:9.1f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small clusters only")
+    parser.add_argument("--budget", type=float, default=60.0, help="brute-force seconds per scenario")
+    parser.add_argument("--no-processes", action="store_true", help="skip the whole-process timings")
+    args = parser.parse_args()
+    run_matrix(QUICK_CLUSTERS if args.quick else CLUSTERS, args.budget)
+    if not args.no_processes:
+        run_processes()
+
+
+if __name__ == "__main__":
+    main()
