@@ -10,11 +10,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from shardplan.hardware import ClusterSpec
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
+from shardplan.models.load_profile import ExpertLoadProfile
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,6 +83,12 @@ class Problem(BaseModel):
     allow: frozenset[str] = Field(default=frozenset(), description="policy switches that turn default rules off")
     pins: Pins = Pins()
     profile: Optional[str] = Field(default=None, description="calibration profile name; None: the GPU's default")
+    expert_load: Optional[ExpertLoadProfile] = Field(
+        default=None, description="tokens routed to each expert of each MoE layer; None: uniform routing"
+    )
+    redundant_slots: NonNegativeInt = Field(
+        default=0, description="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"
+    )
 
     @model_validator(mode="after")
     def _fits_model(self) -> "Problem":
@@ -91,6 +98,18 @@ class Problem(BaseModel):
                 f"isl + osl = {self.workload.context} exceeds the model's "
                 f"{self.model.max_position_embeddings}-token context",
             )
+        moe = self.model.moe
+        if moe is None and (self.expert_load is not None or self.redundant_slots):
+            field = "load-profile" if self.expert_load is not None else "redundant-slots"
+            raise SpecError(field, f"{self.model.name} has no MoE layers")
+        if self.expert_load is not None:
+            load = self.expert_load
+            if load.num_experts != moe.num_experts:
+                raise SpecError("load-profile", f"{load.num_experts} experts per layer; the model has {moe.num_experts}")
+            if load.layers != moe.layers:
+                missing = sorted(set(moe.layers) - set(load.layers))
+                what = f"missing layer {missing[0]}" if missing else "layers that are not MoE layers of the model"
+                raise SpecError("load-profile", f"{what} (the model's MoE layers are {moe.layers[0]}..{moe.layers[-1]})")
         return self
 
     def allows(self, switch: str) -> bool:

@@ -48,6 +48,9 @@ def problem_options(func: Callable) -> Callable:
         click.option("--attn-dp", type=int, default=None, help="pin attention groups per stage"),
         click.option("--expert-tp", type=int, default=None, help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
         click.option("--stages", default=None, help="pin stage boundaries, e.g. 0:30,30:61"),
+        click.option("--load-profile", default=None, help="tokens routed to each expert per MoE layer (.json or .csv; default: uniform routing)"),
+        click.option("--zipf", type=float, default=None, help="synthetic Zipf routing with this exponent (fixed seed) instead of a profile"),
+        click.option("--redundant-slots", type=int, default=0, show_default=True, help="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
     ]
     for option in reversed(options):

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from shardplan.hardware import parse_cluster
 from shardplan.models import DType, SpecError, get_model
 from shardplan.models.errors import spec_error_from
+from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Pins, Problem, Workload
 
@@ -38,6 +39,12 @@ class ProblemArgs:
     profile: Optional[str] = None
     allow: tuple[str, ...] = ()
     pins: dict = field(default_factory=dict)
+    load_profile: Optional[str] = None  # a .json or .csv file of tokens per expert per MoE layer
+    zipf: Optional[float] = None  # synthetic Zipf routing with this exponent
+    redundant_slots: int = 0  # expert slots per GPU beyond ceil(experts / ep)
+
+
+ZIPF_SEED = 0  # the synthetic profile's shuffle: fixed, so a plan is reproducible
 
 
 def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
@@ -76,6 +83,9 @@ def build_problem(args: ProblemArgs) -> Problem:
     pins = dict(args.pins)
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])
+    if args.redundant_slots is None or args.redundant_slots < 0:
+        raise SpecError("redundant-slots", f"must be an integer >= 0, got {args.redundant_slots}")
+    expert_load = build_expert_load(args, model)
     try:
         return Problem(
             model=model,
@@ -86,9 +96,32 @@ def build_problem(args: ProblemArgs) -> Problem:
             allow=frozenset(args.allow),
             pins=Pins(**{k: v for k, v in pins.items() if v is not None}),
             profile=args.profile,
+            expert_load=expert_load,
+            redundant_slots=args.redundant_slots,
         )
     except ValidationError as exc:
         raise spec_error_from(exc) from None
+
+
+def build_expert_load(args: ProblemArgs, model) -> Optional[ExpertLoadProfile]:
+    """The routing profile: read from ``--load-profile``, or Zipf-shaped with ``--zipf``, or None
+    (uniform routing). A file is checked against the model's expert count and MoE layers; every
+    error names the option and the field, e.g. ``load-profile layers.3: ... expected 256 experts``."""
+    if args.load_profile is None and args.zipf is None:
+        return None
+    if args.load_profile is not None and args.zipf is not None:
+        raise SpecError("zipf", "give either --load-profile or --zipf, not both")
+    option = "load-profile" if args.load_profile is not None else "zipf"
+    if model.moe is None:
+        raise SpecError(option, f"{model.name} has no MoE layers")
+    moe = model.moe
+    try:
+        if args.load_profile is not None:
+            return load_profile(args.load_profile, moe.num_experts, moe.layers)
+        # Only ratios matter to a placement: one token per expert on average.
+        return zipf_profile(moe.num_experts, moe.layers, args.zipf, float(moe.num_experts), seed=ZIPF_SEED)
+    except SpecError as exc:
+        raise SpecError(f"{option} {exc.field}", exc.reason) from None
 
 
 def layout_from_pins(problem: Problem) -> Layout:
