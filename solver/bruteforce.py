@@ -10,6 +10,7 @@ simple, and slow on large spaces: that is what the benchmark compares the solver
 from __future__ import annotations
 
 import math
+from functools import cmp_to_key
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -213,21 +214,43 @@ class Oracle:
     def optimum(self, exact: bool = True) -> Optional[Candidate]:
         """The best candidate. Replicas only scale throughput (and never change latency), so
         each combination is scored at its most replicas (throughput) or fewest (latency)."""
-        best = None
+        ranked = self._ranked(exact)
+        return ranked[0][0] if ranked else None
+
+    def incumbent(self, refine: int = 3) -> Optional[Candidate]:
+        """A good plan quickly, to seed the solver: every combination with even stages, then the
+        ``refine`` best of them with their exact best boundaries."""
+        ranked = self._ranked(exact=False)
+        best = ranked[0][0] if ranked else None
+        for _, (o, opt, S, dp) in ranked[:refine]:
+            split = self._best_split(o, opt, S, True, True)
+            if split is not None:
+                for cand in self._with_dp(split, dp):
+                    if cand.better_than(best, self.problem.objective):
+                        best = cand
+        return best
+
+    def _ranked(self, exact: bool) -> list:
+        """(candidate, (shape, option, stages, dp)) for every feasible combination, best first."""
         throughput = self.problem.objective is Objective.THROUGHPUT
+        found = []
         for o in self.shapes():
             for S in self.stage_counts(o):
                 dps = self.replicas(o, S)
                 if not dps:
                     continue
+                dp = dps[-1] if throughput else dps[0]
                 for opt in self.options(o, S):
                     split = self._best_split(o, opt, S, True, exact)
-                    if split is None:
-                        continue
-                    for cand in self._with_dp(split, dps[-1] if throughput else dps[0]):
-                        if cand.better_than(best, self.problem.objective):
-                            best = cand
-        return best
+                    if split is not None:
+                        found.extend((cand, (o, opt, S, dp)) for cand in self._with_dp(split, dp))
+        objective = self.problem.objective
+
+        def order(x, y) -> int:  # exact: throughput ratios compared by cross-multiplication
+            return -1 if x[0].better_than(y[0], objective) else (1 if y[0].better_than(x[0], objective) else 0)
+
+        found.sort(key=cmp_to_key(order))  # stable: equal plans keep the enumeration's order
+        return found
 
 
 def _pareto(points: list[tuple[int, int, tuple[int, ...]]]) -> list[tuple[int, int, tuple[int, ...]]]:

@@ -240,7 +240,7 @@ def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
     model = build_model(problem)
     enc, cp = model.enc, model.enc.cp
     enforce_all(model)
-    incumbent = Oracle(enc.tables).optimum(exact=False)
+    incumbent = Oracle(enc.tables).incumbent()
     if problem.objective is Objective.LATENCY:
         out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
         if out.e2e is None:
