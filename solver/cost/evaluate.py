@@ -2,6 +2,10 @@
 
 Layer times are rounded to integer nanoseconds per layer kind and summed per stage, exactly as
 the solver's tables do, so the solver's objective for a plan equals what ``evaluate`` says of it.
+A MoE layer whose experts are unevenly loaded (``Layout.moe_load_factor``: per MoE layer, the
+most-loaded GPU over the mean, set from an expert placement) is priced at its own factor, so a
+stage's time is the sum of its layers' integer times; with no factors, or all of them 1, this is
+the per-kind sum above. The solver's tables price at factor 1 (uniform routing).
 
 Definitions (DESIGN.md "Cost model", 004 §2-§8):
 - a decode **round** moves every sequence of the replica one token: with S stages and ``mu`` =
@@ -21,11 +25,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
+from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.memory import GIB, stage_memory
@@ -110,16 +116,90 @@ def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_facto
     )
 
 
-def _stage_ops(table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+def _stage_ops(
+    table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[str, float], ...] = ()
+) -> dict[str, float]:
+    """Microseconds per operator over a stage: ``counts`` layers priced by kind, plus ``layers``
+    priced one by one (seconds per operator each)."""
     ops: Counter[str] = Counter()
     for kind, n in counts.items():
         for name, seconds in table.layer_ops[kind].items():
             ops[name] += n * seconds * 1e6
+    for layer_ops in layers:
+        for name, seconds in layer_ops.items():
+            ops[name] += seconds * 1e6
     for flag, extra in ((first, table.first_ops), (last, table.last_ops)):
         if flag:
             for name, seconds in extra.items():
                 ops[name] += seconds * 1e6
     return {name: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
+
+
+def layer_load_factors(model: ModelSpec, layout: Layout) -> dict[int, float]:
+    """``factors[layer]``: the layout's max/mean load of MoE ``layer`` (global index), for the layers
+    whose factor is not 1; empty under uniform routing (``moe_load_factor`` None)."""
+    factors = layout.moe_load_factor
+    if not factors:
+        return {}
+    moe_layers = model.moe.layers if model.moe else ()
+    if len(factors) != len(moe_layers):
+        raise SpecError("moe_load_factor", f"{len(factors)} factors for {len(moe_layers)} MoE layers")
+    for layer, f in zip(moe_layers, factors):
+        if not (math.isfinite(f) and f >= 1 - 1e-9):
+            raise SpecError("moe_load_factor", f"layer {layer}: max/mean load {f} is not a finite number >= 1")
+    return {layer: f for layer, f in zip(moe_layers, factors) if f != 1.0}
+
+
+class LoadedLayers:
+    """A ``PhaseTable`` (priced at load factor 1) with the MoE layers that carry their own factor
+    priced one by one: per stage, the sum of every layer's integer nanoseconds.
+
+    ``layer_ops(layer)`` is what a per-layer consumer (the DAG builder) should read instead of
+    ``table.layer_ops[kind]``; it is the kind's entry for a layer without a factor.
+    """
+
+    def __init__(self, ctx: CostContext, step: Step, table: PhaseTable, factors: Mapping[int, float]):
+        self.ctx, self.step, self.table, self.factors = ctx, step, table, factors
+        # _priced[(kind, factor)]: (ns, ops) of one layer; zipf-like profiles repeat factors.
+        self._priced: dict[tuple[LayerKind, float], tuple[int, dict[str, float]]] = {}
+
+    def _at(self, layer: int) -> tuple[LayerKind, float | None]:
+        kind = layer_kind(self.ctx.model, layer)
+        return kind, self.factors.get(layer) if kind.moe else None
+
+    def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[str, float]]:
+        key = (kind, factor)
+        if key not in self._priced:
+            ops = self.ctx.layer(kind, self.step, factor)
+            self._priced[key] = (round(sum(ops.values()) * NS), ops)
+        return self._priced[key]
+
+    def layer_ops(self, layer: int) -> dict[str, float]:
+        kind, factor = self._at(layer)
+        return self.table.layer_ops[kind] if factor is None else self._price(kind, factor)[1]
+
+    def layer_ns(self, layer: int) -> int:
+        kind, factor = self._at(layer)
+        return self.table.layer_ns[kind] if factor is None else self._price(kind, factor)[0]
+
+    def stage_ns(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> int:
+        """The table's per-kind sum, corrected layer by layer where a factor applies (exact)."""
+        total = self.table.stage_ns(counts, first, last)
+        for layer in self._loaded(layers):
+            kind = layer_kind(self.ctx.model, layer)
+            total += self.layer_ns(layer) - self.table.layer_ns[kind]
+        return total
+
+    def stage_ops(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+        """Microseconds per operator summed over the stage, as ``_stage_ops``."""
+        loaded = self._loaded(layers)
+        plain = Counter(counts)
+        for layer in loaded:
+            plain[layer_kind(self.ctx.model, layer)] -= 1
+        return _stage_ops(self.table, +plain, first, last, tuple(self.layer_ops(layer) for layer in loaded))
+
+    def _loaded(self, layers: range) -> list[int]:
+        return [layer for layer in layers if layer in self.factors]
 
 
 def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
@@ -132,21 +212,22 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     batch, S = layout.batch, layout.pp
     mu, micro = microbatching(S, batch)
     chunk = prefill_chunk(problem, profile, micro)
-    load = _mean_load_factor(layout)
+    factors = layer_load_factors(model, layout)
 
     counts = [kind_counts(model, layout.stage_layers(s)) for s in range(S)]
     kinds = sorted({k for c in counts for k in c}, key=lambda k: (k.moe, k.windowed))
     chunk_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
     decode_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
-    chunk_table = phase_table(ctx, chunk_step, kinds, load)
-    decode_table = phase_table(ctx, decode_step, kinds, load)
+    chunk_table = LoadedLayers(ctx, chunk_step, phase_table(ctx, chunk_step, kinds), factors)
+    decode_table = LoadedLayers(ctx, decode_step, phase_table(ctx, decode_step, kinds), factors)
 
     timings, chunk_ns, dec_ns, send_chunk, send_dec = [], [], [], [], []
     for s in range(S):
         first, last = s == 0, s == S - 1
         gpus = layout.stage_gpus(0, s)
-        chunk_ns.append(chunk_table.stage_ns(counts[s], first, last))
-        dec_ns.append(decode_table.stage_ns(counts[s], first, last))
+        layers = layout.stage_layers(s)
+        chunk_ns.append(chunk_table.stage_ns(layers, counts[s], first, last))
+        dec_ns.append(decode_table.stage_ns(layers, counts[s], first, last))
         if last:
             send_chunk.append(0), send_dec.append(0)
         else:
@@ -162,8 +243,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
                 decode_ms=dec_ns[s] / 1e6,
                 send_prefill_ms=send_chunk[s] / 1e6,
                 send_decode_ms=send_dec[s] / 1e6,
-                prefill_ops_us=_stage_ops(chunk_table, counts[s], first, last),
-                decode_ops_us=_stage_ops(decode_table, counts[s], first, last),
+                prefill_ops_us=chunk_table.stage_ops(layers, counts[s], first, last),
+                decode_ops_us=decode_table.stage_ops(layers, counts[s], first, last),
             )
         )
 
@@ -200,7 +281,7 @@ def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = N
     for s in range(layout.pp):
         mem = stage_memory(
             model, shape, profile, layout.stage_layers(s), s == 0, s == layout.pp - 1,
-            layout.batch, wl.context, prefill_tokens,
+            layout.batch, wl.context, prefill_tokens, extra_slots=problem.redundant_slots,
         )
         reports.append(
             MemoryReport(
@@ -277,8 +358,8 @@ def best_throughput(problem: Problem, layout: Layout, profile: Profile | None = 
 
 
 def _mean_load_factor(layout: Layout) -> float:
-    """The cost tables price one MoE layer kind; a per-layer profile enters through its mean
-    max/mean ratio (the placement issue refines this per layer)."""
+    """The mean of the per-layer factors. ``evaluate`` no longer uses it (it prices each MoE layer at
+    its own factor, ``LoadedLayers``); kept for callers that price one MoE layer kind."""
     if not layout.moe_load_factor:
         return 1.0
     return sum(layout.moe_load_factor) / len(layout.moe_load_factor)
