@@ -7,6 +7,7 @@ from typing import Any
 
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
+from shardplan.rules.experts import PLACEMENT_RULES
 from shardplan.rules.parallel import (
     ExpertParallelWidth,
     ExpertsPerRank,
@@ -43,14 +44,18 @@ CATALOG: tuple[Rule, ...] = (
 
 SWITCHES = {rule.switch: rule.id for rule in CATALOG if rule.switch}
 
+# Rules on the expert placement (EXP-*) only check plans: the placement is decided after the layout,
+# so they have no CP-SAT constraint (nor a solver trio) and are kept apart from the rules the solver posts.
+ALL_RULES: tuple[Rule, ...] = CATALOG + PLACEMENT_RULES
+
 
 def get_rule(rule_id: str) -> Rule:
-    for rule in CATALOG:
+    for rule in ALL_RULES:
         if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
             return rule
     from shardplan.models.errors import SpecError
 
-    raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in CATALOG)}")
+    raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in ALL_RULES)}")
 
 
 def rules_for(problem: Any) -> list[Rule]:
@@ -61,7 +66,7 @@ def rules_for(problem: Any) -> list[Rule]:
 def check_plan(plan: Any) -> list[Diagnostic]:
     """Every diagnostic of every catalog rule and pin (advisory ones as warnings)."""
     out = []
-    for rule in (*CATALOG, *pins_of(plan.problem)):
+    for rule in (*ALL_RULES, *pins_of(plan.problem)):
         out.extend(rule.check(plan))
     return out
 
@@ -74,4 +79,4 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
     return sorted(set(allow) - set(SWITCHES))
 
 
-__all__ = ["CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]
+__all__ = ["ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]

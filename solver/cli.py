@@ -98,17 +98,25 @@ def hardware(as_json: bool) -> None:
         cli_views.print_gpus(rows)
 
 
+experts_out_option = click.option(
+    "--experts-out", type=click.Path(dir_okay=False), default=None,
+    help="write the expert placement (per MoE layer, physical slot -> logical expert) as JSON",
+)
+
+
 @cli.command()
 @problem_options
-def evaluate(as_json: bool, **kw: Any) -> None:
+@experts_out_option
+def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
-    from shardplan.solver.cost.evaluate import evaluate as run_evaluate
     from shardplan.solver.output import plan_dict
+    from shardplan.solver.placement.plan import place_and_price, write_experts
 
     problem = build_problem(problem_args(kw))
-    layout = layout_from_pins(problem)
-    prediction = run_evaluate(problem, layout)
-    data = plan_dict(problem, layout, prediction, status="evaluated")
+    layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
+    if experts_out:
+        write_experts(experts_out, experts)
+    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts)
     if as_json:
         emit_json(data)
     else:
@@ -147,7 +155,8 @@ def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops:
 @click.option("--time-limit", type=float, default=None, help="seconds; the best plan found is returned as 'feasible'")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False), help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
-def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, **kw: Any) -> None:
+@experts_out_option
+def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
@@ -163,8 +172,12 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         from shardplan.solver.export import write_dag
 
         write_dag(plan, dag_path, detail)
+    if experts_out:
+        from shardplan.solver.placement.plan import write_experts
+
+        write_experts(experts_out, plan.experts)
     data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
-                     extra={"objective_value": plan.objective_value})
+                     experts=plan.experts, extra={"objective_value": plan.objective_value})
     if as_json:
         emit_json(data)
     else:

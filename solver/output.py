@@ -35,6 +35,14 @@ def memory_dict(m: MemoryReport) -> dict[str, float]:
     }
 
 
+def experts_dict(experts: Any) -> Optional[dict[str, Any]]:
+    """The plan's expert placement in compact form (``PlanPlacement.summary``): per stage its MoE
+    layers, slots per GPU, max/mean load and lower bound per layer, status. None without one."""
+    if experts is None or isinstance(experts, dict):
+        return experts
+    return experts.summary()
+
+
 def plan_dict(
     problem: Problem,
     layout: Layout,
@@ -59,7 +67,7 @@ def plan_dict(
             {"index": s, "layers": list(layout.stages[s]), "gpus": list(layout.stage_gpus(0, s))}
             for s in range(layout.pp)
         ],
-        "experts": experts,
+        "experts": experts_dict(experts),
         "metrics": {
             "ttft_ms": _r(m.ttft_ms),
             "tpot_ms": _r(m.tpot_ms),
