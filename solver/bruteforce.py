@@ -135,7 +135,7 @@ class Oracle:
         return front.get(L, [])
 
     def evaluate_combo(self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int) -> Candidate:
-        t, e, wl = self.t, self.t.time[(o, opt)], self.problem.workload
+        t, e = self.t, self.t.time[(o, opt)]
         L_k = {k: t.layers_of(k) for k in t.kinds}
         sends_d = sum(e.send_decode[: S - 1])
         sends_p = sum(e.send_prefill[: S - 1])

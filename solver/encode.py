@@ -29,10 +29,11 @@ class Encoding:
         self.space = space = tables.space
         self.problem = problem = tables.problem
         self.cp = cp = cp_model.CpModel()
-        self.num_layers = L = problem.model.num_layers
+        self.num_layers = problem.model.num_layers
         self.num_gpus = N = space.num_gpus
         self.max_stages = Smax = space.max_stages
         self.kinds = tables.kinds
+        self._cache: dict = {}  # helper variables created on first use, keyed by what they stand for
         # Stage times live in [0, hi], rounds and sums in [0, round_hi]: sized from the tables,
         # so products and objectives stay in 64 bits.
         self.hi = tables.time_bound_ns()
@@ -219,12 +220,6 @@ class Encoding:
             self._cache[key] = lit
         return self._cache[key]
 
-    @property
-    def _cache(self) -> dict:
-        if not hasattr(self, "_cache_store"):
-            self._cache_store = {}
-        return self._cache_store
-
     def shapes_where(self, predicate) -> list:
         """Literals of the shapes for which ``predicate(shape)`` holds."""
         return [lit for o, lit in self.shape.items() if predicate(o)]
@@ -236,7 +231,7 @@ class Encoding:
 
     def stage_memory(self, s: int, o: Shape):
         """Bytes on one GPU of slot s if the shape is o (a linear expression)."""
-        t, m = self.tables, self.tables.memory[o]
+        m = self.tables.memory[o]
         expr = sum(self.count[s][k] * m.weights[k] for k in self.kinds)
         if self.space.decides_batch:
             expr += sum(self._held(s, k) * m.kv_per_seq[k] for k in self.kinds)

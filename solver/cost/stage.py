@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardplan.hardware import ClusterSpec, Tier, tier_of
-from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.spec import AttentionKind
 from shardplan.rules.layout import Layout
