@@ -1,0 +1,17 @@
+"""Five runs of the same ``solve --json`` print identical bytes apart from the timing field."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+
+def test_solve_json_is_byte_identical_across_runs():
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--model", "mixtral-8x7b", "--cluster", "8xH100",
+           "--objective", "throughput", "--json"]
+    outputs = set()
+    for _ in range(5):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        outputs.add(re.sub(r'"solve_time_s": [0-9.]+', '"solve_time_s": T', out))
+    assert len(outputs) == 1
