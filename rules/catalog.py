@@ -80,3 +80,21 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
 
 
 __all__ = ["ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]
+
+
+# Rules on the shape of an execution DAG (DAG-*): solver/dag_check.py runs them on DAGs; they are never
+# posted nor run on plans, so they stay out of CATALOG. `shardplan rules` lists both.
+from shardplan.rules.dag_rules import DAG_RULES  # noqa: E402
+
+LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES)
+
+
+def find_rule(rule_id: str) -> Rule:
+    """A rule of CATALOG or DAG_RULES by ID or name."""
+    for rule in DAG_RULES:
+        if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
+            return rule
+    return get_rule(rule_id)
+
+
+__all__ += ["DAG_RULES", "LISTED_RULES", "find_rule"]

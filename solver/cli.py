@@ -225,14 +225,19 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def rules(rule_id: str | None, as_json: bool) -> None:
     """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
-    from shardplan.rules.catalog import CATALOG, get_rule
+    from shardplan.rules.catalog import LISTED_RULES, find_rule
 
-    selected = [get_rule(rule_id)] if rule_id else list(CATALOG)
+    selected = [find_rule(rule_id)] if rule_id else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
         emit_json(data if rule_id is None else data[0])
     else:
         cli_views.print_rules(data, detailed=rule_id is not None)
+
+
+from shardplan.solver.dag_cli import validate  # noqa: E402 - `shardplan validate FILE.json` (solver/dag_cli.py)
+
+cli.add_command(validate)
 
 
 def main(argv: list[str] | None = None) -> None:
