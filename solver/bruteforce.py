@@ -220,7 +220,7 @@ class Oracle:
     def incumbent(self, refine: int = 3) -> Optional[Candidate]:
         """A good plan quickly, to seed the solver: every combination with even stages, then the
         ``refine`` best of them with their exact best boundaries."""
-        ranked = self._ranked(exact=False)
+        ranked = self._ranked(exact=False, largest_batch_only=True)
         best = ranked[0][0] if ranked else None
         for _, (o, opt, S, dp) in ranked[:refine]:
             split = self._best_split(o, opt, S, True, True)
@@ -230,8 +230,10 @@ class Oracle:
                         best = cand
         return best
 
-    def _ranked(self, exact: bool) -> list:
-        """(candidate, (shape, option, stages, dp)) for every feasible combination, best first."""
+    def _ranked(self, exact: bool, largest_batch_only: bool = False) -> list:
+        """(candidate, (shape, option, stages, dp)) for every feasible combination, best first.
+        ``largest_batch_only`` (a heuristic for seeding) keeps, per shape and stage count, only
+        the largest batch that fits: throughput nearly always grows with the batch."""
         throughput = self.problem.objective is Objective.THROUGHPUT
         found = []
         for o in self.shapes():
@@ -240,10 +242,15 @@ class Oracle:
                 if not dps:
                     continue
                 dp = dps[-1] if throughput else dps[0]
-                for opt in self.options(o, S):
+                options = list(self.options(o, S))
+                if largest_batch_only:
+                    options.reverse()
+                for opt in options:
                     split = self._best_split(o, opt, S, True, exact)
                     if split is not None:
                         found.extend((cand, (o, opt, S, dp)) for cand in self._with_dp(split, dp))
+                        if largest_batch_only:
+                            break
         objective = self.problem.objective
 
         def order(x, y) -> int:  # exact: throughput ratios compared by cross-multiplication
