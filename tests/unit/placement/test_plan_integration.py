@@ -11,8 +11,10 @@ import pytest
 
 from shardplan.models.derived import layer_bytes
 from shardplan.models.errors import InfeasibleError, SpecError
+from shardplan.models.load_profile import zipf_profile
 from shardplan.rules.catalog import ALL_RULES, CATALOG, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 from shardplan.solver.cli import main
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.inputs import layout_from_pins
@@ -291,3 +293,15 @@ def test_a_good_csv_profile_is_used(tmp_path):
     p = problem(model="qwen3-30b-a3b", cluster="8xH100", load_profile=str(csv), attn_dp=4)
     experts = place_for_layout(p, layout_from_pins(p))
     assert experts.routing == str(csv) and experts.profile.layer_loads(3)[:3] == (1.0, 2.0, 3.0)
+
+
+def test_problem_rejects_a_profile_that_does_not_fit_its_model():
+    # Built directly, pydantic wraps our SpecError in a ValidationError (a ValueError) with its text.
+    p = dict(problem(model="qwen3-30b-a3b", cluster="8xH100"))
+    with pytest.raises(ValueError, match="load-profile: 64 experts per layer; the model has 128"):
+        Problem(**{**p, "expert_load": zipf_profile(64, range(48), 1.0, 64.0)})
+    with pytest.raises(ValueError, match="load-profile: missing layer 47"):
+        Problem(**{**p, "expert_load": zipf_profile(128, range(47), 1.0, 128.0)})
+    dense = dict(problem(model="llama-3.1-8b", cluster="4xH100"))
+    with pytest.raises(ValueError, match="redundant-slots: .* has no MoE layers"):
+        Problem(**{**dense, "redundant_slots": 1})
