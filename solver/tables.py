@@ -134,7 +134,8 @@ def _memory_entry(problem, profile, stage, kinds, kind_of_layer) -> MemoryEntry:
     model, wl = problem.model, problem.workload
     representative = {k: kind_of_layer.index(k) for k in kinds}
     return MemoryEntry(
-        weights={k: math.ceil(layer_weight_bytes(model, i, stage)) for k, i in representative.items()},
+        # Redundant expert slots are memory the search must price, as evaluate() does.
+        weights={k: math.ceil(layer_weight_bytes(model, i, stage, problem.redundant_slots)) for k, i in representative.items()},
         kv_per_seq={k: math.ceil(layer_kv_bytes(model, i, stage, stage.attn_dp, wl.context)) for k, i in representative.items()},
         first=math.ceil(end_weight_bytes(model, stage, first=True, last=False)),
         last=math.ceil(end_weight_bytes(model, stage, first=False, last=True)),
