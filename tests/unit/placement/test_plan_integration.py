@@ -10,7 +10,7 @@ import math
 import pytest
 
 from shardplan.models.derived import layer_bytes
-from shardplan.models.errors import InfeasibleError, SpecError
+from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import zipf_profile
 from shardplan.rules.catalog import ALL_RULES, CATALOG, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
@@ -20,7 +20,7 @@ from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.inputs import layout_from_pins
 from shardplan.solver.placement import greedy_placement, place_experts
 from shardplan.solver.placement.plan import place_and_price, place_for_layout
-from shardplan.solver.placement.result import ExpertPlacement, LayerPlacement
+from shardplan.solver.placement.result import LayerPlacement
 from shardplan.solver.solve import solve
 from tests.factory import problem
 
@@ -120,15 +120,16 @@ def test_a_dense_plan_has_no_placement():
     assert plan.experts is None and plan.layout.moe_load_factor is None
 
 
-def test_a_limit_broken_only_by_the_placement_is_reported_not_crashed():
-    # The search sizes memory without redundant slots: a cap that the chosen layout just meets
-    # cannot hold 8 extra expert slots per GPU. That is said, naming the rule, as an infeasibility.
+def test_redundant_slots_are_priced_by_the_search():
+    # The search prices the redundant slots' memory: under a cap the one-stage layout just meets
+    # without them, 8 extra expert slots per GPU send it to a layout where they fit.
     base = problem(model="qwen3-30b-a3b", cluster="8xH100")
-    need = max(m.total_gib for m in solve(base).prediction.memory)
-    with pytest.raises(InfeasibleError) as err:
-        solve(problem(model="qwen3-30b-a3b", cluster="8xH100", mem_cap_gib=need + 0.01, redundant_slots=8))
-    assert [rule for rule, _ in err.value.conflicts] == ["MEM-001"]
-    assert "redundant expert slot" in str(err.value)
+    first = solve(base)
+    need = max(m.total_gib for m in first.prediction.memory)
+    cap = need + 0.01
+    plan = solve(problem(model="qwen3-30b-a3b", cluster="8xH100", mem_cap_gib=cap, redundant_slots=8))
+    assert max(m.total_gib for m in plan.prediction.memory) <= cap
+    assert (plan.layout.stages, plan.layout.num_gpus) != (first.layout.stages, first.layout.num_gpus)
 
 
 # --- the rules ---------------------------------------------------------------------------------------
