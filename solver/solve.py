@@ -326,18 +326,14 @@ def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: f
 
 
 def _reject(problem: Problem, layout: Layout, violations: list, placed: bool) -> None:
-    """A plan that breaks a check: a bug, unless only the placement priced in (its imbalance, its
-    redundant slots' memory) broke a limit the uniform-routing search kept — then the user hears so."""
-    searched = problem.model_copy(update={"redundant_slots": 0})  # what the layout search priced
-    bare = Plan(problem=searched, layout=layout, prediction=evaluate(searched, layout), status="evaluated")
+    """A plan that breaks a check: a bug, unless only the placement's imbalance, priced in after the
+    uniform-routing search, broke a limit the search kept (a TPOT or TTFT limit) — then the user hears so."""
+    bare = Plan(problem=problem, layout=layout, prediction=evaluate(problem, layout), status="evaluated")
     if not placed or any(d.rule.startswith("EXP-") for d in violations) or errors_of(check_plan(bare)):
         # the encoding and the checks disagree: a bug, never a user error
         raise AssertionError("solver returned a plan that breaks " + "; ".join(map(str, violations)))
-    what = "the expert placement's imbalance"
-    if problem.redundant_slots:
-        what += f" and {problem.redundant_slots} redundant expert slot(s) per GPU"
     note = (
-        f"once {what} are priced in (the layout search plans at uniform routing without redundant slots, "
-        "so another layout may still hold: pin one with --dp/--pp/--tp/--attn-dp, or relax the input)"
+        "once the expert placement's imbalance is priced in (the layout search plans at uniform routing, "
+        "so another layout may still hold: pin one with --dp/--pp/--tp/--attn-dp, or relax the limit)"
     )
     raise InfeasibleError([(d.rule, f"{d.message} {note}") for d in violations])
