@@ -503,7 +503,7 @@ def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[str, Pha
             "dp": lay.dp, "tp": lay.tp, "sp": lay.sp, "attn_dp": lay.attn_dp, "expert_tp": lay.expert_tp,
             "stages": [list(s) for s in lay.stages], "batch": lay.batch,
         },
-        "degrees": lay.degrees(),
+        "degrees": {**lay.degrees(), **({} if model.is_moe else {"ep": 1})},
         "num_layers": model.num_layers,
         "moe_layers": list(model.moe.layers) if model.moe else [],
         "num_experts": model.moe.num_experts if model.moe else 0,

@@ -96,7 +96,7 @@ def test_round_node_carries_the_busiest_stage_when_microbatches_fill_the_pipelin
     st = plan.prediction.stages[b]
     assert rnd["est_us"] == pytest.approx(plan.prediction.microbatches * (st.decode_ms + st.send_decode_ms) * 1e3)
     us, path = critical_path(dag, "decode")
-    assert us == pytest.approx(plan.prediction.metrics.tpot_ms * 1e3, rel=1e-6)
+    assert us == pytest.approx(plan.prediction.metrics.tpot_ms * 1e3, rel=1e-5)
 
 
 def test_moe_layer_has_router_dispatch_one_expert_per_gpu_and_combine() -> None:

@@ -58,8 +58,8 @@ def test_fixable_mutation_is_repaired(m: Mutation, plan: str, detail: str) -> No
     assert changes and remaining == [], [str(d) for d in remaining[:5]]
     assert check_dag(broken) != []  # the input is left as it was
     metrics = SMALL[plan]().prediction.metrics
-    assert critical_path_us(fixed, "decode") == pytest.approx(metrics.tpot_ms * 1e3, rel=1e-6)
-    assert critical_path_us(fixed, "prefill") == pytest.approx(metrics.ttft_ms * 1e3, rel=1e-6)
+    assert critical_path_us(fixed, "decode") == pytest.approx(metrics.tpot_ms * 1e3, rel=1e-5)
+    assert critical_path_us(fixed, "prefill") == pytest.approx(metrics.ttft_ms * 1e3, rel=1e-5)
 
 
 @pytest.mark.parametrize("m,plan,detail", [c for c in CASES if not c[0].fixable],
