@@ -10,7 +10,7 @@ import math
 import pytest
 
 from shardplan.models.derived import layer_bytes
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import InfeasibleError, SpecError
 from shardplan.models.load_profile import zipf_profile
 from shardplan.rules.catalog import ALL_RULES, CATALOG, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
@@ -130,6 +130,18 @@ def test_redundant_slots_are_priced_by_the_search():
     plan = solve(problem(model="qwen3-30b-a3b", cluster="8xH100", mem_cap_gib=cap, redundant_slots=8))
     assert max(m.total_gib for m in plan.prediction.memory) <= cap
     assert (plan.layout.stages, plan.layout.num_gpus) != (first.layout.stages, first.layout.num_gpus)
+
+
+def test_a_limit_broken_only_by_the_imbalance_is_reported_not_crashed():
+    # The search prices MoE at uniform routing: this pinned layout keeps a 130 ms TPOT there
+    # (126.8 ms), and Zipf(1.0) routing without a spare slot costs 2.77 x the mean on the hottest rank.
+    # The user hears which limit broke and why, as an infeasibility naming the rule.
+    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, tpot_ms=130.0)
+    assert solve(problem(**kw)).prediction.metrics.tpot_ms < 130.0
+    with pytest.raises(InfeasibleError) as err:
+        solve(problem(**kw, zipf=1.0))
+    assert [rule for rule, _ in err.value.conflicts] == ["SLA-002"]
+    assert "imbalance is priced in" in str(err.value)
 
 
 # --- the rules ---------------------------------------------------------------------------------------
