@@ -8,6 +8,7 @@ rounded up: a plan the tables accept fits in ``evaluate()`` as well.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 from shardplan.rules.problem import Problem
@@ -109,7 +110,8 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
             chunk = prefill_chunk(problem, profile, option.micro)
             dec_step = Step(Phase.DECODE, option.micro, 1, decode_context(problem))
             pre_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
-            dec, pre = phase_table(ctx, dec_step, kinds), phase_table(ctx, pre_step, kinds)
+            load = uniform_load_factor(problem, shape)
+            dec, pre = phase_table(ctx, dec_step, kinds, load), phase_table(ctx, pre_step, kinds, load)
             sends_d, sends_p = [], []
             for s in range(space.max_stages - 1):
                 src, dst = s * shape.gpus, (s + 1) * shape.gpus
@@ -128,6 +130,28 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
                 activation_bytes(model, stage, profile, 0, chunk * wl.isl)
             )
     return tables
+
+
+def uniform_load_factor(problem: Problem, shape: Shape) -> float:
+    """The most-loaded GPU over the mean in a MoE layer under uniform routing, exactly as the plan's
+    expert placement will price it for this ep (the same placement routine on one layer; the
+    ceil(E / ep) slots per rank may hold replicas that even it out). With a routing profile the
+    search prices uniform routing, and the placement, decided for the chosen layout, adds its
+    imbalance to the reported metrics."""
+    moe = problem.model.moe
+    if moe is None or problem.expert_load is not None:
+        return 1.0
+    return _uniform_factor(moe.num_experts, moe.layers[0], shape.ep, problem.redundant_slots)
+
+
+@lru_cache(maxsize=None)
+def _uniform_factor(experts: int, layer: int, ep: int, redundant: int) -> float:
+    from shardplan.models.load_profile import uniform_profile
+    from shardplan.solver.placement.plan import best_placement
+
+    profile = uniform_profile(experts, (layer,), float(experts))
+    placed = best_placement(profile, ep, math.ceil(experts / ep) + redundant)
+    return max(1.0, placed.imbalance(profile, layer))
 
 
 def _memory_entry(problem, profile, stage, kinds, kind_of_layer) -> MemoryEntry:
