@@ -564,6 +564,12 @@ class TpRejoins(DagRule):
     def violations(self, view):
         for n, d in view.data.items():
             kind = d.get("kind")
+            if kind in COLLECTIVE or (kind == "Expert" and not is_sharded(d)):
+                # partial joins (sequence exchange, expert all-reduce) and whole experts name the
+                # collective that completes them
+                if isinstance(d.get("rejoin"), str) and d["rejoin"] not in view.succ(n):
+                    yield self.at(n, f"partial result does not reach {d['rejoin']}, the collective that completes it")
+                continue
             if kind in STATE or kind in COLLECTIVE or kind in CONTROL or not is_sharded(d):
                 continue
             outs = list(view.succ(n))

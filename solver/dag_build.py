@@ -366,6 +366,7 @@ class _Builder:
                 self.edge(nid, rejoin)
         if ar:
             for sp_node in sp_nodes.values():
+                self.g.nodes[sp_node].update(rejoin=ar, rejoin_op="attn.allreduce")
                 self.edge(sp_node, ar)
             return [ar]
         return list(sp_nodes.values()) or [nid for nid, _, _ in shards]
@@ -432,7 +433,8 @@ class _Builder:
         ear_logical = None
         if "moe.expert_allreduce" in ops and not self.expanded:
             ear_logical = self.node(f"{L}.expert.ar", "AllReduce", stage, ops["moe.expert_allreduce"],
-                                    op="moe.expert_allreduce", group_size=etp, **base)
+                                    op="moe.expert_allreduce", group_size=etp, rejoin=combine, rejoin_op="moe.combine",
+                                    **base)
             self.edge(ear_logical, combine)
         hosting = self.hosting(layer)
         # The most-loaded EP rank takes the cost model's expert time; the others their share of it:
@@ -448,7 +450,8 @@ class _Builder:
             ear = ear_logical
             if "moe.expert_allreduce" in ops and self.expanded:
                 ear = self.node(f"{L}.expert.ar.e{k}", "AllReduce", ranks_k, ops["moe.expert_allreduce"],
-                                op="moe.expert_allreduce", group_size=etp, ep_rank=k, **base)
+                                op="moe.expert_allreduce", group_size=etp, ep_rank=k, rejoin=combine,
+                                rejoin_op="moe.combine", **base)
                 self.edge(ear, combine)
             if self.expanded:
                 nodes = [(f"{L}.expert.e{k}" + (f".t{t}" if etp > 1 else ""), (gpu,), {"tp_rank": t} if etp > 1 else {})
@@ -458,7 +461,7 @@ class _Builder:
             for nid, ranks, attrs in nodes:
                 joins = ear or combine
                 self.node(nid, "Expert", ranks, est, op="moe.experts", ep_rank=k, experts=hosting[k], **base, **attrs,
-                          **({"rejoin": joins, "rejoin_op": "moe.expert_allreduce" if ear else "moe.combine"} if joins and etp > 1 else {}))
+                          **({"rejoin": joins, "rejoin_op": "moe.expert_allreduce" if ear else "moe.combine"} if joins else {}))
                 if dispatch:
                     self.edge(dispatch, nid)
                 else:

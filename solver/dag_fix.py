@@ -80,7 +80,9 @@ def _fix_collectives(g: Any) -> list[Change]:
     out: list[Change] = []
     siblings: dict[str, list] = defaultdict(list)  # siblings[collective id]: shards it rejoins
     for n, d in view.data.items():
-        if d.get("kind") in COLLECTIVE | STATE | CONTROL or not is_sharded(d) or not isinstance(d.get("rejoin"), str):
+        if not isinstance(d.get("rejoin"), str) or d.get("kind") in STATE | CONTROL:
+            continue
+        if d.get("kind") not in COLLECTIVE and d.get("kind") != "Expert" and not is_sharded(d):
             continue
         siblings[d["rejoin"]].append(n)
     for coll, shards in siblings.items():
@@ -101,10 +103,12 @@ def _fix_collectives(g: Any) -> list[Change]:
 
 
 def _stray(g: Any, n: Any) -> list:
-    """Data successors of a shard that are neither a collective nor its KV cache update."""
+    """Data successors of a node that lost its collective: where its collective's output went
+    (anything but its KV cache update and the collective it names)."""
+    named = g.nodes[n].get("rejoin")
     return [
         v for v, e in g.succ[n].items()
-        if e.get("kind") != "sync" and g.nodes[v].get("kind") not in COLLECTIVE and g.nodes[v].get("kind") != "KVCacheUpdate"
+        if e.get("kind") != "sync" and g.nodes[v].get("kind") != "KVCacheUpdate" and v != named
     ]
 
 
@@ -127,13 +131,15 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Optional[Change
     if len(groups) == 1 and None not in groups:
         attrs["group"] = groups.pop()
     g.add_node(coll, kind=kind, ranks=ranks, est_us=est, op=op, group_size=len(ranks), repaired=True, **attrs)
+    kinds = {}
     for n in shards:
         for v in targets:
             if g.has_edge(n, v):
+                kinds.setdefault(v, g.edges[n, v].get("kind", "data"))
                 g.remove_edge(n, v)
         g.add_edge(n, coll, kind="data")
     for v in targets:
-        g.add_edge(coll, v, kind="data")
+        g.add_edge(coll, v, kind=kinds.get(v, "data"))
     return Change("DAG-010", f"inserted the missing {kind} {coll} ({op}) after {len(shards)} shards", (coll, *shards))
 
 

@@ -320,5 +320,5 @@ MUTATIONS = [
     Mutation("tp-inside-expert", "DAG-023", tp_inside_expert, moe_only=True),
     Mutation("experts-rejoin-early", "DAG-026", experts_rejoin_early, moe_only=True),
     Mutation("dispatch-removed", "DAG-027", dispatch_removed, moe_only=True),
-    Mutation("combine-removed", "DAG-027", combine_removed, moe_only=True),
+    Mutation("combine-removed", "DAG-027", combine_removed, fixable=True, moe_only=True),
 ]
