@@ -46,6 +46,7 @@ MOE_KINDS = frozenset({"Router", "Expert", "SharedExpert"})
 SP_KINDS = frozenset({"Attention", "KVCache", "KVCacheUpdate"})
 
 MAX_PER_RULE = 25  # diagnostics a rule reports before summarising the rest
+MAX_EXPERTS = 1_000_000  # a sanity bound on a file's expert count
 
 
 # --- reading a graph ---------------------------------------------------------------------------
@@ -59,13 +60,25 @@ def graph_schema_problems(dag: Any) -> list[str]:
         out.append(f"graph attribute schema is {g.get('schema')!r}, expected {SCHEMA!r}")
     if g.get("detail") not in DETAILS:
         out.append(f"graph attribute detail is {g.get('detail')!r}, expected one of {', '.join(DETAILS)}")
-    if _layout_from(g) is None:
+    layout = _layout_from(g)
+    if layout is None:
         out.append("graph attribute layout is missing or not a valid layout")
     for key in ("num_gpus", "num_layers", "num_experts"):
-        if not isinstance(g.get(key), int) or isinstance(g.get(key), bool):
-            out.append(f"graph attribute {key} is missing or not an integer")
-    if not isinstance(g.get("moe_layers"), (list, tuple)):
-        out.append("graph attribute moe_layers is missing or not a list")
+        if not _is_int(g.get(key)) or g[key] < 0:
+            out.append(f"graph attribute {key} is missing or not an integer >= 0")
+    if out:
+        return out
+    if g["num_layers"] != layout.num_layers:
+        out.append(f"graph attribute num_layers is {g['num_layers']}; the layout's stages hold {layout.num_layers}")
+    if g["num_gpus"] != layout.num_gpus:
+        out.append(f"graph attribute num_gpus is {g['num_gpus']}; the layout uses {layout.num_gpus}")
+    if g["num_experts"] > MAX_EXPERTS:
+        out.append(f"graph attribute num_experts is {g['num_experts']}, more than {MAX_EXPERTS:,}")
+    moe = g.get("moe_layers")
+    if not _ints(moe) or any(not 0 <= x < layout.num_layers for x in moe):
+        out.append("graph attribute moe_layers is missing or not a list of the model's layer indices")
+    if not isinstance(g.get("allow", []), (list, tuple)):
+        out.append("graph attribute allow is not a list of policy switches")
     return out
 
 
@@ -86,7 +99,30 @@ def is_sharded(d: dict) -> bool:
 
 
 def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+    return value if _is_int(value) else default
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)
+
+
+# TYPED[attribute]: what a well-formed value is; rules read only well-formed scope attributes.
+TYPED = {
+    "kind": lambda v: isinstance(v, str),
+    "phase": lambda v: isinstance(v, str),
+    "rejoin": lambda v: isinstance(v, str),
+    "experts": _ints,
+    **{k: _is_int for k in ("replica", "stage", "layer", "group", "tp_rank", "sp_rank", "ep_rank", "tp", "sp",
+                           "multiplicity", "new_tokens", "to_stage")},
+}
+
+
+def ok_type(key: str, value: Any) -> bool:
+    return TYPED[key](value)
 
 
 class DagView:
@@ -97,8 +133,9 @@ class DagView:
         self.graph = dag.graph
         self.problems = graph_schema_problems(dag)
         self.layout = _layout_from(self.graph)
-        self.allow = frozenset(self.graph.get("allow") or ())
-        self.moe_layers = frozenset(x for x in (self.graph.get("moe_layers") or ()) if isinstance(x, int))
+        allow, moe = self.graph.get("allow"), self.graph.get("moe_layers")
+        self.allow = frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
+        self.moe_layers = frozenset(x for x in moe if _is_int(x)) if isinstance(moe, (list, tuple)) else frozenset()
         self.num_layers = _int(self.graph.get("num_layers"), 0)
         self.num_experts = _int(self.graph.get("num_experts"), 0)
         self.num_gpus = _int(self.graph.get("num_gpus"), 0)
@@ -110,7 +147,13 @@ class DagView:
     # --- indexes ---------------------------------------------------------------------------
     @cached_property
     def data(self) -> dict:
-        return dict(getattr(self.dag, "_node", None) or self.dag.nodes(data=True))
+        """Node attributes with every scope attribute of the wrong type left out (the schema rule
+        reports those from the raw attributes), so that no rule trips over a malformed file."""
+        raw = dict(getattr(self.dag, "_node", None) or self.dag.nodes(data=True))
+        for n, d in raw.items():
+            if any(k in d and not ok(d[k]) for k, ok in TYPED.items()):
+                raw[n] = {k: v for k, v in d.items() if k not in TYPED or ok_type(k, v)}
+        return raw
 
     @cached_property
     def kinds(self) -> dict:
@@ -126,8 +169,8 @@ class DagView:
 
     @cached_property
     def edges(self) -> list[tuple[Any, Any, Any]]:
-        """(u, v, edge kind) of every edge."""
-        return [(u, v, e.get("kind")) for u, v, e in self.dag.edges(data=True)]
+        """(u, v, edge kind) of every edge; a kind that is not a string reads as None."""
+        return [(u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)]
 
     def kind(self, n: Any) -> Any:
         return self.kinds[n]
@@ -913,6 +956,10 @@ class Schema(DagRule):
     def violations(self, view):
         for problem in view.problems:
             yield self.at(None, problem)
+        for n, d in view.dag.nodes(data=True):
+            for key, ok in TYPED.items():
+                if key in d and not ok(d[key]):
+                    yield self.at(n, f"{key} is {d[key]!r}, not a well-formed value")
         for n, d in view.data.items():
             kind = d.get("kind")
             if kind not in KINDS:

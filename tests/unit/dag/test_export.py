@@ -153,3 +153,28 @@ def test_validate_exit_2_for_a_missing_file_or_bad_options(tmp_path: Path, capsy
     path = write(tmp_path, "ok.json", build_dag(small_dense()))
     assert run(capsys, "validate", path, "--fix")[0] == 2
     assert run(capsys, "validate", path, "--fix", "--out", str(tmp_path / "x.png"))[0] == 2
+
+
+def test_malformed_attributes_are_reported_never_raised() -> None:
+    """Attributes of any type in a file (as anyone may write one) give diagnostics, not exceptions."""
+    import random
+
+    from shardplan.solver.dag import fix_dag
+
+    rng = random.Random(7)
+    values = [None, "x", -1, 3.5, [], [1, "a"], {"a": 1}, True, 10**9, 0]
+    keys = ["kind", "ranks", "est_us", "replica", "phase", "stage", "layer", "tp", "sp", "tp_rank", "group", "experts",
+            "ep_rank", "rejoin", "multiplicity", "new_tokens"]
+    base = build_dag(small_moe(), "expanded")
+    nodes, edges = list(base.nodes), list(base.edges)
+    for _ in range(60):
+        g = base.copy()
+        for _ in range(rng.randint(1, 3)):
+            g.nodes[rng.choice(nodes)][rng.choice(keys)] = rng.choice(values)
+        u, v = rng.choice(edges)
+        g.edges[u, v]["kind"] = rng.choice(values + ["data"])
+        if rng.random() < 0.3:
+            g.graph[rng.choice(["layout", "num_gpus", "moe_layers", "num_layers", "allow", "num_experts"])] = rng.choice(values)
+        found = check_dag(g)
+        fix_dag(g)
+        assert all(d.rule.startswith("DAG-") for d in found)
