@@ -238,6 +238,7 @@ class _Builder:
                 self.edge(prev, rnd, "sync")
                 self.edge(rnd, token, "sync")
         ctx = _Branch(P, r, phase, costs, token, prev)
+        send = ""  # the previous stage's SendRecv
         for s in range(lay.pp):
             sid = self.node(f"{P}.s{s}", "Stage", self.stage_ranks(r, s), replica=r, phase=phase, stage=s,
                             layers=tuple(lay.stages[s]))
@@ -248,7 +249,7 @@ class _Builder:
                 self.edge(sid, emb)
                 frontier = {g: [emb] for g, _ in self.groups(r, s)}
             else:
-                self.edge(send, sid, "pipeline")  # noqa: F821 - set on the previous stage
+                self.edge(send, sid, "pipeline")
                 frontier = {g: [sid] for g, _ in self.groups(r, s)}
             for layer in lay.stage_layers(s):
                 frontier = self.layer(ctx, s, layer, frontier)
