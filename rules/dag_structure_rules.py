@@ -334,13 +334,7 @@ class PipelineEdges(DagRule):
             return
         pp = view.layout.pp
         for (r, phase), nodes in view.branches.items():
-            stages: dict[Any, list] = defaultdict(list)
-            sends: dict[Any, list] = defaultdict(list)
-            for n in nodes:
-                if view.kind(n) == "Stage":
-                    stages[view.stage(n)].append(n)
-                elif view.kind(n) == "SendRecv":
-                    sends[view.stage(n)].append(n)
+            stages, sends = view.stages_and_sends(nodes)
             where = f"replica {r} {phase}"
             for s in range(pp):
                 if not stages.get(s):

@@ -157,6 +157,17 @@ class DagView:
         """(u, v, edge kind) of every edge; a kind that is not a string reads as None."""
         return [(u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)]
 
+    def stages_and_sends(self, nodes: Iterable) -> tuple[dict, dict]:
+        """A branch's Stage nodes and its stage-to-stage SendRecv nodes, each by stage index."""
+        stages: dict[Any, list] = defaultdict(list)
+        sends: dict[Any, list] = defaultdict(list)
+        for n in nodes:
+            if self.kind(n) == "Stage":
+                stages[self.stage(n)].append(n)
+            elif self.kind(n) == "SendRecv":
+                sends[self.stage(n)].append(n)
+        return stages, sends
+
     def kind(self, n: Any) -> Any:
         return self.kinds[n]
 

@@ -229,13 +229,7 @@ def _fix_pipeline(g: Any) -> list[Change]:
     if lay is None or lay.pp == 1:
         return out
     for (r, phase), nodes in view.branches.items():
-        stage_node: dict[int, list] = defaultdict(list)
-        sends: dict[int, list] = defaultdict(list)
-        for n in nodes:
-            if view.kind(n) == "Stage":
-                stage_node[view.stage(n)].append(n)
-            elif view.kind(n) == "SendRecv":
-                sends[view.stage(n)].append(n)
+        stage_node, sends = view.stages_and_sends(nodes)
         for s in range(lay.pp - 1):
             nxt = stage_node.get(s + 1, [])
             exits = _stage_exits(g, view, nodes, s, lay.stages[s][1] - 1)
