@@ -156,7 +156,15 @@ def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops:
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False), help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
 @experts_out_option
-def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None, **kw: Any) -> None:
+@click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
+              help="print a ready-to-run launch command for this serving engine instead of the plan")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="write a self-contained HTML report of the plan")
+@click.option("--runner-up/--no-runner-up", default=None,
+              help="solve again without the winner's shape to say why it won (default: on, off with --json; "
+                   "costs about one more solve)")
+def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None,
+          emit_engine: str | None, report_path: str | None, runner_up: bool | None, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
@@ -166,6 +174,7 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
 
     if time_limit is not None and not time_limit > 0:
         raise SpecError("time-limit", f"must be > 0, got {time_limit}")
+    check_writable("report", report_path)
     problem = build_problem(problem_args(kw))
     plan = run_solve(problem, time_limit_s=time_limit)
     if dag_path:
@@ -178,10 +187,57 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         write_experts(experts_out, plan.experts)
     data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
                      experts=plan.experts, extra={"objective_value": plan.objective_value})
+    show_plan(plan, data, as_json, emit_engine, report_path,
+              runner_up if runner_up is not None else not (as_json or emit_engine))
+
+
+def show_plan(plan: Any, data: dict, as_json: bool, emit_engine: str | None, report_path: str | None,
+              with_runner_up: bool) -> None:
+    """The plan as the options ask: JSON, a launch command or the human view; and the HTML report."""
+    from shardplan.solver import report
+
+    findings = report.binding_constraints(plan)
+    runner, note = None, None
+    if with_runner_up:
+        # About one more solve; bounded so a large problem does not double its wait unboundedly.
+        budget = max(5.0, 3 * (plan.solve_time_s or 0.0))
+        runner = report.runner_up(plan, time_limit_s=budget)
+    else:
+        note = "runner-up not computed (--runner-up computes it)"
+    data = {**data, "binding": report.findings_dicts(findings)}
+    if runner is not None:
+        data["runner_up"] = runner.to_dict()
+    launch = None
+    if emit_engine:
+        from shardplan.solver.emit import emit
+
+        launch = emit(plan, emit_engine)
+        data["launch"] = {"engine": emit_engine, "version": launch.version, "notes": list(launch.notes),
+                          "files": dict(launch.files), "script": launch.script(),
+                          "commands": [{"label": l.label, "env": dict(l.env), "argv": list(l.argv)} for l in launch.launches]}
+    if report_path:
+        report.write_report(report_path, report.plan_report(plan, data, findings, runner, note))
     if as_json:
         emit_json(data)
+    elif launch is not None:
+        click.echo(launch.script(), nl=False)
     else:
-        cli_views.print_plan(data)
+        cli_views.print_plan(data, plan, findings, runner, note)
+    if report_path and not as_json and launch is None:
+        click.echo(f"wrote {report_path}")
+
+
+def check_writable(option: str, path: str | None) -> None:
+    """Fail before any work when ``path`` cannot be written: its directory must exist."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise SpecError(option, f"directory {folder} does not exist")
+    if os.path.isdir(path):
+        raise SpecError(option, f"{path} is a directory")
+    if not os.access(folder, os.W_OK):
+        raise SpecError(option, f"cannot write to {folder}")
 
 
 @cli.command(name="enumerate")
@@ -189,7 +245,10 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
 @click.option("--jsonl", is_flag=True, help="stream one JSON object per layout, then the frontier")
 @click.option("--limit", type=int, default=None, help="stop after this many layouts")
 @click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
-def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, **kw: Any) -> None:
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
+def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, report_path: str | None,
+                  **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones."""
@@ -198,6 +257,7 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
+    check_writable("report", report_path)
     problem = build_problem(problem_args(kw))
     plans, rows = [], []
     with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
@@ -210,6 +270,10 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
             rows.append(row)
     marks = pareto_front(plans)
     frontier = [i for i, on in enumerate(marks) if on]
+    if report_path:
+        from shardplan.solver import report
+
+        report.write_report(report_path, report.enumeration_report(problem, plans, rows, marks))
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
     elif as_json:
@@ -218,6 +282,8 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
         emit_json({"count": len(plans), "pareto": frontier, "plans": rows})
     else:
         cli_views.print_enumeration(rows, marks)
+        if report_path:
+            click.echo(f"wrote {report_path}")
 
 
 @cli.command()

@@ -6,7 +6,7 @@ Each ``*_rows`` function builds the data ``--json`` prints; each ``print_*`` sho
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -95,35 +95,75 @@ def print_gpus(rows: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def print_plan(data: dict[str, Any]) -> None:
-    """Layout, metrics and the per-stage memory of a plan dict (``output.plan_dict``)."""
-    d, m = data["degrees"], data["metrics"]
-    console.print(f"[bold]{data['model']}[/bold] on {data['cluster']}  ({data['status']}, objective {data['objective']})")
+def print_plan(
+    data: dict[str, Any],
+    plan: Any = None,
+    findings: Optional[list] = None,
+    runner: Any = None,
+    runner_note: Optional[str] = None,
+) -> None:
+    """A plan dict (``output.plan_dict``): layout, metrics, memory per GPU, binding constraints and, when
+    given, why it beat the runner-up (``report.runner_up``)."""
+    from shardplan.solver.report import layout_lines, metric_text
+
+    m, text = data["metrics"], metric_text(data["metrics"])
+    cluster = plan.problem.cluster if plan is not None else None
+    short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
+             if cluster is not None else data["cluster"])
+    timing = f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else ""
+    console.print(f"[bold]{data['model']}[/bold] on {short}: {data['status']}, objective {data['objective']}{timing}")
+    console.print(f"[dim]{data['cluster']}[/dim]")
+    wl = plan.problem.workload if plan is not None else None
+
+    console.print("[bold]Layout[/bold]")
+    total = cluster.num_gpus if cluster is not None else data["num_gpus"]
+    per_node = cluster.gpus_per_node if cluster is not None else max(data["num_gpus"], 1)
+    for line in layout_lines(data, total, per_node):
+        console.print(f"  {line}")
+
+    console.print("[bold]Metrics[/bold]")
+    request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
     console.print(
-        f"layout: {d['dp']} replica(s) x {d['pp']} stage(s) x {data['num_gpus'] // (d['dp'] * d['pp'])} GPUs;"
-        f" tp={d['tp']} sp={d['sp']} attention groups={d['attn_dp']} ep={d['ep']}"
-        + (f" expert-tp={d['expert_tp']}" if d["expert_tp"] > 1 else "")
-        + f"  -> {data['num_gpus']} GPUs"
+        f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"
+        f"   batch {text['batch']} per replica"
     )
-    for s in data["stages"]:
-        gpus = s["gpus"]
-        console.print(f"  stage {s['index']}: layers {s['layers'][0]}-{s['layers'][1] - 1}, GPUs {gpus[0]}-{gpus[-1]}")
     console.print(
-        f"TTFT {m['ttft_ms']:.1f} ms   TPOT {m['tpot_ms']:.2f} ms   end-to-end {m['e2e_ms']:.0f} ms   "
-        f"batch {m['batch']}   {m['output_tokens_per_s']:,.0f} tok/s ({m['output_tokens_per_s_per_gpu']:,.1f} per GPU)"
+        f"  throughput [bold]{text['tokens_per_s']}[/bold] (cluster), {text['tokens_per_s_per_gpu']} per GPU"
+        f"   ({data['microbatches']} decode microbatch{'es' if data['microbatches'] != 1 else ''} in flight)"
     )
-    table = Table(title="Memory per GPU (GiB)", title_justify="left")
-    for col in ("stage", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"):
+
+    table = Table(title="Memory per GPU (GiB): every GPU of a stage holds the same", title_justify="left")
+    for col in ("stage", "GPUs", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"):
         table.add_column(col, justify="right")
+    stages = {s["index"]: s for s in data["stages"]}
     for r in data["memory_per_stage"]:
         free = f"{r['free']:.1f}" if r["free"] >= 0 else f"[red]{r['free']:.1f}[/red]"
+        gpus = stages[r["stage"]]["gpus"]
         table.add_row(
-            str(r["stage"]), f"{r['weights']:.1f}", f"{r['kv_cache']:.2f}", f"{r['activations']:.2f}",
+            str(r["stage"]), f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0]),
+            f"{r['weights']:.1f}", f"{r['kv_cache']:.2f}", f"{r['activations']:.2f}",
             f"{r['overhead']:.1f}", f"{r['total']:.1f}", f"{r['limit']:.1f}", free,
         )
     console.print(table)
     if not data["fits"]:
         console.print(f"[red]does not fit: {data['short_gib']:.1f} GiB short on the fullest GPU[/red]")
+
+    if findings:
+        console.print("[bold]Binding constraints[/bold]")
+        for f in findings:
+            console.print(f"  [{_STATUS_STYLE[f.status]}]{f.status:>6}[/]  {f.message}")
+    if runner is not None or runner_note:
+        console.print("[bold]Why this plan[/bold]")
+        if runner is None:
+            console.print(f"  {runner_note}")
+        else:
+            for i, line in enumerate(runner.lines):
+                console.print(f"  {line}" if i == 0 else f"    {line}")
+            proven = "" if runner.proven else ", best found within the time limit (not proven)"
+            console.print(f"  [dim](runner-up solved in {runner.seconds:.2f} s{proven}; --no-runner-up skips it)[/dim]")
+
+
+_STATUS_STYLE = {"binds": "bold red", "tight": "yellow", "pinned": "cyan", "slack": "green"}
 
 
 def _billions(n: int) -> str:
@@ -154,20 +194,28 @@ def print_rules(rows: list[dict[str, Any]], detailed: bool) -> None:
 
 
 def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
-    console.print(f"{len(rows)} feasible layouts; Pareto frontier of end-to-end latency against throughput:")
+    from shardplan.solver.report import metric_text
+
+    front = sum(marks)
+    console.print(f"{len(rows)} feasible layouts; {front} on the Pareto frontier of end-to-end latency against throughput:")
     table = Table(title_justify="left")
-    for col in ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "TTFT ms", "TPOT ms", "e2e ms", "tok/s", "tok/s/GPU"):
+    for col in ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s", "tok/s/GPU"):
         table.add_column(col, justify="right")
-    for row, on in zip(rows, marks):
+    for row, on in sorted(zip(rows, marks), key=lambda x: x[0]["metrics"]["e2e_ms"]):
         if not on:
             continue
-        d, m = row["degrees"], row["metrics"]
+        d, text = row["degrees"], metric_text(row["metrics"])
         table.add_row(
             str(row["index"]), str(d["dp"]), str(d["pp"]), str(d["tp"]), str(d["sp"]), str(d["attn_dp"]), str(d["ep"]),
-            str(m["batch"]), f"{m['ttft_ms']:.1f}", f"{m['tpot_ms']:.2f}", f"{m['e2e_ms']:.0f}",
-            f"{m['output_tokens_per_s']:,.0f}", f"{m['output_tokens_per_s_per_gpu']:,.1f}",
+            f"{row['metrics']['batch']:,}", str(row["num_gpus"]), text["ttft"], text["tpot"], text["e2e"],
+            text["tokens_per_s"].removesuffix(" tok/s"), text["tokens_per_s_per_gpu"].removesuffix(" tok/s"),
         )
     console.print(table)
+    if rows:
+        fastest = min(rows, key=lambda r: r["metrics"]["e2e_ms"])
+        busiest = max(rows, key=lambda r: r["metrics"]["output_tokens_per_s"])
+        console.print(f"lowest latency: #{fastest['index']} ({metric_text(fastest['metrics'])['e2e']}); "
+                      f"highest throughput: #{busiest['index']} ({metric_text(busiest['metrics'])['tokens_per_s']})")
 
 
 class progress:
