@@ -27,6 +27,7 @@ run: install
 	$(BIN)/shardplan solve
 
 test: install-test
+	bash .ci/ensure-chromium  # headless Chromium for the HTML report's browser test
 	$(BIN)/python -m pytest
 
 clean:
