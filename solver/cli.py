@@ -268,6 +268,11 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
                 click.echo(json.dumps(row, separators=(",", ":")))
             plans.append(plan)
             rows.append(row)
+    if not plans:
+        # Nothing feasible is an infeasible problem, explained like solve's, never an empty result.
+        from shardplan.solver.explain import explain
+
+        raise InfeasibleError(explain(problem))
     marks = pareto_front(plans)
     frontier = [i for i, on in enumerate(marks) if on]
     if report_path:

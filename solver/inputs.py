@@ -5,6 +5,7 @@ The CLI calls these; the solver itself only ever sees the finished ``Problem``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -67,8 +68,8 @@ def build_problem(args: ProblemArgs) -> Problem:
         _positive("batch", args.batch)
     for name in ("mem_cap_gib", "ttft_ms", "tpot_ms"):
         value = getattr(args, name)
-        if value is not None and not value > 0:
-            raise SpecError(name.replace("_", "-"), f"must be > 0, got {value}")
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise SpecError(name.replace("_", "-"), f"must be a finite number > 0, got {value}")
     model = get_model(args.model)
     weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
     kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None

@@ -1,0 +1,92 @@
+"""Bad invocations: one line on stderr, exit 2 for bad input and 1 for an infeasible problem, never a
+traceback, nothing on stdout and no file written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BAD_INPUT, INFEASIBLE = 2, 1
+LLAMA_8B = ["--model", "llama-3.1-8b", "--cluster", "1xH100"]
+
+CASES = [
+    # (id, arguments, exit code, a word the message must contain)
+    ("unknown-model", ["solve", "--model", "no-such-model"], BAD_INPUT, "unknown model"),
+    ("malformed-config", ["solve", "--model", "{bad_json}"], BAD_INPUT, "not valid JSON"),
+    ("config-missing-fields", ["solve", "--model", "{thin_json}"], BAD_INPUT, "num_attention_heads"),
+    ("missing-config-file", ["solve", "--model", "{missing_json}"], BAD_INPUT, "cannot read"),
+    ("unknown-gpu", ["solve", "--cluster", "8xB999"], BAD_INPUT, "unknown GPU"),
+    ("zero-gpus", ["solve", "--cluster", "0xH100"], BAD_INPUT, "positive"),
+    ("banana-cluster", ["solve", "--cluster", "banana"], BAD_INPUT, "cannot read"),
+    ("too-many-per-node", ["solve", "--cluster", "2x16xH100"], BAD_INPUT, "at most 8"),
+    ("negative-isl", ["solve", "--isl", "-5"], BAD_INPUT, "isl"),
+    ("isl-not-a-number", ["solve", "--isl", "abc"], BAD_INPUT, "not a valid integer"),
+    ("context-too-long", ["solve", "--isl", "200000"], BAD_INPUT, "context"),
+    ("zero-batch", ["solve", "--batch", "0"], BAD_INPUT, "batch"),
+    ("negative-mem-cap", ["solve", "--mem-cap-gib", "-1"], BAD_INPUT, "mem-cap-gib"),
+    ("infinite-mem-cap", ["solve", "--mem-cap-gib", "inf"], BAD_INPUT, "finite"),
+    ("nan-tpot", ["solve", "--tpot-ms", "nan"], BAD_INPUT, "tpot-ms"),
+    ("unknown-objective", ["solve", "--objective", "fastest"], BAD_INPUT, "objective"),
+    ("unknown-allow", ["solve", "--allow", "nonsense"], BAD_INPUT, "unknown switch"),
+    ("malformed-stages", ["solve", "--stages", "0-30"], BAD_INPUT, "START:END"),
+    ("stages-not-covering", ["evaluate", *LLAMA_8B, "--stages", "0:10,10:20"], BAD_INPUT, "cover"),
+    ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),
+    ("nonsense-weights-dtype", ["solve", "--weights-dtype", "nonsense"], BAD_INPUT, "unknown dtype"),
+    ("fp4-kv-cache", ["solve", "--kv-dtype", "fp4"], BAD_INPUT, "not supported"),
+    ("unknown-profile", ["solve", "--profile", "nonexistent"], BAD_INPUT, "unknown profile"),
+    ("unknown-engine", ["solve", "--emit", "tgi"], BAD_INPUT, "--emit"),
+    ("report-into-missing-dir", ["solve", "--report", "{missing_dir}/plan.html"], BAD_INPUT, "does not exist"),
+    ("enumerate-report-into-missing-dir", ["enumerate", *LLAMA_8B, "--report", "{missing_dir}/x.html"], BAD_INPUT, "does not exist"),
+    ("report-is-a-directory", ["solve", "--report", "{tmp}"], BAD_INPUT, "directory"),
+    ("zero-time-limit", ["solve", "--time-limit", "0"], BAD_INPUT, "time-limit"),
+    ("zero-enumerate-limit", ["enumerate", "--limit", "0"], BAD_INPUT, "limit"),
+    ("unknown-option", ["solve", "--frobnicate"], BAD_INPUT, "No such option"),
+    ("unknown-command", ["plan-it"], BAD_INPUT, "No such command"),
+    ("infeasible-memory", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100"], INFEASIBLE, "MEM-001"),
+    ("infeasible-with-emit-and-report", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--emit", "vllm",
+                                         "--report", "{tmp}/plan.html"], INFEASIBLE, "MEM-001"),
+    ("infeasible-ttft", ["solve", *LLAMA_8B, "--ttft-ms", "0.001"], INFEASIBLE, "SLA-001"),
+    ("infeasible-pin", ["solve", "--tp", "3"], INFEASIBLE, "TP-001"),
+    ("infeasible-enumeration", ["enumerate", *LLAMA_8B, "--mem-cap-gib", "1"], INFEASIBLE, "MEM-001"),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    files = tmp_path_factory.mktemp("inputs")
+    (files / "bad.json").write_text('{"architectures": ["LlamaForCausalLM"], "hidden_size": ')
+    (files / "thin.json").write_text('{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4}')
+    return {
+        "bad_json": str(files / "bad.json"),
+        "thin_json": str(files / "thin.json"),
+        "missing_json": str(files / "absent" / "config.json"),
+        "missing_dir": str(files / "no" / "such" / "dir"),
+    }
+
+
+@pytest.mark.parametrize("case_id, args, code, word", CASES, ids=[c[0] for c in CASES])
+def test_bad_invocation_is_one_line_and_an_exit_code(tmp_path, inputs, case_id, args, code, word):
+    work = tmp_path / "cwd"
+    work.mkdir()
+    values = {**inputs, "tmp": str(work)}
+    argv = [a.format(**values) for a in args]
+    env = {k: v for k, v in os.environ.items() if k != "SHARDPLAN_DEBUG"}
+    done = subprocess.run([sys.executable, "-m", "shardplan.solver.cli", *argv], capture_output=True, text=True,
+                          cwd=work, env=env, timeout=300)
+    lines = done.stderr.splitlines()
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("shardplan: ") and "Traceback" not in done.stderr
+    assert "internal error" not in lines[0]
+    assert word in lines[0], lines[0]
+    assert done.stdout == ""
+    assert list(Path(work).iterdir()) == []  # wrote nothing
+
+
+def test_at_least_fifteen_cases():
+    assert len(CASES) >= 15
+    assert {code for _, _, code, _ in CASES} == {BAD_INPUT, INFEASIBLE}
