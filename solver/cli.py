@@ -120,7 +120,11 @@ def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
     if as_json:
         emit_json(data)
     else:
-        cli_views.print_plan(data)
+        from shardplan.rules.plan import Plan
+        from shardplan.solver.report import binding_constraints
+
+        plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
+        cli_views.print_plan(data, plan, binding_constraints(plan))
 
 
 @cli.command()

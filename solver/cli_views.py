@@ -106,7 +106,7 @@ def print_plan(
     given, why it beat the runner-up (``report.runner_up``)."""
     from shardplan.solver.report import layout_lines, metric_text
 
-    m, text = data["metrics"], metric_text(data["metrics"])
+    text = metric_text(data["metrics"])
     cluster = plan.problem.cluster if plan is not None else None
     short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
              if cluster is not None else data["cluster"])
