@@ -54,9 +54,14 @@ def dump(name: str, version: str, names: list[str]) -> str:
 
 
 def check(path: str) -> int:
+    import importlib.util
+
+    installed = {e for e, module in (("vllm", "vllm"), ("sglang", "sglang")) if importlib.util.find_spec(module)}
     bad = 0
     for command in json.load(open(path)):
         argv = command["argv"]
+        if command["engine"] not in installed:
+            continue
         try:
             if command["engine"] == "vllm":
                 from vllm.entrypoints.cli.serve import ServeSubcommand
