@@ -212,7 +212,7 @@ def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
         )
     console.print(table)
     if rows:
-        fastest = min(rows, key=lambda r: r["metrics"]["e2e_ms"])
+        fastest = min(rows, key=lambda r: (r["metrics"]["e2e_ms"], -r["metrics"]["output_tokens_per_s"]))
         busiest = max(rows, key=lambda r: r["metrics"]["output_tokens_per_s"])
         console.print(f"lowest latency: #{fastest['index']} ({metric_text(fastest['metrics'])['e2e']}); "
                       f"highest throughput: #{busiest['index']} ({metric_text(busiest['metrics'])['tokens_per_s']})")

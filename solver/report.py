@@ -69,8 +69,8 @@ def layout_lines(data: dict[str, Any], cluster_gpus: int, per_node: int) -> list
         lines.append(f"stage {s['index']}: layers {start}-{end - 1} ({end - start}), GPUs {gpu_span(s['gpus'])} ({where})")
     if d["dp"] > 1:
         per = data["num_gpus"] // d["dp"]
-        which = "replica 1" if d["dp"] == 2 else f"replicas 1-{d['dp'] - 1}"
-        lines.append(f"{which}: the same on GPUs {per}-{data['num_gpus'] - 1}, {per} each")
+        which, each = ("replica 1", "") if d["dp"] == 2 else (f"replicas 1-{d['dp'] - 1}", f", {per} each")
+        lines.append(f"{which}: the same on GPUs {per}-{data['num_gpus'] - 1}{each}")
     return lines
 
 
