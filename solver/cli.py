@@ -180,6 +180,10 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         raise SpecError("time-limit", f"must be > 0, got {time_limit}")
     check_writable("report", report_path)
     problem = build_problem(problem_args(kw))
+    if dag_path:  # an unknown extension is bad input: say so before solving
+        from shardplan.solver.export import writer_for
+
+        writer_for(dag_path)
     plan = run_solve(problem, time_limit_s=time_limit)
     if dag_path:
         from shardplan.solver.export import write_dag
