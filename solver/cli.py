@@ -58,6 +58,17 @@ def problem_options(func: Callable) -> Callable:
     return func
 
 
+def infeasible_dict(problem: Any, exc: InfeasibleError) -> dict[str, Any]:
+    """DESIGN.md's JSON for a problem with no plan: status, objective and the conflicting rules."""
+    return {
+        "status": "infeasible",
+        "objective": problem.objective.value,
+        "model": problem.model.name,
+        "cluster": problem.cluster.describe(),
+        "conflict": [{"rule": rule, "message": message} for rule, message in exc.conflicts],
+    }
+
+
 def problem_args(kw: dict) -> ProblemArgs:
     pins = {k: kw.pop(k) for k in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")}
     return ProblemArgs(pins=pins, **{k: kw.pop(k) for k in list(kw) if k in ProblemArgs.__dataclass_fields__})
@@ -184,7 +195,12 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         from shardplan.solver.export import writer_for
 
         writer_for(dag_path)
-    plan = run_solve(problem, time_limit_s=time_limit)
+    try:
+        plan = run_solve(problem, time_limit_s=time_limit)
+    except InfeasibleError as exc:
+        if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
+            emit_json(infeasible_dict(problem, exc))
+        raise
     if dag_path:
         from shardplan.solver.export import write_dag
 

@@ -15,3 +15,15 @@ def test_solve_json_is_byte_identical_across_runs():
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         outputs.add(re.sub(r'"solve_time_s": [0-9.]+', '"solve_time_s": T', out))
     assert len(outputs) == 1
+
+
+def test_infeasible_json_carries_the_conflict():
+    import json
+
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--model", "deepseek-v3", "--cluster", "8xH100", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["status"] == "infeasible"
+    assert "MEM-001" in [c["rule"] for c in data["conflict"]]
+    assert len(result.stderr.strip().splitlines()) == 1
