@@ -38,12 +38,12 @@ def pin_conflicts(model) -> list[tuple[str, str]]:
     return out
 
 
-def explain(problem) -> list[tuple[str, str]]:
+def explain(problem, tables=None) -> list[tuple[str, str]]:
     """(rule id, message with the numbers) for a minimal conflicting set of the problem's rules;
     pins that a rule rejects outright are named with every rule they break."""
     from shardplan.solver.solve import build_model, parameters
 
-    model = build_model(problem)
+    model = build_model(problem, tables=tables)  # the optimiser's copy has every literal fixed
     direct = pin_conflicts(model)
     if direct:
         return direct

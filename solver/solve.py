@@ -29,7 +29,7 @@ from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding
 from shardplan.solver.placement.plan import place_and_price
 from shardplan.solver.space import SearchSpace
-from shardplan.solver.tables import build_tables
+from shardplan.solver.tables import Tables, build_tables
 
 SEED = 20261122
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
@@ -54,12 +54,14 @@ class Outcome:
     cycle: Optional[int] = None
 
 
-def build_model(problem: Problem, only_pins: bool = False) -> Model:
+def build_model(problem: Problem, only_pins: bool = False, tables: Optional[Tables] = None) -> Model:
+    """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another."""
     bad = unknown_switches(problem.allow)
     if bad:
         raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
-    space = SearchSpace(problem, resolve_profile(problem), only_pins=only_pins)
-    enc = Encoding(build_tables(problem, space))
+    if tables is None:
+        tables = build_tables(problem, SearchSpace(problem, resolve_profile(problem), only_pins=only_pins))
+    enc = Encoding(tables)
     rules = rules_for(problem)
     literals = []
     for rule in rules:
@@ -244,7 +246,7 @@ def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
     if problem.objective is Objective.LATENCY:
         out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
         if out.e2e is None:
-            _raise_infeasible(problem)
+            _raise_infeasible(problem, enc.tables)
         cp.Add(e2e_expr(enc) == out.e2e)
         value = out.e2e
     else:
@@ -256,17 +258,17 @@ def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
         a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
         if out.tokens is None:
-            _raise_infeasible(problem)
+            _raise_infeasible(problem, enc.tables)
         cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
         value = round(out.tokens * 1e9 / out.cycle)
     layout = tie_break(enc, cp, deadline)
     return decode(problem, layout, "optimal" if out.proven else "feasible", value, time.perf_counter() - started)
 
 
-def _raise_infeasible(problem: Problem) -> None:
+def _raise_infeasible(problem: Problem, tables: Tables) -> None:
     from shardplan.solver.explain import explain
 
-    raise InfeasibleError(explain(problem))
+    raise InfeasibleError(explain(problem, tables))
 
 
 def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout:
