@@ -18,6 +18,7 @@ from shardplan.rules.base import ShapeRule
 from shardplan.rules.catalog import rules_for
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
+from shardplan.solver.cost.evaluate import cycle_ns
 from shardplan.solver.space import BatchOption, Shape
 from shardplan.solver.tables import Tables
 
@@ -89,7 +90,7 @@ class Oracle:
         return S * opt.micro if self.space.decides_batch else self.space.fixed_batch
 
     def seqs_per_gpu(self, o: Shape, opt: BatchOption, S: int) -> int:
-        return S * opt.q if self.space.decides_batch else -(-self.space.fixed_batch // o.attn_dp)
+        return S * opt.q if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
 
     def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int):
         """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
@@ -106,7 +107,7 @@ class Oracle:
         mem += first * m.first + last * (m.last_with_first if S == 1 else m.last)
         return d, p, mem
 
-    def fronts(self, o: Shape, opt: BatchOption, S: int, need_times: bool) -> list[tuple[int, int, tuple[int, ...]]]:
+    def fronts(self, o: Shape, opt: BatchOption, S: int) -> list[tuple[int, int, tuple[int, ...]]]:
         """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
         memory-feasible split of the layers into S contiguous non-empty stages."""
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
@@ -126,7 +127,7 @@ class Oracle:
                     if mem > limit:
                         continue
                     for dmax, pmax, bounds in entries:
-                        cands.append((max(dmax, d), max(pmax, p), bounds + (j,)) if need_times else (0, 0, bounds + (j,)))
+                        cands.append((max(dmax, d), max(pmax, p), bounds + (j,)))
                 if cands:
                     nxt[j] = _pareto(cands)
             front = nxt
@@ -144,7 +145,7 @@ class Oracle:
         b = self.batch_of(o, opt, S)
         mu = min(S, b)
         rnd = max(dsum, mu * dmax)
-        cycle = rnd + -(-b * pmax // (self.osl * e.chunk))
+        cycle = cycle_ns(rnd, pmax, b, self.osl, e.chunk)
         layout = Layout(
             dp=dp, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp,
             stages=tuple((bounds[i], bounds[i + 1]) for i in range(S)), batch=b,
@@ -165,7 +166,7 @@ class Oracle:
             for S in self.stage_counts(o):
                 best = None
                 for opt in self.options(o, S):
-                    split = self._best_split(o, opt, S, True, exact)
+                    split = self._best_split(o, opt, S, exact)
                     if split is not None and (best is None or split[0].better_than(best[0], self.problem.objective)):
                         best = split
                 if best is None:
@@ -173,13 +174,13 @@ class Oracle:
                 for dp in self.replicas(o, S):
                     yield from self._with_dp(best, dp)
 
-    def _best_split(self, o, opt, S, need_times, exact):
+    def _best_split(self, o, opt, S, exact):
         """The split of this combination that the objective prefers (dp does not change it)."""
         if self.pins.stages is not None:
             bounds = tuple(r[0] for r in self.pins.stages) + (self.pins.stages[-1][1],)
             entries = self._score_fixed(o, opt, S, bounds)
         elif exact:
-            entries = self.fronts(o, opt, S, need_times)
+            entries = self.fronts(o, opt, S)
         else:
             entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
         best = None
@@ -223,7 +224,7 @@ class Oracle:
         ranked = self._ranked(exact=False, largest_batch_only=True)
         best = ranked[0][0] if ranked else None
         for _, (o, opt, S, dp) in ranked[:refine]:
-            split = self._best_split(o, opt, S, True, True)
+            split = self._best_split(o, opt, S, True)
             if split is not None:
                 for cand in self._with_dp(split, dp):
                     if cand.better_than(best, self.problem.objective):
@@ -246,7 +247,7 @@ class Oracle:
                 if largest_batch_only:
                     options.reverse()
                 for opt in options:
-                    split = self._best_split(o, opt, S, True, exact)
+                    split = self._best_split(o, opt, S, exact)
                     if split is not None:
                         found.extend((cand, (o, opt, S, dp)) for cand in self._with_dp(split, dp))
                         if largest_batch_only:

@@ -237,7 +237,7 @@ class Encoding:
             expr += sum(self._held(s, k) * m.kv_per_seq[k] for k in self.kinds)
             expr += self.seqs_per_gpu * m.logits_per_seq
         else:
-            seqs = -(-self.space.fixed_batch // o.attn_dp)
+            seqs = self.space.fixed_seqs_per_gpu(o)
             expr += sum(self.count[s][k] * (m.kv_per_seq[k] * seqs) for k in self.kinds)
             expr += seqs * m.logits_per_seq
         expr += self.chunk_activation + m.fixed
@@ -258,7 +258,7 @@ class Encoding:
         if self.space.decides_batch:
             expr += sum(t.layers_of(k) * m.kv_per_seq[k] for k in self.kinds) * self.seqs_per_gpu
         else:
-            seqs = -(-self.space.fixed_batch // o.attn_dp)
+            seqs = self.space.fixed_seqs_per_gpu(o)
             expr += sum(t.layers_of(k) * m.kv_per_seq[k] for k in self.kinds) * seqs
         return expr
 

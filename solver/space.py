@@ -13,6 +13,7 @@ from functools import cached_property
 
 from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Objective, Problem
+from shardplan.solver.cost.evaluate import microbatching
 
 MAX_STAGES = 16  # deeper pipelines are not used for inference; pin --pp to go beyond
 
@@ -126,8 +127,7 @@ class SearchSpace:
         """
         if self.decides_batch:
             return [BatchOption(micro=shape.attn_dp * q, q=q) for q in self.q_values]
-        b = self.fixed_batch
-        micros = sorted({-(-b // min(s, b)) for s in self.stage_values})
+        micros = sorted({self.micro_for_stages(S) for S in self.stage_values})
         return [BatchOption(micro=m) for m in micros]
 
     @cached_property
@@ -136,5 +136,8 @@ class SearchSpace:
 
     def micro_for_stages(self, stages: int) -> int:
         """Fixed batch: sequences per microbatch with ``stages`` stages."""
-        b = self.fixed_batch
-        return -(-b // min(stages, b))
+        return microbatching(stages, self.fixed_batch)[1]
+
+    def fixed_seqs_per_gpu(self, shape: Shape) -> int:
+        """Fixed batch: sequences whose KV cache one GPU holds (its attention group's share)."""
+        return -(-self.fixed_batch // shape.attn_dp)
