@@ -10,6 +10,8 @@ placement in which an expert's tokens may be split over its copies in any propor
   With ``S = 1`` this is exact.
 - no room to split (``E = S * G``): every GPU hosts exactly ``S`` whole experts, so some GPU holds ``k + 1``
   of the ``k G + 1`` hottest experts plus ``S - k - 1`` others.
+- covering (two slots per GPU): a dual certificate for the bin-covering form of the problem
+  (``covering_bound.py``), usually far tighter than the component bound when copies are scarce.
 - components: an optimal placement can be taken with a forest as its expert-GPU graph (moving tokens
   round a cycle changes no GPU's load), and a tree with ``k`` experts on ``m`` GPUs has ``k + m - 1``
   copies, so ``k <= (S - 1) m + 1`` and ``m >= W_tree / T``. When ``E > (S - 1) G + 1`` the experts must
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from shardplan.solver.placement.covering_bound import covering_bound
 from shardplan.solver.placement.fill import fits_in_one_group
 from shardplan.solver.placement.greedy import replica_counts
 
@@ -159,4 +162,6 @@ def layer_lower_bound(loads: Sequence[float], num_gpus: int, slots: int, feasibl
             best = max(best, no_split_bound(loads, num_gpus, slots))
         if feasible is not None:
             best = components_bound(loads, num_gpus, slots, best, feasible)
+            if slots == 2:
+                best = covering_bound(loads, num_gpus, best, feasible)
     return best

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from shardplan.solver.placement.fill import Pieces, fill_group
 
 _EPS = 1e-9
+_Result = TypeVar("_Result")
 
 
 @dataclass
@@ -194,22 +196,32 @@ def _improve_once(groups, weight, top, loads, slots) -> bool:
     return False
 
 
-def pair_cover(loads: Sequence[float], num_gpus: int, lo: float, hi: float, steps: int = 24) -> list[Group] | None:
-    """Two slots per GPU: the lowest target (bisection in ``[lo, hi]``) for which hot experts with cold
-    partners plus cold pairs fit ``num_gpus`` GPUs. Returns the groups found, sized to all GPUs."""
-    found = _pair_cover_at(loads, num_gpus, hi)
+def lowest_reached(attempt: Callable[[float], _Result | None], lo: float, hi: float, steps: int,
+                   rel: float) -> _Result | None:
+    """``attempt(target)`` at the lowest target in ``[lo, hi]`` where it succeeds, by bisection (``hi`` first;
+    None if even that fails). Every success is kept, so the result is valid even if ``attempt`` is not
+    monotone in the target."""
+    found = attempt(hi)
     if found is None:
         return None
     for _ in range(steps):
-        if hi - lo <= 1e-5 * hi:
+        if hi - lo <= rel * hi:
             break
         mid = (lo + hi) / 2
-        attempt = _pair_cover_at(loads, num_gpus, mid)
-        if attempt is None:
+        tried = attempt(mid)
+        if tried is None:
             lo = mid
         else:
-            hi, found = mid, attempt
-    reallocate(found, loads, num_gpus, 2)
+            hi, found = mid, tried
+    return found
+
+
+def pair_cover(loads: Sequence[float], num_gpus: int, lo: float, hi: float, steps: int = 24) -> list[Group] | None:
+    """Two slots per GPU: the lowest target (bisection in ``[lo, hi]``) for which hot experts with cold
+    partners plus cold pairs fit ``num_gpus`` GPUs. Returns the groups found, sized to all GPUs."""
+    found = lowest_reached(lambda target: _pair_cover_at(loads, num_gpus, target), lo, hi, steps, 1e-5)
+    if found is not None:
+        reallocate(found, loads, num_gpus, 2)
     return found
 
 

@@ -6,8 +6,8 @@ Per layer (layers are independent and solved one after another, deterministicall
 2. ``E <= (S - 1) G + 1`` (one redundant slot per GPU is enough): one group filled exactly to the mean
    (``fill.py``); the mean is the lower bound, so the layer is optimal. ``S = 1``: the greedy's
    water-filling is exact.
-3. Otherwise several groups are needed (``groups.py``): LPT over groups with local search, the
-   two-slot partner/pair cover, and the greedy's copies with LP-optimal shares (``shares.py``); the
+3. Otherwise several groups are needed (``groups.py``): LPT over groups with local search, with two
+   slots the partner/pair cover and the bin-covering split (``covering.py``), and the greedy's copies with LP-optimal shares (``shares.py``); the
    best wins. Lower bounds from ``bounds.py``; if the gap stays open, CP-SAT (``cpsat.py``) proves or
    improves small layers and layers without a spare slot, within the time budget.
 4. Free slots are padded with zero-share copies so engines that need every slot mapped get a full map.
@@ -25,6 +25,7 @@ from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile
 from shardplan.solver.placement import cpsat
 from shardplan.solver.placement.bounds import layer_lower_bound
+from shardplan.solver.placement.covering import cover_split
 from shardplan.solver.placement.fill import Pieces, fill_group, fits_in_one_group
 from shardplan.solver.placement.greedy import greedy_layer
 from shardplan.solver.placement.groups import best_lpt_groups, improve, pair_cover, realize, reallocate
@@ -147,9 +148,10 @@ def solve_layer(loads: Sequence[float], num_gpus: int, slots: int, det_time: flo
         reallocate(split, loads, num_gpus, slots)
         offer(realize(split, loads, slots))
     if slots == 2:
-        cover = pair_cover(loads, num_gpus, start_bound, best_max)
-        if cover is not None:
-            offer(realize(cover, loads, slots))
+        for heuristic in (pair_cover, cover_split):
+            cover = heuristic(loads, num_gpus, start_bound, best_max)
+            if cover is not None:
+                offer(realize(cover, loads, slots))
     if len(loads) < slots * num_gpus:  # with copies to re-share
         offer(reshare(loads, [[e for e, _ in gpu] for gpu in greedy]))
     bound = layer_lower_bound(loads, num_gpus, slots, feasible=best_max)

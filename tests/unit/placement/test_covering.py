@@ -1,0 +1,120 @@
+"""Two slots per GPU: the bin-covering reformulation, its split heuristic and its certified bound,
+checked against an exact optimum over every split of the experts into groups."""
+
+import math
+import random
+from itertools import combinations
+
+import pytest
+
+from shardplan.models.load_profile import ExpertLoadProfile, zipf_profile
+from shardplan.solver.placement import check_placement, place_experts
+from shardplan.solver.placement.covering import least_gpus_needed, split_at
+from shardplan.solver.placement.covering_bound import Q, certificate, covering_bound, proves_out_of_reach
+from shardplan.solver.placement.groups import allocate, max_load
+
+from .oracle import optimum
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+        yield [[first]] + part
+
+
+def split_optimum(loads, num_gpus):
+    """Least max load over every split into groups, each group on ``max(1, size - 1)`` GPUs or more
+    (two slots per GPU), spare GPUs handed out to the highest load per GPU."""
+    best = math.inf
+    for part in _partitions(list(range(len(loads)))):
+        least = [max(1, len(g) - 1) for g in part]
+        weights = [sum(loads[e] for e in g) for g in part]
+        gpus = allocate(weights, least, num_gpus)
+        if gpus is not None:
+            best = min(best, max(w / m for w, m in zip(weights, gpus)))
+    return best
+
+
+def _loads(seed, n):
+    rng = random.Random(seed)
+    return [float(rng.choice([1, 2, 3, 5, 8, 13, 21, rng.randint(1, 60)])) for _ in range(n)]
+
+
+@pytest.mark.parametrize("experts,gpus,seed", [(5, 3, s) for s in range(3)] + [(6, 4, s) for s in range(2)])
+def test_split_optimum_matches_brute_force(experts, gpus, seed):
+    # The split model (groups on size - 1 GPUs) is exact: same optimum as every copy set with best shares.
+    loads = _loads(seed, experts)
+    assert split_optimum(loads, gpus) == pytest.approx(optimum(loads, gpus, 2), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_gpu_formula_equals_direct_count(seed):
+    rng = random.Random(seed)
+    loads = [float(rng.randint(1, 50)) for _ in range(rng.randint(2, 9))]
+    target = sum(loads) / rng.uniform(1.3, 6.1)
+    experts = list(range(len(loads)))
+    rng.shuffle(experts)
+    cuts = sorted(rng.sample(range(1, len(loads)), rng.randint(0, len(loads) - 1)))
+    groups = [experts[a:b] for a, b in zip([0, *cuts], [*cuts, len(loads)])]
+    direct = sum(max(1, len(g) - 1, math.ceil(sum(loads[e] for e in g) / target - 1e-9)) for g in groups)
+    assert least_gpus_needed(loads, groups, target) == direct
+
+
+CASES = [(7, 4), (8, 5), (8, 4), (9, 6), (9, 5)]  # more experts than one group can balance (E > G + 1)
+
+
+@pytest.mark.parametrize("experts,gpus", CASES)
+@pytest.mark.parametrize("seed", range(4))
+def test_bound_and_split_against_exact_optimum(experts, gpus, seed):
+    loads = _loads(1000 + 10 * seed + experts, experts)
+    best = split_optimum(loads, gpus)
+    # The certificate never rules out a reachable target, and the bisected bound stays below the optimum.
+    assert not proves_out_of_reach(loads, gpus, best * (1 + 1e-9))
+    assert covering_bound(loads, gpus, sum(loads) / gpus, best * 1.5) <= best * (1 + 1e-9)
+    # A split the heuristic returns keeps its promise.
+    for target in (best, best * 1.1, best * 1.5):
+        groups = split_at(loads, gpus, target)
+        if groups is not None:
+            assert sum(g.gpus for g in groups) == gpus
+            assert max_load(groups, loads) <= target * (1 + 1e-9)
+            assert sorted(e for g in groups for e in g.experts) == list(range(experts))
+    profile = ExpertLoadProfile(num_experts=experts, layers=(0,), loads=(tuple(loads),))
+    placed = place_experts(profile, gpus, 2)
+    assert check_placement(placed, profile) == []
+    assert placed.lower_bounds[0] <= best * (1 + 1e-9) <= placed.layers[0].max_load(loads) * (1 + 2e-9)
+
+
+def _score(level, count):
+    return min(1, level // Q, count - 1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_certificate_holds_for_every_group(seed):
+    # Independent of the certificate's own check: enumerate every subset of the experts.
+    rng = random.Random(seed)
+    loads = [float(rng.choice([1, 2, 3, 4, 6, 9, 15, 30])) for _ in range(rng.randint(6, 11))]
+    target = sum(loads) / rng.uniform(len(loads) / 3, len(loads) - 1)
+    found = certificate(loads, target)
+    if found is None:
+        pytest.skip("no certificate at this target")  # rare; the other seeds cover the check
+    weights, unit = found
+    sizes = [min(Q, math.ceil((1 - w / target) * Q + 1e-7)) for w in loads]
+    for size in range(1, len(loads) + 1):
+        for group in combinations(range(len(loads)), size):
+            level = sum(sizes[e] for e in group)
+            assert sum(weights[e] for e in group) >= unit * _score(level, size)
+
+
+def test_deepseek_zipf_on_144_gpus_within_two_percent_of_the_bound():
+    # The benchmark's hardest two-slot case (256 experts, 288 slots): the bound used to trail by 20 %.
+    profile = zipf_profile(256, [3], 0.5, 32768.0, seed=0)
+    placed = place_experts(profile, 144, 2)
+    loads = profile.loads[0]
+    assert check_placement(placed, profile) == []
+    assert placed.layers[0].max_load(loads) <= placed.lower_bounds[0] * 1.02
+    assert placed.lower_bounds[0] > 1.15 * sum(loads) / 144  # far above the mean: the certificate did the work
