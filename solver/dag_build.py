@@ -74,7 +74,7 @@ def plan_costs(plan: Plan) -> dict[str, PhaseCosts]:
     problem, layout = plan.problem, plan.layout
     model, wl = problem.model, problem.workload
     profile = resolve_profile(problem)
-    ctx = CostContext(model, problem.cluster, profile, stage_shape(model, layout))
+    ctx = CostContext(model, problem.cluster, profile, stage_shape(model, layout), problem.redundant_slots)
     S = layout.pp
     _, micro = microbatching(S, layout.batch)
     chunk = prefill_chunk(problem, profile, micro)

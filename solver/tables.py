@@ -104,7 +104,7 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
     wl = problem.workload
     for shape in space.shapes:
         stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
-        ctx = CostContext(model, cluster, profile, stage)
+        ctx = CostContext(model, cluster, profile, stage, problem.redundant_slots)
         tables.memory[shape] = _memory_entry(problem, profile, stage, kinds, kind_of_layer)
         for option in space.batch_options(shape):
             chunk = prefill_chunk(problem, profile, option.micro)

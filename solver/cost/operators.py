@@ -76,10 +76,13 @@ def representative_layer(model: ModelSpec, kind: LayerKind) -> int:
 
 
 class CostContext:
-    """Bundles what every operator needs: model, cluster, profile and the stage shape."""
+    """Bundles what every operator needs: model, cluster, profile, the stage shape and the redundant
+    expert slots per GPU (copies beyond ceil(E / ep), which a GPU reads like its own experts)."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile, shape: StageShape):
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile: Profile, shape: StageShape,
+                 extra_slots: int = 0):
         self.model, self.cluster, self.profile, self.shape = model, cluster, profile, shape
+        self.extra_slots = extra_slots
         self.gpu: GPUSpec = cluster.gpu
         self._tiers: dict[tuple[int, int, int], Tier] = {}
 
@@ -192,7 +195,9 @@ class CostContext:
         # Routed experts over the stage's G GPUs: the most-loaded GPU sets the time (004 §4.4).
         stage_tokens = step.tokens
         ep = s.ep
-        slots = math.ceil(moe.num_experts / ep)
+        # Copies a GPU hosts (its share of the experts plus redundant slots, at most one per expert): a
+        # balanced placement gives each of them tokens, so each is read like any expert.
+        slots = min(moe.num_experts, math.ceil(moe.num_experts / ep) + self.extra_slots)
         assignments = stage_tokens * moe.experts_per_token / ep * load_factor
         # Experts a GPU must read: each of its experts is hit unless no token picks it.
         hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** stage_tokens

@@ -81,6 +81,30 @@ def test_redundant_slots_cost_expert_memory():
 
 # --- a solved plan carries its placement -----------------------------------------------------------
 
+def test_redundant_copies_are_read_like_experts_at_decode():
+    # 256 experts on 16 EP ranks: 16 per rank, 17 with one redundant slot. A decode step of 256
+    # sequences gives each rank about 8 tokens per expert, far below what a GEMM needs to leave the
+    # weight-read regime, so the routed-expert time grows by the weights read: exactly 17/16.
+    from shardplan.hardware import parse_cluster
+    from shardplan.hardware.profile import profile_for_gpu
+    from shardplan.models import get_model
+    from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step
+    from shardplan.solver.cost.stage import shape_of
+
+    model, cluster = get_model("deepseek-v3"), parse_cluster("2x8xH200")
+    shape = shape_of(model, 16, 1, 1, 16, 1)
+    step = Step(Phase.DECODE, 256, 1, 2048)
+    moe = LayerKind(moe=True, windowed=False)
+    plain = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape).layer(moe, step)
+    spare = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape, 1).layer(moe, step)
+    assert spare["moe.experts"] / plain["moe.experts"] == pytest.approx(17 / 16, rel=1e-9)
+    assert {k: v for k, v in spare.items() if k != "moe.experts"} == {k: v for k, v in plain.items() if k != "moe.experts"}
+    # At most one copy of each expert per rank: 255 redundant slots on one rank read 256 experts.
+    one_rank = shape_of(model, 1, 1, 1, 1, 1)
+    full = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank, 255).layer(moe, step)
+    assert full == CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank).layer(moe, step)
+
+
 @pytest.mark.parametrize("model,cluster,kw", [
     ("deepseek-v3", "2x8xH200", dict(zipf=1.0, redundant_slots=1)),
     ("qwen3-235b-a22b", "2x8xH100", dict(zipf=0.5)),
