@@ -308,8 +308,8 @@ def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: f
     """The plan with the cost model's prediction; every rule's check must pass.
 
     For a MoE model the experts are placed for the chosen layout (``solver/placement/plan.py``) and
-    the prediction prices each MoE layer at its placement's max/mean load: the search priced them at
-    uniform routing, so ``metrics`` may differ from ``objective_value`` when the routing is skewed.
+    the prediction prices each MoE layer at its placement's max/mean load: the search priced them all
+    at the layers' mean, so ``metrics`` may differ from ``objective_value`` when the routing is skewed.
     """
     placed, prediction, experts = place_and_price(problem, layout)
     plan = Plan(
@@ -328,14 +328,14 @@ def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: f
 
 
 def _reject(problem: Problem, layout: Layout, violations: list, placed: bool) -> None:
-    """A plan that breaks a check: a bug, unless only the placement's imbalance, priced in after the
-    uniform-routing search, broke a limit the search kept (a TPOT or TTFT limit) — then the user hears so."""
+    """A plan that breaks a check: a bug, unless only the placement's per-layer imbalance, priced in after
+    the search's per-EP mean, broke a limit the search kept (a TPOT or TTFT limit) — then the user hears so."""
     bare = Plan(problem=problem, layout=layout, prediction=evaluate(problem, layout), status="evaluated")
     if not placed or any(d.rule.startswith("EXP-") for d in violations) or errors_of(check_plan(bare)):
         # the encoding and the checks disagree: a bug, never a user error
         raise AssertionError("solver returned a plan that breaks " + "; ".join(map(str, violations)))
     note = (
-        "once the expert placement's imbalance is priced in (the layout search plans at uniform routing, "
+        "once the expert placement's imbalance is priced layer by layer (the layout search plans at its mean, "
         "so another layout may still hold: pin one with --dp/--pp/--tp/--attn-dp, or relax the limit)"
     )
     raise InfeasibleError([(d.rule, f"{d.message} {note}") for d in violations])

@@ -102,6 +102,7 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
         limit_bytes=math.floor(memory_limit_gib(problem, profile) * GIB),
     )
     wl = problem.workload
+    load_factor: dict[int, float] = {}  # per EP degree: one placement of the whole profile each
     for shape in space.shapes:
         stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
         ctx = CostContext(model, cluster, profile, stage, problem.redundant_slots)
@@ -110,7 +111,9 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
             chunk = prefill_chunk(problem, profile, option.micro)
             dec_step = Step(Phase.DECODE, option.micro, 1, decode_context(problem))
             pre_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
-            load = uniform_load_factor(problem, shape)
+            if shape.ep not in load_factor:
+                load_factor[shape.ep] = search_load_factor(problem, shape.ep)
+            load = load_factor[shape.ep]
             dec, pre = phase_table(ctx, dec_step, kinds, load), phase_table(ctx, pre_step, kinds, load)
             sends_d, sends_p = [], []
             for s in range(space.max_stages - 1):
@@ -132,16 +135,24 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
     return tables
 
 
-def uniform_load_factor(problem: Problem, shape: Shape) -> float:
-    """The most-loaded GPU over the mean in a MoE layer under uniform routing, exactly as the plan's
-    expert placement will price it for this ep (the same placement routine on one layer; the
-    ceil(E / ep) slots per rank may hold replicas that even it out). With a routing profile the
-    search prices uniform routing, and the placement, decided for the chosen layout, adds its
-    imbalance to the reported metrics."""
+def search_load_factor(problem: Problem, ep: int) -> float:
+    """The factor the search prices every MoE layer at for ``ep`` EP ranks: the most-loaded GPU over
+    the mean, from the same placement routine the plan will run. Under uniform routing it is exact
+    (one layer stands for all; ceil(E / ep) slots per rank may hold replicas that even it out). With a
+    routing profile it is the mean over the MoE layers of their placements' factors, so the search
+    sees that a wide EP spreads hot experts badly; the plan then places each stage's layers and
+    prices each layer at its own factor."""
     moe = problem.model.moe
-    if moe is None or problem.expert_load is not None:
+    if moe is None:
         return 1.0
-    return _uniform_factor(moe.num_experts, moe.layers[0], shape.ep, problem.redundant_slots)
+    if problem.expert_load is None:
+        return _uniform_factor(moe.num_experts, moe.layers[0], ep, problem.redundant_slots)
+    from shardplan.solver.placement.plan import best_placement
+
+    profile = problem.expert_load
+    placed = best_placement(profile, ep, math.ceil(moe.num_experts / ep) + problem.redundant_slots)
+    factors = placed.max_over_mean(profile)
+    return max(1.0, sum(factors) / len(factors))
 
 
 @lru_cache(maxsize=None)

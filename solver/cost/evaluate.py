@@ -5,7 +5,8 @@ the solver's tables do, so the solver's objective for a plan equals what ``evalu
 A MoE layer whose experts are unevenly loaded (``Layout.moe_load_factor``: per MoE layer, the
 most-loaded GPU over the mean, set from an expert placement) is priced at its own factor, so a
 stage's time is the sum of its layers' integer times; with no factors, or all of them 1, this is
-the per-kind sum above. The solver's tables price at factor 1 (uniform routing).
+the per-kind sum above. The solver's tables price every MoE layer of a shape at one factor
+(``tables.search_load_factor``), so they agree with this exactly whenever all layers share it.
 
 Definitions (DESIGN.md "Cost model", 004 §2-§8):
 - a decode **round** moves every sequence of the replica one token: with S stages and ``mu`` =

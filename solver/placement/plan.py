@@ -2,13 +2,15 @@
 stage's MoE layers, and what the plan costs with it.
 
 Order of decisions (DESIGN.md "Cost model": MoE time is set by the most-loaded GPU). The CP-SAT
-layout search prices every MoE layer at uniform routing (load factor 1): its integer tables are per
-layer kind and do not know a placement. Once ``solve`` has chosen the layout, each stage places its
-own MoE layers over its EP ranks (``place_experts``, with ``ceil(E / ep) + redundant_slots`` slots
-per rank) using the problem's routing profile — uniform when none is given — and the plan is
-re-priced with each MoE layer's own max/mean load (``Layout.moe_load_factor``). So the layout is
-optimal under uniform routing, the placement is optimal (or within its proven bound) for that
-layout, and the reported metrics include the placement's imbalance.
+layout search prices every MoE layer of a shape at one load factor per EP degree
+(``tables.search_load_factor``: the mean over the layers of this routine's placements for that EP
+degree; exact under uniform routing), because its integer tables are per layer kind, not per layer.
+Once ``solve`` has chosen the layout, each stage places its own MoE layers over its EP ranks
+(``place_experts``, with ``ceil(E / ep) + redundant_slots`` slots per rank) using the problem's
+routing profile — uniform when none is given — and the plan is re-priced with each MoE layer's own
+max/mean load (``Layout.moe_load_factor``). So the search sees how badly each EP degree spreads the
+hot experts, the placement is optimal (or within its proven bound) for the chosen layout, and the
+reported metrics include each layer's own imbalance.
 
 Under uniform routing with ``ep`` dividing the expert count the placement is the trivial balanced one
 and the metrics do not change. When ``ep`` does not divide it, some rank must serve more than the mean
@@ -166,7 +168,7 @@ class PlanPlacement:
             "max_over_mean": round(worst, 6),
             "status": self.status,
             "solve_time_s": round(self.solve_time_s, 3),
-            "layout_priced_at": "uniform routing (the placement is decided for the chosen layout; metrics include it)",
+            "layout_priced_at": "each EP degree's mean max/mean load (the placement is then decided per layer for the chosen layout; metrics include it)",
             "stages": stages,
         }
 

@@ -156,16 +156,50 @@ def test_redundant_slots_are_priced_by_the_search():
     assert (plan.layout.stages, plan.layout.num_gpus) != (first.layout.stages, first.layout.num_gpus)
 
 
-def test_a_limit_broken_only_by_the_imbalance_is_reported_not_crashed():
-    # The search prices MoE at uniform routing: this pinned layout keeps a 130 ms TPOT there
-    # (126.8 ms), and Zipf(1.0) routing without a spare slot costs 2.77 x the mean on the hottest rank.
-    # The user hears which limit broke and why, as an infeasibility naming the rule.
+def test_the_search_sees_how_each_ep_degree_spreads_hot_experts():
+    # Zipf(1.0) without spare slots: 128 experts on 8 ranks leave one rank far above the mean, on 4
+    # ranks much less. The search prices each EP degree at its placements' mean factor, so it picks
+    # a layout that beats, under the same routing, the one it picks for uniform routing.
+    from shardplan.solver.tables import search_load_factor
+
+    skewed = problem(model="qwen3-235b-a22b", cluster="2x8xH100", zipf=1.0, objective="throughput")
+    uniform = problem(model="qwen3-235b-a22b", cluster="2x8xH100", objective="throughput")
+    assert search_load_factor(skewed, 8) > search_load_factor(skewed, 4) > 1.0 == search_load_factor(uniform, 8)
+    aware, blind = solve(skewed), solve(uniform)
+    assert aware.layout.ep != blind.layout.ep
+    _, blind_under_skew, _ = place_and_price(skewed, blind.layout.model_copy(update={"moe_load_factor": None}))
+    assert aware.prediction.metrics.output_tokens_per_s > blind_under_skew.metrics.output_tokens_per_s
+    assert errors_of(check_plan(aware)) == []
+
+
+def test_a_limit_the_imbalance_breaks_is_named_by_the_search():
+    # This pinned layout keeps a 130 ms TPOT under uniform routing (126.8 ms); Zipf(1.0) without a
+    # spare slot costs 2.77 x the mean on the hottest rank, and the search prices that, so the problem
+    # is infeasible with the TPOT limit and the pin named.
     kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, tpot_ms=130.0)
     assert solve(problem(**kw)).prediction.metrics.tpot_ms < 130.0
     with pytest.raises(InfeasibleError) as err:
         solve(problem(**kw, zipf=1.0))
+    assert {"SLA-002", "PIN-attn_dp"} <= {rule for rule, _ in err.value.conflicts}
+
+
+def test_a_limit_broken_only_by_per_layer_imbalance_is_reported_not_crashed():
+    # Skewed routing in the first half of the MoE layers only: the search prices every layer at the
+    # mean factor (61.7 ms TPOT for this layout), the plan prices stage 1's layers at their own, higher
+    # factor (64.0 ms). A 63 ms limit breaks only then; the user hears which limit and why.
+    from shardplan.models import get_model
+    from shardplan.models.load_profile import ExpertLoadProfile
+
+    layers = get_model("deepseek-v3").moe.layers
+    skewed = zipf_profile(256, layers, 1.0, 256.0)
+    rows = tuple(row if layer < 31 else (1.0,) * 256 for row, layer in zip(skewed.loads, layers))
+    half = ExpertLoadProfile(num_experts=256, layers=tuple(layers), loads=rows)
+    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=8, pp=2, batch=4096)
+    assert 63.0 < solve(problem(**kw).model_copy(update={"expert_load": half})).prediction.metrics.tpot_ms
+    with pytest.raises(InfeasibleError) as err:
+        solve(problem(**kw, tpot_ms=63.0).model_copy(update={"expert_load": half}))
     assert [rule for rule, _ in err.value.conflicts] == ["SLA-002"]
-    assert "imbalance is priced in" in str(err.value)
+    assert "priced layer by layer" in str(err.value)
 
 
 # --- the rules ---------------------------------------------------------------------------------------
