@@ -10,8 +10,8 @@ placement in which an expert's tokens may be split over its copies in any propor
   With ``S = 1`` this is exact.
 - no room to split (``E = S * G``): every GPU hosts exactly ``S`` whole experts, so some GPU holds ``k + 1``
   of the ``k G + 1`` hottest experts plus ``S - k - 1`` others.
-- covering (two slots per GPU): a dual certificate for the bin-covering form of the problem
-  (``covering_bound.py``), usually far tighter than the component bound when copies are scarce.
+- covering: a dual certificate for the bin-covering form of the problem (``covering_bound.py``), usually
+  far tighter than the component bound when copies are scarce.
 - components: an optimal placement can be taken with a forest as its expert-GPU graph (moving tokens
   round a cycle changes no GPU's load), and a tree with ``k`` experts on ``m`` GPUs has ``k + m - 1``
   copies, so ``k <= (S - 1) m + 1`` and ``m >= W_tree / T``. When ``E > (S - 1) G + 1`` the experts must
@@ -162,6 +162,5 @@ def layer_lower_bound(loads: Sequence[float], num_gpus: int, slots: int, feasibl
             best = max(best, no_split_bound(loads, num_gpus, slots))
         if feasible is not None:
             best = components_bound(loads, num_gpus, slots, best, feasible)
-            if slots == 2:
-                best = covering_bound(loads, num_gpus, best, feasible)
+            best = covering_bound(loads, num_gpus, best, feasible, slots)
     return best

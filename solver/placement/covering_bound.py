@@ -1,14 +1,16 @@
-"""A proof that no two-slot placement keeps every GPU at or below a target: a dual certificate.
+"""A proof that no placement keeps every GPU at or below a target: a dual certificate.
 
-``covering.py`` turns the question into bin covering: at target ``T`` the experts must form at least
-``E - G`` disjoint groups with surplus ``D >= 1`` (a split scores ``sum min(1, floor(D), size - 1)`` over its
-groups). Any weights ``y`` (one per expert) with ``sum(y over a group) >= score(group)`` for *every* group
-bound the best split's score by ``sum(y)`` — the dual of the configuration LP. When ``sum(y) < E - G``,
-``T`` is out of reach.
+``covering.py`` turns the question into bin covering: with two slots, at target ``T`` the experts must
+form at least ``E - G`` disjoint groups with surplus ``D >= 1`` (a split scores ``sum min(1, floor(D), size - 1)``
+over its groups); with ``S`` slots the scores ``min(1, floor(D), size - (S-1))`` must reach ``E - (S-1) G``
+(a relaxation there). Any weights ``y`` (one per expert) with ``sum(y over a group) >= score(group)`` for
+*every* group bound the best split's score by ``sum(y)`` — the dual of the configuration LP. When that is
+below what is needed, ``T`` is out of reach.
 
 The weights follow the shape the LP's optimal duals take on these instances (column generation on the
-DeepSeek-V3 cases found them in quarters): an expert that completes a group with a single other expert
-is worth 1/2, one that cannot is worth 1/4 (or 1/2 and 1/3 on a grid of sixths, tried when quarters fail);
+DeepSeek-V3 cases found them in quarters): with two slots an expert that completes a group with a single
+other expert is worth 1/2, one that cannot is worth 1/4 (or 1/2 and 1/3 on a grid of sixths, tried when
+quarters fail); with ``S`` slots, 1/S for one that completes a group with the ``S - 1`` coldest others;
 a hot expert is worth one minus the cheapest weight of cold experts that cover it, never below its own
 score alone. The certificate is then *checked*, not assumed: an exact enumeration over every group
 (hot subsets by dynamic programme, cold experts by how many of each weight, taking the coldest ones,
@@ -24,48 +26,58 @@ from collections.abc import Sequence
 from itertools import accumulate
 
 Q = 1000  # surplus grid: sizes are surpluses in 1/Q units, rounded up
-_GRIDS = ((4, 2, 1), (6, 3, 2))
-_MAX_CHECKS = 300_000  # groups checked per certificate; the benchmark's layers need a few thousand  # (weight of one group, weight of a pairing expert, weight of a small one)
+_MAX_CHECKS = 300_000  # groups checked per certificate; the benchmark's layers need a few thousand
 
 
-def _sizes(loads: Sequence[float], target: float) -> list[int]:
-    return [min(Q, math.ceil((1.0 - w / target) * Q + 1e-7)) for w in loads]
+def _grids(spare: int) -> tuple[tuple[int, int, int], ...]:
+    """(weight of one covered group, of an expert that completes one with the ``spare`` coldest others,
+    of one that cannot): halves and quarters with two slots, then halves and thirds."""
+    return (2 * (spare + 1), 2, 1), (3 * (spare + 1), 3, 2)
 
 
-def _score(level: int, count: int) -> int:
-    return min(1, level // Q, count - 1)
+def _sizes(loads: Sequence[float], target: float, spare: int) -> list[int]:
+    return [min(Q, math.ceil((1.0 - spare * w / target) * Q + 1e-7)) for w in loads]
 
 
-def certificate(loads: Sequence[float], target: float) -> tuple[list[int], int] | None:
+def _score(level: int, count: int, spare: int) -> int:
+    """Upper bound on a group's term (``covering.py``); exact with two slots."""
+    return min(1, level // Q, count - spare)
+
+
+def certificate(loads: Sequence[float], target: float, slots: int = 2) -> tuple[list[int], int] | None:
     """Integer weights per expert and the weight of one covered group (``unit``), checked to satisfy
     ``sum(weights of a group) >= unit * score(group)`` for every group; None when no grid checks out."""
-    sizes = _sizes(loads, target)
+    spare = slots - 1
+    sizes = _sizes(loads, target, spare)
     cold = sorted((s for s in sizes if s >= 0), reverse=True)
-    if len(cold) < 2:
+    if len(cold) < spare + 1:
         return None
-    for unit, pairing, small in _GRIDS:
+    for unit, pairing, small in _grids(spare):
         def cold_weight(s: int) -> int:
-            partner = cold[1] if s == cold[0] else cold[0]  # the coldest other expert
-            return pairing if s + partner >= Q else small
+            others = cold[:spare + 1]
+            if s in others:
+                others = list(others)
+                others.remove(s)  # the coldest others, without this expert
+            return pairing if s + sum(others[:spare]) >= Q else small
         cold_weights = [cold_weight(s) for s in cold]
         table = _ColdTable(cold, cold_weights, pairing, small)
         hot = sorted(s for s in sizes if s < 0)
-        hot_weight = {s: max(unit * (s // Q), unit - table.cheapest(Q - s)) for s in hot}
-        if _holds(hot, [hot_weight[s] for s in hot], table, unit):
+        hot_weight = {s: max(unit * min(s // Q, 1 - spare), unit - table.cheapest(Q - s, spare)) for s in hot}
+        if _holds(hot, [hot_weight[s] for s in hot], table, unit, spare):
             return [hot_weight[s] if s < 0 else cold_weight(s) for s in sizes], unit
     return None
 
 
-def certified_score_bound(loads: Sequence[float], target: float) -> float | None:
-    """An upper bound on the best split's score at ``target``, or None when no certificate checks out."""
-    found = certificate(loads, target)
+def certified_score_bound(loads: Sequence[float], target: float, slots: int = 2) -> float | None:
+    """An upper bound on the best split's total score at ``target``, or None when no certificate checks out."""
+    found = certificate(loads, target, slots)
     return None if found is None else sum(found[0]) / found[1]
 
 
-def proves_out_of_reach(loads: Sequence[float], num_gpus: int, target: float) -> bool:
-    """True only if no two-slot placement on ``num_gpus`` GPUs keeps every GPU at or below ``target``."""
-    bound = certified_score_bound(loads, target)
-    return bound is not None and bound < len(loads) - num_gpus - 1e-9
+def proves_out_of_reach(loads: Sequence[float], num_gpus: int, target: float, slots: int = 2) -> bool:
+    """True only if no placement on ``num_gpus`` GPUs of ``slots`` slots keeps every GPU at or below ``target``."""
+    bound = certified_score_bound(loads, target, slots)
+    return bound is not None and bound < len(loads) - (slots - 1) * num_gpus - 1e-9
 
 
 class _ColdTable:
@@ -76,11 +88,12 @@ class _ColdTable:
         self.smalls = [0, *accumulate(s for s, w in zip(cold, weights) if w == small)]
         self.pairs = [0, *accumulate(s for s, w in zip(cold, weights) if w == pairing)]
 
-    def cheapest(self, need: int) -> float:
-        """Least weight of cold experts whose surpluses sum to ``need`` or more (inf if none)."""
+    def cheapest(self, need: int, at_least: int) -> float:
+        """Least weight of ``at_least`` or more cold experts whose surpluses sum to ``need`` or more (inf if
+        none)."""
         best = math.inf
         for a, reach in enumerate(self.smalls):
-            b = bisect.bisect_left(self.pairs, need - reach)
+            b = max(bisect.bisect_left(self.pairs, need - reach), at_least - a)
             if b < len(self.pairs):
                 best = min(best, a * self.small + b * self.pairing)
         return best
@@ -97,7 +110,7 @@ class _ColdTable:
                 yield weight, a + b, reach_a + reach_b
 
 
-def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int) -> bool:
+def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int, spare: int) -> bool:
     """Every group's weight is at least ``unit`` times its score (exact, on the rounded sizes); False also when
     the check would take more than ``_MAX_CHECKS`` steps."""
     # best[(weight, min(count, 2))] = highest surplus of a hot subset with that weight and count
@@ -112,7 +125,7 @@ def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int)
         # Only groups weighing less than one unit can break the check (no score exceeds 1).
         for weight, count, reach in table.combos(unit - w):
             total = k + count
-            if total >= 1 and unit * _score(level + reach, total) > w + weight:
+            if total >= 1 and unit * _score(level + reach, total, spare) > w + weight:
                 return False
             work += 1
             if work > _MAX_CHECKS:  # many hot experts: give up (no proof) rather than stall
@@ -120,16 +133,17 @@ def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int)
     return True
 
 
-def covering_bound(loads: Sequence[float], num_gpus: int, proven: float, feasible: float, steps: int = 40) -> float:
+def covering_bound(loads: Sequence[float], num_gpus: int, proven: float, feasible: float, slots: int = 2,
+                   steps: int = 40) -> float:
     """The largest target shown out of reach between ``proven`` (a valid bound) and ``feasible`` (a
     reached load); bisection keeps "``lo`` is proven", so the result is valid though the test is not
     monotone."""
-    if feasible <= proven or not proves_out_of_reach(loads, num_gpus, proven):
+    if feasible <= proven or not proves_out_of_reach(loads, num_gpus, proven, slots):
         return proven
     lo, hi = proven, feasible
     for _ in range(steps):
         mid = (lo + hi) / 2
-        if proves_out_of_reach(loads, num_gpus, mid):
+        if proves_out_of_reach(loads, num_gpus, mid, slots):
             lo = mid
         else:
             hi = mid

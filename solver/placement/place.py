@@ -6,10 +6,11 @@ Per layer (layers are independent and solved one after another, deterministicall
 2. ``E <= (S - 1) G + 1`` (one redundant slot per GPU is enough): one group filled exactly to the mean
    (``fill.py``); the mean is the lower bound, so the layer is optimal. ``S = 1``: the greedy's
    water-filling is exact.
-3. Otherwise several groups are needed (``groups.py``): LPT over groups with local search, with two
-   slots the partner/pair cover and the bin-covering split (``covering.py``), and the greedy's copies with LP-optimal shares (``shares.py``); the
-   best wins. Lower bounds from ``bounds.py``; if the gap stays open, CP-SAT (``cpsat.py``) proves or
-   improves small layers and layers without a spare slot, within the time budget.
+3. Otherwise several groups are needed (``groups.py``): LPT over groups with local search, the
+   bin-covering split (``covering.py``), with two slots the partner/pair cover, and the greedy's
+   copies with LP-optimal shares (``shares.py``); the best wins. Lower bounds from ``bounds.py``; if
+   the gap stays open, CP-SAT (``cpsat.py``) proves or improves small layers and layers without a
+   spare slot, within the time budget.
 4. Free slots are padded with zero-share copies so engines that need every slot mapped get a full map.
 
 With ``gpus_per_node`` the objective is hierarchical: experts are first balanced over nodes (a node is
@@ -147,11 +148,12 @@ def solve_layer(loads: Sequence[float], num_gpus: int, slots: int, det_time: flo
         improve(split, loads, slots)
         reallocate(split, loads, num_gpus, slots)
         offer(realize(split, loads, slots))
+    covers = [cover_split(loads, num_gpus, start_bound, best_max, slots)]
     if slots == 2:
-        for heuristic in (pair_cover, cover_split):
-            cover = heuristic(loads, num_gpus, start_bound, best_max)
-            if cover is not None:
-                offer(realize(cover, loads, slots))
+        covers.append(pair_cover(loads, num_gpus, start_bound, best_max))
+    for cover in covers:
+        if cover is not None:
+            offer(realize(cover, loads, slots))
     if len(loads) < slots * num_gpus:  # with copies to re-share
         offer(reshare(loads, [[e for e, _ in gpu] for gpu in greedy]))
     bound = layer_lower_bound(loads, num_gpus, slots, feasible=best_max)

@@ -168,7 +168,8 @@ class PlanPlacement:
             "max_over_mean": round(worst, 6),
             "status": self.status,
             "solve_time_s": round(self.solve_time_s, 3),
-            "layout_priced_at": "each EP degree's mean max/mean load (the placement is then decided per layer for the chosen layout; metrics include it)",
+            "layout_priced_at": ("each EP degree's mean max/mean load (the placement is then decided per "
+                                 "layer for the chosen layout; metrics include it)"),
             "stages": stages,
         }
 

@@ -10,7 +10,7 @@ import pytest
 from shardplan.models.load_profile import ExpertLoadProfile, zipf_profile
 from shardplan.solver.placement import check_placement, place_experts
 from shardplan.solver.placement.covering import least_gpus_needed, split_at
-from shardplan.solver.placement.covering_bound import Q, certificate, covering_bound, proves_out_of_reach
+from shardplan.solver.placement.covering_bound import certificate, covering_bound, proves_out_of_reach
 from shardplan.solver.placement.groups import allocate, max_load
 
 from .oracle import optimum
@@ -27,12 +27,12 @@ def _partitions(items):
         yield [[first]] + part
 
 
-def split_optimum(loads, num_gpus):
-    """Least max load over every split into groups, each group on ``max(1, size - 1)`` GPUs or more
-    (two slots per GPU), spare GPUs handed out to the highest load per GPU."""
+def split_optimum(loads, num_gpus, slots=2):
+    """Least max load over every split into groups, each group on ``max(1, ceil((size - 1) / (S - 1)))``
+    GPUs or more, spare GPUs handed out to the highest load per GPU."""
     best = math.inf
     for part in _partitions(list(range(len(loads)))):
-        least = [max(1, len(g) - 1) for g in part]
+        least = [max(1, -(-(len(g) - 1) // (slots - 1))) for g in part]
         weights = [sum(loads[e] for e in g) for g in part]
         gpus = allocate(weights, least, num_gpus)
         if gpus is not None:
@@ -45,11 +45,13 @@ def _loads(seed, n):
     return [float(rng.choice([1, 2, 3, 5, 8, 13, 21, rng.randint(1, 60)])) for _ in range(n)]
 
 
-@pytest.mark.parametrize("experts,gpus,seed", [(5, 3, s) for s in range(3)] + [(6, 4, s) for s in range(2)])
-def test_split_optimum_matches_brute_force(experts, gpus, seed):
-    # The split model (groups on size - 1 GPUs) is exact: same optimum as every copy set with best shares.
+@pytest.mark.parametrize("experts,gpus,slots,seed", [(5, 3, 2, s) for s in range(3)]
+                         + [(6, 4, 2, s) for s in range(2)] + [(6, 2, 3, s) for s in range(2)])
+def test_split_optimum_matches_brute_force(experts, gpus, slots, seed):
+    # The split model (groups on ceil((size-1)/(S-1)) GPUs) is exact: same optimum as every copy set with
+    # its best shares.
     loads = _loads(seed, experts)
-    assert split_optimum(loads, gpus) == pytest.approx(optimum(loads, gpus, 2), rel=1e-9)
+    assert split_optimum(loads, gpus, slots) == pytest.approx(optimum(loads, gpus, slots), rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -65,49 +67,52 @@ def test_gpu_formula_equals_direct_count(seed):
     assert least_gpus_needed(loads, groups, target) == direct
 
 
-CASES = [(7, 4), (8, 5), (8, 4), (9, 6), (9, 5)]  # more experts than one group can balance (E > G + 1)
+# More experts than one group can balance (E > (S-1) G + 1), at most S G.
+CASES = [(7, 4, 2), (8, 5, 2), (8, 4, 2), (9, 6, 2), (9, 5, 2), (8, 3, 3), (9, 3, 3), (8, 2, 4)]
 
 
-@pytest.mark.parametrize("experts,gpus", CASES)
+@pytest.mark.parametrize("experts,gpus,slots", CASES)
 @pytest.mark.parametrize("seed", range(4))
-def test_bound_and_split_against_exact_optimum(experts, gpus, seed):
+def test_bound_and_split_against_exact_optimum(experts, gpus, slots, seed):
     loads = _loads(1000 + 10 * seed + experts, experts)
-    best = split_optimum(loads, gpus)
+    best = split_optimum(loads, gpus, slots)
     # The certificate never rules out a reachable target, and the bisected bound stays below the optimum.
-    assert not proves_out_of_reach(loads, gpus, best * (1 + 1e-9))
-    assert covering_bound(loads, gpus, sum(loads) / gpus, best * 1.5) <= best * (1 + 1e-9)
+    assert not proves_out_of_reach(loads, gpus, best * (1 + 1e-9), slots)
+    assert covering_bound(loads, gpus, sum(loads) / gpus, best * 1.5, slots) <= best * (1 + 1e-9)
     # A split the heuristic returns keeps its promise.
     for target in (best, best * 1.1, best * 1.5):
-        groups = split_at(loads, gpus, target)
+        groups = split_at(loads, gpus, target, slots)
         if groups is not None:
             assert sum(g.gpus for g in groups) == gpus
             assert max_load(groups, loads) <= target * (1 + 1e-9)
             assert sorted(e for g in groups for e in g.experts) == list(range(experts))
     profile = ExpertLoadProfile(num_experts=experts, layers=(0,), loads=(tuple(loads),))
-    placed = place_experts(profile, gpus, 2)
+    placed = place_experts(profile, gpus, slots)
     assert check_placement(placed, profile) == []
     assert placed.lower_bounds[0] <= best * (1 + 1e-9) <= placed.layers[0].max_load(loads) * (1 + 2e-9)
 
 
-def _score(level, count):
-    return min(1, level // Q, count - 1)
+def _term(loads, group, target, slots):
+    """A group's term ``k - (S-1) m`` at its fewest GPUs ``m`` (``covering.py``), computed directly."""
+    m = max(1, -(-(len(group) - 1) // (slots - 1)), math.ceil(sum(loads[e] for e in group) / target - 1e-9))
+    return len(group) - (slots - 1) * m
 
 
+@pytest.mark.parametrize("slots", [2, 3])
 @pytest.mark.parametrize("seed", range(12))
-def test_certificate_holds_for_every_group(seed):
-    # Independent of the certificate's own check: enumerate every subset of the experts.
+def test_certificate_holds_for_every_group(seed, slots):
+    # Independent of the certificate's own check: enumerate every subset of the experts and hold the
+    # weights to each group's actual term.
     rng = random.Random(seed)
     loads = [float(rng.choice([1, 2, 3, 4, 6, 9, 15, 30])) for _ in range(rng.randint(6, 11))]
-    target = sum(loads) / rng.uniform(len(loads) / 3, len(loads) - 1)
-    found = certificate(loads, target)
+    target = sum(loads) / rng.uniform(len(loads) / (3 * (slots - 1)), (len(loads) - 1) / (slots - 1))
+    found = certificate(loads, target, slots)
     if found is None:
-        pytest.skip("no certificate at this target")  # rare; the other seeds cover the check
+        pytest.skip("no certificate at this target")
     weights, unit = found
-    sizes = [min(Q, math.ceil((1 - w / target) * Q + 1e-7)) for w in loads]
     for size in range(1, len(loads) + 1):
         for group in combinations(range(len(loads)), size):
-            level = sum(sizes[e] for e in group)
-            assert sum(weights[e] for e in group) >= unit * _score(level, size)
+            assert sum(weights[e] for e in group) >= unit * _term(loads, group, target, slots)
 
 
 def test_deepseek_zipf_on_144_gpus_within_two_percent_of_the_bound():
