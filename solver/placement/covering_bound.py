@@ -113,11 +113,12 @@ class _ColdTable:
 def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int, spare: int) -> bool:
     """Every group's weight is at least ``unit`` times its score (exact, on the rounded sizes); False also when
     the check would take more than ``_MAX_CHECKS`` steps."""
-    # best[(weight, min(count, 2))] = highest surplus of a hot subset with that weight and count
+    # best[(weight, min(count, spare + 1))] = highest surplus of a hot subset with that weight and count
+    # (no score grows past spare + 1 members)
     best: dict[tuple[int, int], int] = {(0, 0): 0}
     for size, weight in zip(hot, hot_weights):
         for (w, k), level in list(best.items()):
-            key = (w + weight, min(k + 1, 2))
+            key = (w + weight, min(k + 1, spare + 1))
             if best.get(key, -math.inf) < level + size:
                 best[key] = level + size
     work = 0
