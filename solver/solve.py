@@ -335,7 +335,8 @@ def _reject(problem: Problem, layout: Layout, violations: list, placed: bool) ->
         # the encoding and the checks disagree: a bug, never a user error
         raise AssertionError("solver returned a plan that breaks " + "; ".join(map(str, violations)))
     note = (
-        "once the expert placement's imbalance is priced layer by layer (the layout search plans at its mean, "
+        "once the expert placement's imbalance is priced layer by layer (the layout search plans at the "
+        "layers' mean imbalance, "
         "so another layout may still hold: pin one with --dp/--pp/--tp/--attn-dp, or relax the limit)"
     )
     raise InfeasibleError([(d.rule, f"{d.message} {note}") for d in violations])
