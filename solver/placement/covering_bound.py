@@ -44,40 +44,39 @@ def _score(level: int, count: int, spare: int) -> int:
     return min(1, level // Q, count - spare)
 
 
-def certificate(loads: Sequence[float], target: float, slots: int = 2) -> tuple[list[int], int] | None:
+def certificate(loads: Sequence[float], target: float, slots: int = 2,
+                below: float | None = None) -> tuple[list[int], int] | None:
     """Integer weights per expert and the weight of one covered group (``unit``), checked to satisfy
-    ``sum(weights of a group) >= unit * score(group)`` for every group; None when no grid checks out."""
+    ``sum(weights of a group) >= unit * score(group)`` for every group; None when no grid checks out.
+    With ``below``, a grid whose weights sum to ``below`` units or more is not checked (it proves nothing)."""
     spare = slots - 1
     sizes = _sizes(loads, target, spare)
     cold = sorted((s for s in sizes if s >= 0), reverse=True)
     if len(cold) < spare + 1:
         return None
+    coldest = sum(cold[:spare])  # the spare coldest experts' surplus
     for unit, pairing, small in _grids(spare):
         def cold_weight(s: int) -> int:
-            others = cold[:spare + 1]
-            if s in others:
-                others = list(others)
-                others.remove(s)  # the coldest others, without this expert
-            return pairing if s + sum(others[:spare]) >= Q else small
+            # with the spare coldest *other* experts: swap s out of that set if it is in it
+            others = coldest if s < cold[spare - 1] else coldest - s + cold[spare]
+            return pairing if s + others >= Q else small
         cold_weights = [cold_weight(s) for s in cold]
         table = _ColdTable(cold, cold_weights, pairing, small)
         hot = sorted(s for s in sizes if s < 0)
         hot_weight = {s: max(unit * min(s // Q, 1 - spare), unit - table.cheapest(Q - s, spare)) for s in hot}
+        weights = [hot_weight[s] if s < 0 else cold_weight(s) for s in sizes]
+        if below is not None and sum(weights) >= below * unit:
+            continue
         if _holds(hot, [hot_weight[s] for s in hot], table, unit, spare):
-            return [hot_weight[s] if s < 0 else cold_weight(s) for s in sizes], unit
+            return weights, unit
     return None
-
-
-def certified_score_bound(loads: Sequence[float], target: float, slots: int = 2) -> float | None:
-    """An upper bound on the best split's total score at ``target``, or None when no certificate checks out."""
-    found = certificate(loads, target, slots)
-    return None if found is None else sum(found[0]) / found[1]
 
 
 def proves_out_of_reach(loads: Sequence[float], num_gpus: int, target: float, slots: int = 2) -> bool:
     """True only if no placement on ``num_gpus`` GPUs of ``slots`` slots keeps every GPU at or below ``target``."""
-    bound = certified_score_bound(loads, target, slots)
-    return bound is not None and bound < len(loads) - (slots - 1) * num_gpus - 1e-9
+    need = len(loads) - (slots - 1) * num_gpus  # the split's total score must reach this
+    found = certificate(loads, target, slots, below=need - 1e-9)
+    return found is not None and sum(found[0]) < (need - 1e-9) * found[1]
 
 
 class _ColdTable:

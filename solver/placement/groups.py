@@ -18,6 +18,7 @@ No CP-SAT here; everything is deterministic (ties go to the lower index).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -168,31 +169,40 @@ def improve(groups: list[Group], loads: Sequence[float], slots: int) -> None:
 
 def _improve_once(groups, weight, top, loads, slots) -> bool:
     high = groups[top]
-    current = weight[top] / high.gpus
+    goal = weight[top] / high.gpus * (1 - _EPS)  # both groups must end below this load per GPU
     order = sorted(range(len(groups)), key=lambda j: (weight[j] / groups[j].gpus, j))
     for j in order:
         if j == top:
             continue
         other = groups[j]
+        # A move of `delta` tokens from `high` to `other` helps iff low < delta < up.
+        low, up = weight[top] - goal * high.gpus, goal * other.gpus - weight[j]
+        if up <= max(low, 0.0):
+            continue
         room = len(other.experts) < capacity(other.gpus, slots) and len(high.experts) > 1
+        # Swaps: the other group's expert whose load leaves the two groups closest to level.
+        level = (weight[top] * other.gpus - weight[j] * high.gpus) / (high.gpus + other.gpus)
+        ranked = sorted((loads[f], b) for b, f in enumerate(other.experts))
+        keys = [w for w, _ in ranked]
         for a, e in enumerate(high.experts):
-            if room and (weight[j] + loads[e]) / other.gpus < current * (1 - _EPS) \
-                    and (weight[top] - loads[e]) / high.gpus < current * (1 - _EPS):
+            if room and low < loads[e] < up:
                 high.experts.pop(a)
                 other.experts.append(e)
                 weight[top] -= loads[e]
                 weight[j] += loads[e]
                 return True
-            for b, f in enumerate(other.experts):
-                delta = loads[e] - loads[f]
-                if delta <= 0:
-                    continue
-                if (weight[j] + delta) / other.gpus < current * (1 - _EPS) \
-                        and (weight[top] - delta) / high.gpus < current * (1 - _EPS):
-                    high.experts[a], other.experts[b] = f, e
-                    weight[top] -= delta
-                    weight[j] += delta
-                    return True
+            first = bisect.bisect_right(keys, loads[e] - up)  # f with loads[e] - f < up
+            last = bisect.bisect_left(keys, loads[e] - max(low, 0.0))  # and loads[e] - f > max(low, 0)
+            if first < last:
+                near = bisect.bisect_left(keys, loads[e] - level, first, last)
+                best = min({max(first, near - 1), min(last - 1, near)},
+                           key=lambda i: (abs(loads[e] - keys[i] - level), ranked[i][1]))
+                b = ranked[best][1]
+                delta = loads[e] - loads[other.experts[b]]
+                high.experts[a], other.experts[b] = other.experts[b], e
+                weight[top] -= delta
+                weight[j] += delta
+                return True
     return False
 
 
