@@ -79,8 +79,6 @@ def test_redundant_slots_cost_expert_memory():
     assert got == pytest.approx(extra, rel=1e-9)
 
 
-# --- a solved plan carries its placement -----------------------------------------------------------
-
 def test_redundant_copies_are_read_like_experts_at_decode():
     # 256 experts on 16 EP ranks: 16 per rank, 17 with one redundant slot. A decode step of 256
     # sequences gives each rank about 8 tokens per expert, far below what a GEMM needs to leave the
@@ -105,6 +103,8 @@ def test_redundant_copies_are_read_like_experts_at_decode():
     full = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank, 255).layer(moe, step)
     assert full == CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank).layer(moe, step)
 
+
+# --- a solved plan carries its placement -----------------------------------------------------------
 
 @pytest.mark.parametrize("model,cluster,kw", [
     ("deepseek-v3", "2x8xH200", dict(zipf=1.0, redundant_slots=1)),
