@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from shardplan.solver.placement.bisection import highest_proven
 from shardplan.solver.placement.covering_bound import covering_bound
 from shardplan.solver.placement.fill import fits_in_one_group
 from shardplan.solver.placement.greedy import replica_counts
@@ -132,18 +133,9 @@ def components_bound(loads: Sequence[float], num_gpus: int, slots: int, proven: 
     ``proven`` is an already valid bound, ``feasible`` a load some placement reaches. Bisection keeps the
     invariant "``lo`` is proven infeasible", so the result is valid even though the test is not monotone.
     """
-    if slots < 2 or feasible <= proven or not _components_exceed(loads, num_gpus, slots, proven):
+    if slots < 2:
         return proven
-    lo, hi = proven, feasible
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if _components_exceed(loads, num_gpus, slots, mid):
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-8 * hi:  # finer than place.OPTIMAL_TOLERANCE, so a met bound reads as optimal
-            break
-    return lo
+    return highest_proven(lambda target: _components_exceed(loads, num_gpus, slots, target), proven, feasible, steps)
 
 
 def layer_lower_bound(loads: Sequence[float], num_gpus: int, slots: int, feasible: float | None = None) -> float:

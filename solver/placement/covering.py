@@ -41,7 +41,8 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from shardplan.solver.placement.groups import Group, lowest_reached, reallocate
+from shardplan.solver.placement.bisection import lowest_reached
+from shardplan.solver.placement.groups import Group, reallocate
 
 _EPS = 1e-12
 
@@ -65,7 +66,7 @@ def _split_two(loads: Sequence[float], num_gpus: int, target: float) -> list[Gro
     keys = [d[e] for e in free]
     covered = []
     for h in hot:
-        group = _cover(h, d, free, keys)
+        group = _cover(h, d, free, keys, 1)
         if group is None:
             return None
         covered.append(group)
@@ -78,20 +79,6 @@ def _split_two(loads: Sequence[float], num_gpus: int, target: float) -> list[Gro
         return None
     reallocate(groups, loads, num_gpus, 2)
     return groups
-
-
-def _cover(hot: int, d, free: list[int], keys: list[float]) -> list[int] | None:
-    group, level = [hot], d[hot]
-    while free:
-        i = bisect.bisect_left(keys, 1.0 - level - _EPS)
-        if i < len(free):  # one free expert completes the group: the least cold that does
-            keys.pop(i)
-            group.append(free.pop(i))
-            return group
-        keys.pop()
-        group.append(free.pop())
-        level += d[group[-1]]
-    return None
 
 
 def _cover_free(d, free: list[int], keys: list[float]) -> list[list[int]]:
@@ -149,7 +136,7 @@ def _split_wide(loads: Sequence[float], num_gpus: int, target: float, slots: int
     while free:
         seed = free.pop(0)
         keys.pop(0)
-        group = _cover_wide(seed, d, free, keys, spare)
+        group = _cover(seed, d, free, keys, spare)
         if group is None:
             break
         groups.append(group)
@@ -165,7 +152,7 @@ def _split_wide(loads: Sequence[float], num_gpus: int, target: float, slots: int
     return out
 
 
-def _cover_wide(seed: int, d, free: list[int], keys: list[float], spare: int) -> list[int] | None:
+def _cover(seed: int, d, free: list[int], keys: list[float], spare: int) -> list[int] | None:
     """The seed and free experts up to a size ``spare * m + 1`` with surplus 1 or more; the experts taken are
     removed from ``free``. None (and ``free`` untouched) if the free experts cannot complete it."""
     group, level = [seed], d[seed]

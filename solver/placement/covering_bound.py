@@ -25,6 +25,8 @@ import math
 from collections.abc import Sequence
 from itertools import accumulate
 
+from shardplan.solver.placement.bisection import highest_proven
+
 Q = 1000  # surplus grid: sizes are surpluses in 1/Q units, rounded up
 _MAX_CHECKS = 300_000  # groups checked per certificate; the benchmark's layers need a few thousand
 
@@ -136,17 +138,5 @@ def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int,
 def covering_bound(loads: Sequence[float], num_gpus: int, proven: float, feasible: float, slots: int = 2,
                    steps: int = 40) -> float:
     """The largest target shown out of reach between ``proven`` (a valid bound) and ``feasible`` (a
-    reached load); bisection keeps "``lo`` is proven", so the result is valid though the test is not
-    monotone."""
-    if feasible <= proven or not proves_out_of_reach(loads, num_gpus, proven, slots):
-        return proven
-    lo, hi = proven, feasible
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if proves_out_of_reach(loads, num_gpus, mid, slots):
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-8 * hi:
-            break
-    return lo
+    reached load)."""
+    return highest_proven(lambda target: proves_out_of_reach(loads, num_gpus, target, slots), proven, feasible, steps)

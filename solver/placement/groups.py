@@ -21,14 +21,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
+from shardplan.solver.placement.bisection import lowest_reached
 from shardplan.solver.placement.fill import Pieces, fill_group
 
 _EPS = 1e-9
-_Result = TypeVar("_Result")
 
 
 @dataclass
@@ -204,26 +203,6 @@ def _improve_once(groups, weight, top, loads, slots) -> bool:
                 weight[j] += delta
                 return True
     return False
-
-
-def lowest_reached(attempt: Callable[[float], _Result | None], lo: float, hi: float, steps: int,
-                   rel: float) -> _Result | None:
-    """``attempt(target)`` at the lowest target in ``[lo, hi]`` where it succeeds, by bisection (``hi`` first;
-    None if even that fails). Every success is kept, so the result is valid even if ``attempt`` is not
-    monotone in the target."""
-    found = attempt(hi)
-    if found is None:
-        return None
-    for _ in range(steps):
-        if hi - lo <= rel * hi:
-            break
-        mid = (lo + hi) / 2
-        tried = attempt(mid)
-        if tried is None:
-            lo = mid
-        else:
-            hi, found = mid, tried
-    return found
 
 
 def pair_cover(loads: Sequence[float], num_gpus: int, lo: float, hi: float, steps: int = 24) -> list[Group] | None:
