@@ -82,9 +82,9 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
 __all__ = ["ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]
 
 
-# Rules on the shape of an execution DAG (DAG-*): solver/dag_check.py runs them on DAGs; they are never
+# Rules on the shape of an execution DAG (DAG-*): rules/dag/check.py runs them on DAGs; they are never
 # posted nor run on plans, so they stay out of CATALOG. `shardplan rules` lists both.
-from shardplan.rules.dag_rules import DAG_RULES  # noqa: E402
+from shardplan.rules.dag.catalog import DAG_RULES  # noqa: E402
 
 LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES)
 

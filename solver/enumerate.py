@@ -25,9 +25,9 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.bruteforce import Oracle
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.cost.evaluate import resolve_profile
-from shardplan.solver.solve import (
+from shardplan.solver.optimise import (
     Deadline,
     build_model,
     e2e_expr,

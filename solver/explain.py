@@ -41,7 +41,7 @@ def pin_conflicts(model) -> list[tuple[str, str]]:
 def explain(problem, tables=None) -> list[tuple[str, str]]:
     """(rule id, message with the numbers) for a minimal conflicting set of the problem's rules;
     pins that a rule rejects outright are named with every rule they break."""
-    from shardplan.solver.solve import build_model, parameters
+    from shardplan.solver.optimise import build_model, parameters
 
     model = build_model(problem, tables=tables)  # the optimiser's copy has every literal fixed
     direct = pin_conflicts(model)

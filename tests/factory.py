@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shardplan.rules.problem import Problem
-from shardplan.solver.inputs import ProblemArgs, build_problem
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 
 
 def problem(model: str = "llama-3.1-8b", cluster: str = "4xH100", **kw) -> Problem:

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
-from shardplan.solver.cost.calibrate import (
+from shardplan.solver.cost.calibration.fit import (
     FitResult,
     calibrate,
     op_factors,
     shared_profile,
     write_profile,
 )
-from shardplan.solver.cost.measures import predict
-from shardplan.solver.cost.points import LATENCY, SERVING, THROUGHPUT, Point, load_points
+from shardplan.solver.cost.calibration.measures import predict
+from shardplan.solver.cost.calibration.points import LATENCY, SERVING, THROUGHPUT, Point, load_points
 
 _SHARED = Path(os.environ.get("SHARDPLAN_CALIBRATION_DIR", Path(__file__).resolve().parents[3] / "shared" / "calibration"))
 POINTS_CSV = _SHARED / "perf_points.csv"

@@ -25,7 +25,7 @@ from benchmarks.accuracy import (
     refit,
     summary,
 )
-from shardplan.solver.cost.points import SKIP_REASONS, load_points
+from shardplan.solver.cost.calibration.points import SKIP_REASONS, load_points
 
 
 def main(argv: list[str] | None = None) -> int:

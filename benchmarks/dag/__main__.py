@@ -20,8 +20,8 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.dag import build_dag, check_dag, critical_path_us
-from shardplan.solver.inputs import ProblemArgs, build_problem
-from shardplan.solver.solve import solve
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.optimise import solve
 
 
 @dataclass(frozen=True)

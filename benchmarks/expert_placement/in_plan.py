@@ -8,7 +8,7 @@ tokens/s; "uniform" is the same layout with uniform routing and no redundant slo
 
 from __future__ import annotations
 
-from shardplan.solver.inputs import ProblemArgs, build_problem, layout_from_pins
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, layout_from_pins
 from shardplan.solver.placement import greedy_placement, place_experts
 from shardplan.solver.placement.plan import place_and_price
 

@@ -37,7 +37,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.memory import GIB, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
-from shardplan.solver.cost.prediction import MemoryReport, Metrics, Prediction, StageTiming
+from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.solver.cost.stage import stage_shape
 
 NS = 1e9

@@ -35,7 +35,7 @@ from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.cost.prediction import Prediction
+from shardplan.rules.prediction import Prediction
 from shardplan.solver.placement.check import check_placement
 from shardplan.solver.placement.export import placement_to_json
 from shardplan.solver.placement.place import greedy_placement, place_experts

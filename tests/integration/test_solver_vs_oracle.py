@@ -12,10 +12,10 @@ import pytest
 
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.problem import Objective
-from shardplan.solver.bruteforce import Oracle
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.enumerate import enumerate_plans
-from shardplan.solver.solve import solve
+from shardplan.solver.optimise import solve
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 from tests.factory import problem
@@ -64,7 +64,7 @@ def test_enumeration_equals_brute_force(scenario):
 
 
 def test_solve_is_deterministic():
-    from shardplan.solver.output import plan_dict
+    from shardplan.solver.outputs.plan_json import plan_dict
 
     p = problem(model="mixtral-8x7b", cluster="8xH100", objective="throughput")
     outputs = []

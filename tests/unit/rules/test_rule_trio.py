@@ -8,7 +8,7 @@ import pytest
 from shardplan.models.errors import InfeasibleError
 from shardplan.rules.catalog import CATALOG, check_plan, errors_of, get_rule
 from shardplan.rules.base import Kind
-from shardplan.solver.solve import solve
+from shardplan.solver.optimise import solve
 from tests.factory import problem
 
 # rule id: (base problem, violating changes, complying changes)

@@ -1,0 +1,5 @@
+"""The ``shardplan`` command line: entry point (``main``), views, input parsing, DAG validation."""
+
+from shardplan.solver.cli.main import main
+
+__all__ = ["main"]

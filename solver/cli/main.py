@@ -1,0 +1,369 @@
+"""The ``shardplan`` command line: thin subcommands over the library (DESIGN.md contract).
+
+Every command has ``--json``. Errors never show a traceback: bad input prints one line and exits
+2, an infeasible problem names the conflicting rules and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.solver.cli import views as cli_views
+from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
+
+EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def problem_options(func: Callable) -> Callable:
+    """The inputs solve, enumerate and evaluate share."""
+    options = [
+        click.option("--model", default=DEFAULT_MODEL, show_default=True, help="preset id or alias, or a config.json path"),
+        click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="e.g. 8xH100, 4x8xH200, 72xGB200"),
+        click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True),
+        click.option("--isl", type=int, default=1024, show_default=True, help="input tokens per request"),
+        click.option("--osl", type=int, default=256, show_default=True, help="output tokens per request"),
+        click.option("--batch", type=int, default=None, help="concurrent sequences per replica (default: 1 for latency, decided for throughput)"),
+        click.option("--mem-cap-gib", type=float, default=None, help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
+        click.option("--ttft-ms", type=float, default=None, help="limit on time to first token"),
+        click.option("--tpot-ms", type=float, default=None, help="limit on time per output token"),
+        click.option("--weights-dtype", default=None, help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
+        click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),
+        click.option("--profile", default=None, help="calibration profile (default: the GPU's)"),
+        click.option("--allow", multiple=True, help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
+        click.option("--dp", type=int, default=None, help="pin replicas"),
+        click.option("--pp", type=int, default=None, help="pin pipeline stages"),
+        click.option("--tp", type=int, default=None, help="pin tensor parallelism"),
+        click.option("--sp", type=int, default=None, help="pin sequence parallelism"),
+        click.option("--ep", type=int, default=None, help="pin expert parallelism (= GPUs per stage / expert-tp)"),
+        click.option("--attn-dp", type=int, default=None, help="pin attention groups per stage"),
+        click.option("--expert-tp", type=int, default=None, help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
+        click.option("--stages", default=None, help="pin stage boundaries, e.g. 0:30,30:61"),
+        click.option("--load-profile", default=None, help="tokens routed to each expert per MoE layer (.json or .csv; default: uniform routing)"),
+        click.option("--zipf", type=float, default=None, help="synthetic Zipf routing with this exponent (fixed seed) instead of a profile"),
+        click.option("--redundant-slots", type=int, default=0, show_default=True, help="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"),
+        click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def infeasible_dict(problem: Any, exc: InfeasibleError) -> dict[str, Any]:
+    """DESIGN.md's JSON for a problem with no plan: status, objective and the conflicting rules."""
+    return {
+        "status": "infeasible",
+        "objective": problem.objective.value,
+        "model": problem.model.name,
+        "cluster": problem.cluster.describe(),
+        "conflict": [{"rule": rule, "message": message} for rule, message in exc.conflicts],
+    }
+
+
+def problem_args(kw: dict) -> ProblemArgs:
+    pins = {k: kw.pop(k) for k in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")}
+    return ProblemArgs(pins=pins, **{k: kw.pop(k) for k in list(kw) if k in ProblemArgs.__dataclass_fields__})
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="shardplan")
+def cli() -> None:
+    """Plan how to run an LLM for inference on a GPU cluster.
+
+    \b
+    shardplan solve                          plan the built-in default (DeepSeek-V3 on 2x8xH200)
+    shardplan solve --model llama-3.1-70b --cluster 8xH100 --objective throughput
+    shardplan evaluate --model llama-3.1-70b --cluster 8xH100 --tp 4 --dp 2
+    shardplan models | hardware              the presets
+    """
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def models(as_json: bool) -> None:
+    """List the model presets with parameter counts and KV bytes per token."""
+    rows = cli_views.model_rows()
+    if as_json:
+        emit_json(rows)
+    else:
+        cli_views.print_models(rows)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def hardware(as_json: bool) -> None:
+    """List the GPU presets: capacity, bandwidths, peak rates."""
+    rows = cli_views.gpu_rows()
+    if as_json:
+        emit_json(rows)
+    else:
+        cli_views.print_gpus(rows)
+
+
+experts_out_option = click.option(
+    "--experts-out", type=click.Path(dir_okay=False), default=None,
+    help="write the expert placement (per MoE layer, physical slot -> logical expert) as JSON",
+)
+
+
+@cli.command()
+@problem_options
+@experts_out_option
+def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
+    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
+    from shardplan.solver.outputs.plan_json import plan_dict
+    from shardplan.solver.placement.plan import place_and_price, write_experts
+
+    problem = build_problem(problem_args(kw))
+    layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
+    if experts_out:
+        write_experts(experts_out, experts)
+    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts)
+    if as_json:
+        emit_json(data)
+    else:
+        from shardplan.rules.plan import Plan
+        from shardplan.solver.outputs.report import binding_constraints
+
+        plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
+        cli_views.print_plan(data, plan, binding_constraints(plan))
+
+
+@cli.command()
+@click.argument("points", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(), help="profile JSON to write (a directory: every fitted profile)")
+@click.option("--gpu", default=None, help="fit only this GPU's rows (preset name or alias)")
+@click.option("--software", default=None, help="fit only one software generation: trtllm, trtllm-0.14, trtllm-0.9, splitwise")
+@click.option("--ops", default=None, type=click.Path(exists=True, dir_okay=False), help="op_points.csv for the shared operator factors")
+@click.option("--jobs", type=int, default=1, show_default=True, help="processes fitting profiles in parallel")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool) -> None:
+    """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
+    from shardplan.solver.cost.calibration.fit import calibrate_to_file
+
+    results = calibrate_to_file(points, out, gpu=gpu, software=software, op_csv=ops, jobs=jobs)
+    rows = [
+        {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows, "median_abs_error": round(r.median_abs_error, 4),
+         "fitted": {f: getattr(r.profile, f) for f in r.fields}}
+        for r in results
+    ]
+    if as_json:
+        emit_json(rows)
+    else:
+        for row in rows:
+            fitted = ", ".join(f"{k}={v:g}" for k, v in row["fitted"].items())
+            click.echo(f"{row['profile']}: {row['rows']} rows, median |error| {row['median_abs_error']:.1%}; {fitted}")
+        click.echo(f"wrote {out}")
+
+
+@cli.command()
+@problem_options
+@click.option("--time-limit", type=float, default=None, help="seconds; the best plan found is returned as 'feasible'")
+@click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False), help="write the execution DAG (.json, .graphml, .dot, .mmd)")
+@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
+@experts_out_option
+@click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
+              help="print a ready-to-run launch command for this serving engine instead of the plan")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="write a self-contained HTML report of the plan")
+@click.option("--runner-up/--no-runner-up", default=None,
+              help="solve again without the winner's shape to say why it won (default: on, off with --json; "
+                   "costs about one more solve)")
+def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None,
+          emit_engine: str | None, report_path: str | None, runner_up: bool | None, **kw: Any) -> None:
+    """Find the best layout: minimum latency, or maximum throughput under the memory cap.
+
+    With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
+    """
+    from shardplan.solver.outputs.plan_json import plan_dict
+    from shardplan.solver.optimise import solve as run_solve
+
+    if time_limit is not None and not time_limit > 0:
+        raise SpecError("time-limit", f"must be > 0, got {time_limit}")
+    check_writable("report", report_path)
+    problem = build_problem(problem_args(kw))
+    if dag_path:  # an unknown extension is bad input: say so before solving
+        from shardplan.solver.dag.export import writer_for
+
+        writer_for(dag_path)
+    try:
+        plan = run_solve(problem, time_limit_s=time_limit)
+    except InfeasibleError as exc:
+        if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
+            emit_json(infeasible_dict(problem, exc))
+        raise
+    if dag_path:
+        from shardplan.solver.dag.export import write_dag
+
+        write_dag(plan, dag_path, detail)
+    if experts_out:
+        from shardplan.solver.placement.plan import write_experts
+
+        write_experts(experts_out, plan.experts)
+    data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
+                     experts=plan.experts, extra={"objective_value": plan.objective_value})
+    show_plan(plan, data, as_json, emit_engine, report_path,
+              runner_up if runner_up is not None else not (as_json or emit_engine))
+
+
+def show_plan(plan: Any, data: dict, as_json: bool, emit_engine: str | None, report_path: str | None,
+              with_runner_up: bool) -> None:
+    """The plan as the options ask: JSON, a launch command or the human view; and the HTML report."""
+    from shardplan.solver.outputs import report
+
+    findings = report.binding_constraints(plan)
+    runner, note = None, None
+    if with_runner_up:
+        # About one more solve; bounded so a large problem does not double its wait unboundedly.
+        budget = max(5.0, 3 * (plan.solve_time_s or 0.0))
+        runner = report.runner_up(plan, time_limit_s=budget)
+    else:
+        note = "runner-up not computed (--runner-up computes it)"
+    data = {**data, "binding": report.findings_dicts(findings)}
+    if runner is not None:
+        data["runner_up"] = runner.to_dict()
+    launch = None
+    if emit_engine:
+        from shardplan.solver.outputs.launch import emit
+
+        launch = emit(plan, emit_engine)
+        data["launch"] = {"engine": emit_engine, "version": launch.version, "notes": list(launch.notes),
+                          "files": dict(launch.files), "script": launch.script(),
+                          "commands": [{"label": l.label, "env": dict(l.env), "argv": list(l.argv)} for l in launch.launches]}
+    if report_path:
+        report.write_report(report_path, report.plan_report(plan, data, findings, runner, note))
+    if as_json:
+        emit_json(data)
+    elif launch is not None:
+        click.echo(launch.script(), nl=False)
+    else:
+        cli_views.print_plan(data, plan, findings, runner, note)
+    if report_path and not as_json and launch is None:
+        click.echo(f"wrote {report_path}")
+
+
+def check_writable(option: str, path: str | None) -> None:
+    """Fail before any work when ``path`` cannot be written: its directory must exist."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise SpecError(option, f"directory {folder} does not exist")
+    if os.path.isdir(path):
+        raise SpecError(option, f"{path} is a directory")
+    if not os.access(folder, os.W_OK):
+        raise SpecError(option, f"cannot write to {folder}")
+
+
+@cli.command(name="enumerate")
+@problem_options
+@click.option("--jsonl", is_flag=True, help="stream one JSON object per layout, then the frontier")
+@click.option("--limit", type=int, default=None, help="stop after this many layouts")
+@click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
+@click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
+              help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
+def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, report_path: str | None,
+                  **kw: Any) -> None:
+    """Every feasible layout with its best boundaries and batch, and the latency-throughput
+    Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
+    into 8 stages): each layout shows its best ones."""
+    from shardplan.solver.enumerate import enumerate_plans, pareto_front
+    from shardplan.solver.outputs.plan_json import plan_dict
+
+    if limit is not None and limit < 1:
+        raise SpecError("limit", f"must be >= 1, got {limit}")
+    check_writable("report", report_path)
+    problem = build_problem(problem_args(kw))
+    plans, rows = [], []
+    with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
+        for plan in enumerate_plans(problem, limit=limit, progress=tick, time_limit_s=time_limit):
+            row = plan_dict(problem, plan.layout, plan.prediction, status="feasible")
+            row = {"index": len(plans), **row}
+            if jsonl:
+                click.echo(json.dumps(row, separators=(",", ":")))
+            plans.append(plan)
+            rows.append(row)
+    if not plans:
+        # Nothing feasible is an infeasible problem, explained like solve's, never an empty result.
+        from shardplan.solver.explain import explain
+
+        raise InfeasibleError(explain(problem))
+    marks = pareto_front(plans)
+    frontier = [i for i, on in enumerate(marks) if on]
+    if report_path:
+        from shardplan.solver.outputs import report
+
+        report.write_report(report_path, report.enumeration_report(problem, plans, rows, marks))
+    if jsonl:
+        click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
+    elif as_json:
+        for row, on in zip(rows, marks):
+            row["pareto"] = on
+        emit_json({"count": len(plans), "pareto": frontier, "plans": rows})
+    else:
+        cli_views.print_enumeration(rows, marks)
+        if report_path:
+            click.echo(f"wrote {report_path}")
+
+
+@cli.command()
+@click.argument("rule_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def rules(rule_id: str | None, as_json: bool) -> None:
+    """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
+    from shardplan.rules.catalog import LISTED_RULES, find_rule
+
+    selected = [find_rule(rule_id)] if rule_id else list(LISTED_RULES)
+    data = [rule.describe() for rule in selected]
+    if as_json:
+        emit_json(data if rule_id is None else data[0])
+    else:
+        cli_views.print_rules(data, detailed=rule_id is not None)
+
+
+from shardplan.solver.cli.validate import validate  # noqa: E402 - `shardplan validate FILE.json` (solver/cli/validate.py)
+
+cli.add_command(validate)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the group, turning our errors into one line and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="shardplan", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("shardplan: aborted", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.UsageError as exc:
+        click.echo(f"shardplan: error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except InfeasibleError as exc:
+        click.echo(f"shardplan: {exc}", err=True)
+        sys.exit(EXIT_INFEASIBLE)
+    except SpecError as exc:
+        click.echo(f"shardplan: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except ShardplanError as exc:
+        click.echo(f"shardplan: error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (BrokenPipeError, KeyboardInterrupt):
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as exc:  # a bug: still one line, the traceback only on request
+        if os.environ.get("SHARDPLAN_DEBUG"):
+            raise
+        click.echo(f"shardplan: internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,68 @@
+"""``shardplan validate FILE.json [--json] [--fix --out FIXED.json]``: check a DAG file on its own.
+
+Exit codes: 0 valid, 1 violations (each with its rule ID and node id; after ``--fix``, those that
+remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``cli.py`` registers the command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import click
+
+EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
+@click.option("--fix", is_flag=True, help="repair what has one safe repair (missing collective, KV-cache or pipeline edge)")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="where --fix writes the repaired DAG (.json, .graphml, .dot, .mmd)")
+def validate(file: str, as_json: bool, fix: bool, out: Optional[str]) -> None:
+    """Check an execution DAG (node-link JSON) against the DAG rules; --fix repairs what it safely can."""
+    from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
+    from shardplan.rules.dag.fix import fix_dag
+    from shardplan.solver.dag.export import read_json, write_graph, writer_for
+
+    if out and not fix:
+        raise click.UsageError("--out needs --fix")
+    if fix and not out:
+        raise click.UsageError("--fix needs --out FIXED.json")
+    if out:
+        writer_for(out)  # an unknown extension fails before any work
+    dag = read_json(file)
+    changes = []
+    if fix:
+        dag, changes, diagnostics = fix_dag(dag)
+        write_graph(dag, out)
+    else:
+        diagnostics = check_dag(dag)
+    valid = not diagnostics
+    if as_json:
+        data = {
+            "file": file,
+            "valid": valid,
+            "detail": dag.graph.get("detail"),
+            "nodes": dag.number_of_nodes(),
+            "edges": dag.number_of_edges(),
+            "rules": rule_ids(diagnostics),
+            "violations": diagnostics_json(diagnostics),
+        }
+        if fix:
+            data.update(fixed=out, changes=[c.to_dict() for c in changes])
+        click.echo(json.dumps(data, indent=2))
+    else:
+        for change in changes:
+            click.echo(f"fixed {change}")
+        if fix:
+            click.echo(f"wrote {out}")
+        for d in diagnostics:
+            click.echo(f"{d.rule} {d.node if d.node is not None else '-'}: {d.message}")
+        summary = f"{file}: {dag.number_of_nodes()} nodes, {dag.number_of_edges()} edges, "
+        click.echo(summary + ("valid" if valid else f"{len(diagnostics)} violations of {', '.join(rule_ids(diagnostics))}"))
+    if not valid:
+        # SystemExit, not click's Exit: the entry point runs click with standalone_mode=False, which
+        # turns Exit into a return value.
+        sys.exit(EXIT_INVALID)

@@ -1,0 +1,241 @@
+"""Human views of the CLI's results: rich tables on a terminal, plain text when piped.
+
+Each ``*_rows`` function builds the data ``--json`` prints; each ``print_*`` shows the same data.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from shardplan.hardware import list_gpus
+from shardplan.models import presets
+from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
+
+# Piped output keeps a wide, fixed width so tables do not wrap and the bytes do not depend on the
+# terminal that happened to run the command.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def model_rows() -> list[dict[str, Any]]:
+    rows = []
+    for preset in presets():
+        spec = preset.load()
+        counts = parameter_counts(spec)
+        rows.append(
+            {
+                "id": preset.id,
+                "aliases": list(preset.aliases),
+                "architecture": spec.architecture,
+                "layers": spec.num_layers,
+                "moe": spec.is_moe,
+                "experts": spec.moe.num_experts if spec.moe else 0,
+                "params_total": counts.total,
+                "params_active": counts.active,
+                "weights_dtype": spec.weights_dtype.value,
+                "weight_bytes": round(weight_bytes_total(spec)),
+                "kv_bytes_per_token": round(kv_bytes_per_token(spec)),
+                "source": preset.source,
+            }
+        )
+    return rows
+
+
+def gpu_rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": g.name,
+            "aliases": list(g.aliases),
+            "hbm_gib": g.hbm_gib,
+            "hbm_tb_per_s": g.hbm_tb_per_s,
+            "bf16_tflops": g.bf16_tflops,
+            "fp8_tflops": g.fp8_tflops,
+            "fp4_tflops": g.fp4_tflops,
+            "scaleup_gb_per_s": g.scaleup_gb_per_s,
+            "scaleup_domain_gpus": g.scaleup_domain_gpus,
+            "gpus_per_node": g.gpus_per_node,
+            "scaleout_gb_per_s": g.scaleout_gb_per_s,
+            "source": g.source,
+        }
+        for g in list_gpus()
+    ]
+
+
+def print_models(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Model presets", title_justify="left")
+    for col in ("alias", "id", "layers", "experts", "total", "active", "weights", "KV B/token"):
+        table.add_column(col, justify="right" if col not in ("alias", "id") else "left")
+    for r in rows:
+        table.add_row(
+            r["aliases"][0] if r["aliases"] else r["id"],
+            r["id"],
+            str(r["layers"]),
+            str(r["experts"] or "-"),
+            _billions(r["params_total"]),
+            _billions(r["params_active"]),
+            f'{r["weight_bytes"] / 1e9:.1f} GB {r["weights_dtype"]}',
+            f'{r["kv_bytes_per_token"]:,}',
+        )
+    console.print(table)
+
+
+def print_gpus(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="GPU presets (dense peak rates)", title_justify="left")
+    for col in ("name", "HBM GiB", "TB/s", "bf16 TF", "fp8 TF", "fp4 TF", "scale-up GB/s", "domain", "NIC GB/s"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        table.add_row(
+            r["name"], f'{r["hbm_gib"]:g}', f'{r["hbm_tb_per_s"]:g}', f'{r["bf16_tflops"]:g}',
+            _opt(r["fp8_tflops"]), _opt(r["fp4_tflops"]), f'{r["scaleup_gb_per_s"]:g}',
+            str(r["scaleup_domain_gpus"]), f'{r["scaleout_gb_per_s"]:g}',
+        )
+    console.print(table)
+
+
+def print_plan(
+    data: dict[str, Any],
+    plan: Any = None,
+    findings: Optional[list] = None,
+    runner: Any = None,
+    runner_note: Optional[str] = None,
+) -> None:
+    """A plan dict (``output.plan_dict``): layout, metrics, memory per GPU, binding constraints and, when
+    given, why it beat the runner-up (``report.runner_up``)."""
+    from shardplan.solver.outputs.report import layout_lines, metric_text
+
+    text = metric_text(data["metrics"])
+    cluster = plan.problem.cluster if plan is not None else None
+    short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
+             if cluster is not None else data["cluster"])
+    timing = f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else ""
+    console.print(f"[bold]{data['model']}[/bold] on {short}: {data['status']}, objective {data['objective']}{timing}")
+    console.print(f"[dim]{data['cluster']}[/dim]")
+    wl = plan.problem.workload if plan is not None else None
+
+    console.print("[bold]Layout[/bold]")
+    total = cluster.num_gpus if cluster is not None else data["num_gpus"]
+    per_node = cluster.gpus_per_node if cluster is not None else max(data["num_gpus"], 1)
+    for line in layout_lines(data, total, per_node):
+        console.print(f"  {line}")
+
+    console.print("[bold]Metrics[/bold]")
+    request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
+    console.print(
+        f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"
+        f"   batch {text['batch']} per replica"
+    )
+    console.print(
+        f"  throughput [bold]{text['tokens_per_s']}[/bold] (cluster), {text['tokens_per_s_per_gpu']} per GPU"
+        f"   ({data['microbatches']} decode microbatch{'es' if data['microbatches'] != 1 else ''} in flight)"
+    )
+
+    table = Table(title="Memory per GPU (GiB): every GPU of a stage holds the same", title_justify="left")
+    for col in ("stage", "GPUs", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"):
+        table.add_column(col, justify="right")
+    stages = {s["index"]: s for s in data["stages"]}
+    for r in data["memory_per_stage"]:
+        free = f"{r['free']:.1f}" if r["free"] >= 0 else f"[red]{r['free']:.1f}[/red]"
+        gpus = stages[r["stage"]]["gpus"]
+        table.add_row(
+            str(r["stage"]), f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0]),
+            f"{r['weights']:.1f}", f"{r['kv_cache']:.2f}", f"{r['activations']:.2f}",
+            f"{r['overhead']:.1f}", f"{r['total']:.1f}", f"{r['limit']:.1f}", free,
+        )
+    console.print(table)
+    if not data["fits"]:
+        console.print(f"[red]does not fit: {data['short_gib']:.1f} GiB short on the fullest GPU[/red]")
+
+    if findings:
+        console.print("[bold]Binding constraints[/bold]")
+        for f in findings:
+            console.print(f"  [{_STATUS_STYLE[f.status]}]{f.status:>6}[/]  {f.message}")
+    if runner is not None or runner_note:
+        console.print("[bold]Why this plan[/bold]")
+        if runner is None:
+            console.print(f"  {runner_note}")
+        else:
+            for i, line in enumerate(runner.lines):
+                console.print(f"  {line}" if i == 0 else f"    {line}")
+            proven = "" if runner.proven else ", best found within the time limit (not proven)"
+            console.print(f"  [dim](runner-up solved in {runner.seconds:.2f} s{proven}; --no-runner-up skips it)[/dim]")
+
+
+_STATUS_STYLE = {"binds": "bold red", "tight": "yellow", "pinned": "cyan", "slack": "green"}
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e12:.2f} T" if n >= 1e12 else f"{n / 1e9:.1f} B"
+
+
+def _opt(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def print_rules(rows: list[dict[str, Any]], detailed: bool) -> None:
+    if detailed:
+        r = rows[0]
+        console.print(f"[bold]{r['id']}[/bold] {r['name']} ({r['kind']})")
+        console.print(f"  enforces: {r['statement']}")
+        console.print(f"  source:   {r['source']}")
+        if r["switch"]:
+            console.print(f"  turn off: --allow {r['switch']}")
+        console.print(f"  breaks it: {r['example_bad']}")
+        console.print(f"  keeps it:  {r['example_good']}")
+        return
+    table = Table(title="Rules (shardplan rules ID explains one)", title_justify="left")
+    for col in ("id", "name", "kind", "switch", "source", "statement"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], r["name"], r["kind"], r["switch"] or "", r["source"], r["statement"])
+    console.print(table)
+
+
+def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
+    from shardplan.solver.outputs.report import metric_text
+
+    front = sum(marks)
+    console.print(f"{len(rows)} feasible layouts; {front} on the Pareto frontier of end-to-end latency against throughput:")
+    table = Table(title_justify="left")
+    for col in ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s", "tok/s/GPU"):
+        table.add_column(col, justify="right")
+    for row, on in sorted(zip(rows, marks), key=lambda x: x[0]["metrics"]["e2e_ms"]):
+        if not on:
+            continue
+        d, text = row["degrees"], metric_text(row["metrics"])
+        table.add_row(
+            str(row["index"]), str(d["dp"]), str(d["pp"]), str(d["tp"]), str(d["sp"]), str(d["attn_dp"]), str(d["ep"]),
+            f"{row['metrics']['batch']:,}", str(row["num_gpus"]), text["ttft"], text["tpot"], text["e2e"],
+            text["tokens_per_s"].removesuffix(" tok/s"), text["tokens_per_s_per_gpu"].removesuffix(" tok/s"),
+        )
+    console.print(table)
+    if rows:
+        fastest = min(rows, key=lambda r: (r["metrics"]["e2e_ms"], -r["metrics"]["output_tokens_per_s"]))
+        busiest = max(rows, key=lambda r: r["metrics"]["output_tokens_per_s"])
+        console.print(f"lowest latency: #{fastest['index']} ({metric_text(fastest['metrics'])['e2e']}); "
+                      f"highest throughput: #{busiest['index']} ({metric_text(busiest['metrics'])['tokens_per_s']})")
+
+
+class progress:
+    """A progress bar on stderr while work runs, only on a terminal; yields a tick(done, total)."""
+
+    def __init__(self, label: str, enabled: bool = True):
+        from rich.progress import Progress
+
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = Progress(console=Console(stderr=True), transient=True) if self.enabled else None
+        self.label = label
+        self.task = None
+
+    def __enter__(self):
+        if not self.bar:
+            return lambda done, total: None
+        self.bar.start()
+        self.task = self.bar.add_task(self.label, total=None)
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar:
+            self.bar.stop()

@@ -1,0 +1,449 @@
+"""Fit calibration profiles to measured points: ``shardplan calibrate`` and the accuracy benchmark's refit.
+
+What is fitted, and how (DESIGN.md "Cost model": every efficiency is a named, fitted field):
+
+1. **Operator level** (``op_points.csv``, TensorRT-LLM 1.3 kernels on H100/H200): the GEMM curve
+   ``efficiency x M / (M + half_tokens)`` fitted to the BF16 and FP8 GEMMs at M >= 1024 gives
+   ``gemm_half_tokens`` and the FP8-to-BF16 ratio ``low_precision_gemm_ratio``; the weight-read
+   bandwidth of the M = 1 GEMMs bounds ``hbm_efficiency``; the all-reduce points fix the α-β factors
+   (``collective_latency_scale``, ``scaleup_bw_efficiency``). These are shared by every profile.
+2. **End to end** (``perf_points.csv``): per GPU type and software generation, a handful of fields
+   (``FITTED``) by least squares on the log of predicted over measured, with a robust loss so a few
+   odd rows cannot drag the fit and weak priors (``PRIORS``) so a field the rows cannot see stays
+   at a typical value. The optimiser starts from fixed values and runs single-threaded
+   arithmetic, and stored values are rounded to ``DIGITS`` significant digits, so a refit rewrites
+   the profile files byte for byte.
+
+scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
+from shardplan.hardware.profile import PROFILE_DIR, Profile
+from shardplan.models import SpecError
+from shardplan.solver.cost.calibration.measures import predict
+from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
+
+DIGITS = 4
+
+# Fields fitted per profile, with their bounds. Everything else is shared (``shared_profile``).
+FITTED: tuple[str, ...] = (
+    "gemm_efficiency",
+    "hbm_efficiency",
+    "layer_overhead_us",
+    "step_overhead_us",
+    "usable_memory_fraction",
+    "scaleup_bw_efficiency",
+)
+# Generations that fit other fields than FITTED.
+FITTED_BY_SOFTWARE: dict[str, tuple[str, ...]] = {
+    "trtllm-0.14": FITTED + ("request_overhead_ms",),  # its serving runs time the front end too
+    # Static-batching runs state their batch, so no memory field is identifiable from them, and a
+    # dozen rows carry three fields at most.
+    "trtllm-0.9": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us"),
+    # Splitwise's stack scales badly with TP (decode at TP8 no faster than at TP4): its collectives
+    # are fitted instead of a step overhead.
+    "splitwise": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us", "scaleup_bw_efficiency", "collective_latency_scale"),
+}
+BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.2, 0.95),
+    "hbm_efficiency": (0.3, 0.95),
+    "layer_overhead_us": (0.0, 500.0),  # kernel launches of a layer without CUDA graphs: tens of us
+    "step_overhead_us": (0.0, 5000.0),  # an iteration's scheduling and sampling: a few ms at most
+    "usable_memory_fraction": (0.80, 1.0),
+    "scaleup_bw_efficiency": (0.05, 1.5),
+    "request_overhead_ms": (0.0, 100.0),
+    "collective_latency_scale": (0.01, 100.0),
+}
+
+# Weak priors: (typical value, width). A fitted value one width away from its prior costs as much
+# as one row missed by PRIOR_WEIGHT in log terms, so the data decide wherever they say anything and
+# a field they cannot see stays at a physically typical value instead of wandering to a bound.
+PRIORS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.7, 0.2),
+    "hbm_efficiency": (0.8, 0.15),
+    "layer_overhead_us": (20.0, 100.0),
+    "step_overhead_us": (300.0, 2000.0),
+    "usable_memory_fraction": (0.92, 0.05),
+    "scaleup_bw_efficiency": (0.6, 0.5),
+    "request_overhead_ms": (5.0, 10.0),
+    "collective_latency_scale": (1.0, 5.0),
+}
+PRIOR_WEIGHT = 0.3
+
+# Engine facts per software generation (not fitted): scheduler limits of what was measured.
+ENGINES: dict[str, dict] = {
+    "trtllm": dict(
+        software="TensorRT-LLM 0.17-1.0, in-flight batching (trtllm-bench, engine flow and PyTorch backend)",
+        max_batch=2048, max_num_tokens=8192,
+    ),
+    "trtllm-0.14": dict(
+        software="TensorRT-LLM 0.14, in-flight batching (trtllm-bench engine flow, Triton backend)",
+        max_batch=2048, max_num_tokens=8192,
+    ),
+    "trtllm-0.9": dict(
+        software="TensorRT-LLM 0.9 gptSessionBenchmark, static batching (the whole batch's prompts in one pass)",
+        max_batch=1024, max_num_tokens=131072,
+    ),
+    "splitwise": dict(
+        software="Splitwise profiling runs (2023 serving stack), whole batch prefilled at once",
+        max_batch=256, max_num_tokens=32768,
+    ),
+}
+
+
+# --- operator-level factors ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpFactors:
+    """Shared factors read off op_points.csv."""
+
+    gemm_efficiency: float
+    gemm_half_tokens: float
+    low_precision_gemm_ratio: float
+    hbm_efficiency_max: float
+    scaleup_bw_efficiency: float
+    collective_latency_scale: float
+    note: str
+
+
+def op_factors(path: str | Path) -> OpFactors:
+    """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
+    from scipy.optimize import least_squares
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    gemm = [r for r in rows if r["op"] == "gemm"]
+
+    def gemm_fit(dtype: str) -> tuple[float, float]:
+        pts = []
+        for r in gemm:
+            if r["dtype"] != dtype:
+                continue
+            m = int(re.search(r"M=(\d+)", r["shape_params"]).group(1))
+            if m < 1024:
+                continue  # below that the GEMM is bound by weight reads, not by the curve
+            gpu = get_gpu(r["gpu"])
+            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
+            achieved = 2.0 * m * n * k / (float(r["latency_us"]) * 1e-6) / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+            pts.append((m, achieved))
+
+        def res(x):
+            eff, half = x
+            return [math.log(eff * m / (m + half) / a) for m, a in pts]
+
+        fit = least_squares(res, [0.8, 100.0], bounds=([0.1, 0.0], [1.0, 4096.0]))
+        return float(fit.x[0]), float(fit.x[1])
+
+    bf16_eff, bf16_half = gemm_fit("bfloat16")
+    fp8_eff, _ = gemm_fit("fp8")
+    # M = 1 GEMMs only read their weights: the best bandwidth a weight stream reaches.
+    stream = []
+    for r in gemm:
+        if "M=1 " in r["shape_params"] and r["dtype"] == "bfloat16":
+            gpu = get_gpu(r["gpu"])
+            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
+            stream.append(2.0 * n * k / (float(r["latency_us"]) * 1e-6) / gpu.hbm_bytes_per_s)
+    # All-reduce over NVLink (TensorRT-LLM's custom kernels, what its engines run).
+    ar = []
+    for r in rows:
+        if r["op"] == "all_reduce" and "custom AR" in r["backend"]:
+            n = int(re.search(r"num_gpus=(\d+)", r["shape_params"]).group(1))
+            elements = int(re.search(r"elements=(\d+)", r["shape_params"]).group(1))
+            ar.append((r["gpu"], n, elements * 2, float(r["latency_us"]) * 1e-6))
+
+    def ar_res(x):
+        bw, lat = x
+        out = []
+        for gpu, n, nbytes, seconds in ar:
+            cluster = parse_cluster(f"{n}x{get_gpu(gpu).name}")
+            t = collective_time_s(Collective.ALL_REDUCE, nbytes, range(n), cluster, bw_efficiency=bw, latency_scale=lat)
+            out.append(math.log(t / seconds))
+        return out
+
+    ar_fit = least_squares(ar_res, [0.7, 1.0], bounds=([0.1, 0.01], [2.0, 10.0]))
+    note = (
+        f"op_points.csv: GEMM curve at M>=1024 (bf16 {bf16_eff:.3f} x M/(M+{bf16_half:.0f}), fp8/bf16 share "
+        f"{fp8_eff / bf16_eff:.3f}), M=1 weight stream {max(stream):.3f} of HBM peak (upper bound of hbm_efficiency), "
+        f"custom all-reduce alpha-beta fit (bandwidth {ar_fit.x[0]:.3f}, latency x{ar_fit.x[1]:.3f})"
+    )
+    return OpFactors(
+        gemm_efficiency=bf16_eff,
+        gemm_half_tokens=bf16_half,
+        low_precision_gemm_ratio=min(1.0, fp8_eff / bf16_eff),
+        hbm_efficiency_max=max(stream),
+        scaleup_bw_efficiency=float(ar_fit.x[0]),
+        collective_latency_scale=float(ar_fit.x[1]),
+        note=note,
+    )
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+def shared_profile(ops: OpFactors, gpu: str, software: str, default: bool = True) -> Profile:
+    """The starting point of a fit: shared factors from the operator points, engine limits, and
+    fixed starting values of the fitted fields (the same for every GPU: determinism)."""
+    engine = ENGINES[software]
+    return Profile(
+        name=profile_name(gpu, software),
+        gpu=gpu,
+        software=engine["software"],
+        default=default,
+        gemm_efficiency=_sig(min(0.7, ops.gemm_efficiency)),
+        gemm_half_tokens=_sig(ops.gemm_half_tokens),
+        low_precision_gemm_ratio=_sig(ops.low_precision_gemm_ratio),
+        attention_efficiency=0.5,
+        moe_efficiency=0.7,
+        hbm_efficiency=0.7,
+        scaleup_bw_efficiency=_sig(ops.scaleup_bw_efficiency),
+        scaleout_bw_efficiency=0.8,
+        collective_latency_scale=_sig(ops.collective_latency_scale),
+        layer_overhead_us=20.0,
+        step_overhead_us=500.0,
+        request_overhead_ms=5.0 if software == "trtllm-0.14" else 0.0,
+        usable_memory_fraction=0.92,
+        runtime_overhead_gib=1.5,
+        comm_buffer_gib=0.5,
+        max_batch=engine["max_batch"],
+        max_num_tokens=engine["max_num_tokens"],
+        source="starting values",
+    )
+
+
+def _bounds(field: str, ops: OpFactors, gpu: str) -> tuple[float, float]:
+    lo, hi = BOUNDS[field]
+    if field == "hbm_efficiency" and gpu in _OP_GPUS:
+        hi = min(hi, max(ops.hbm_efficiency_max, lo + 0.01))  # no better than a bare weight stream
+    if field == "gemm_efficiency" and gpu in _OP_GPUS:
+        hi = min(hi, ops.gemm_efficiency)  # no better than the bare GEMM kernel
+    return lo, hi
+
+
+_OP_GPUS = ("H100-SXM", "H200-SXM")
+
+
+def residual(point: Point, profile: Profile) -> float:
+    """log(predicted / measured); a layout the model says does not fit counts as a 20x miss."""
+    value = predict(point, profile).value
+    return math.log(max(value, point.value / 20.0) / point.value)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    profile: Profile
+    rows: int
+    median_abs_error: float
+    fields: tuple[str, ...] = FITTED
+
+
+def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields: Sequence[str] = FITTED) -> FitResult:
+    """Least squares on log error over ``points`` for ``fields`` of ``start``; values rounded."""
+    from scipy.optimize import least_squares
+
+    fields = [f for f in fields if f in BOUNDS]
+    lo, hi, x0 = [], [], []
+    for f in fields:
+        a, b = _bounds(f, ops, start.gpu)
+        lo.append(a), hi.append(b)
+        x0.append(min(max(getattr(start, f), a), b))
+    scale = [max(abs(v), 1e-3) for v in x0]
+    weights = _weights(points)
+
+    def candidate(x) -> Profile:
+        return start.model_copy(update={f: float(v) for f, v in zip(fields, x)})
+
+    def res(x):
+        prof = candidate(x)
+        rows = [w * residual(p, prof) for p, w in zip(points, weights)]
+        priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x) if f in PRIORS]
+        return rows + priors
+
+    fit = least_squares(
+        res, x0, bounds=(lo, hi), x_scale=scale, diff_step=0.02, loss="soft_l1", f_scale=0.15,
+        max_nfev=60 * (len(fields) + 1), xtol=1e-4, ftol=1e-6,
+    )
+    fitted = candidate(fit.x)
+    rounded = fitted.model_copy(update={f: _sig(getattr(fitted, f)) for f in fields})
+    errors = sorted(abs(math.expm1(residual(p, rounded))) for p in points)
+    return FitResult(rounded, len(points), errors[len(errors) // 2] if errors else float("nan"), tuple(fields))
+
+
+def _weights(points: Sequence[Point]) -> list[float]:
+    """Latency and max-throughput rows weigh the same in total; serving throughputs, mostly set by
+    the offered rate, weigh half."""
+    counts: dict[str, int] = {}
+    for p in points:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    total = len(points)
+    share = {k: (0.5 if k == SERVING else 1.0) for k in counts}
+    norm = sum(share.values())
+    return [math.sqrt(share[p.kind] / norm * total / counts[p.kind]) for p in points]
+
+
+# --- whole-file fits --------------------------------------------------------------------------------
+
+def group_points(points: Iterable[Point]) -> dict[tuple[str, str], list[Point]]:
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        groups.setdefault(p.profile_key, []).append(p)
+    return dict(sorted(groups.items()))
+
+
+def calibrate(
+    points_csv: str | Path,
+    op_csv: Optional[str | Path] = None,
+    *,
+    gpu: Optional[str] = None,
+    row_filter=None,
+    jobs: int = 1,
+) -> list[FitResult]:
+    """Fit one profile per (GPU, software generation) found in ``points_csv`` (only ``gpu``'s if
+    given; only rows ``row_filter(point)`` accepts). Returns the fits, profiles rounded."""
+    points, _ = load_points(points_csv)
+    if row_filter is not None:
+        points = [p for p in points if row_filter(p)]
+    if gpu is not None:
+        name = get_gpu(gpu).name
+        points = [p for p in points if p.gpu == name]
+        if not points:
+            raise SpecError("gpu", f"no usable rows for {name} in {points_csv}")
+    ops = op_factors(op_csv) if op_csv else default_op_factors()
+    groups = group_points(points)
+    newest = {}
+    for gpu_name, software in groups:
+        rank = GENERATIONS.index(software)
+        newest[gpu_name] = min(rank, newest.get(gpu_name, rank))
+    tasks = [(key, pts, ops, GENERATIONS.index(key[1]) == newest[key[0]]) for key, pts in groups.items()]
+    if jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_fit_task, tasks))
+    else:
+        results = [_fit_task(t) for t in tasks]
+    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks)]
+
+
+def _fit_task(task) -> FitResult:
+    (gpu, software), pts, ops, default = task
+    fields = FITTED_BY_SOFTWARE.get(software, FITTED)
+    return fit_profile(pts, shared_profile(ops, gpu, software, default), ops, fields)
+
+
+def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | Path, ops: OpFactors) -> FitResult:
+    sources = sorted({p.source for p in points})
+    source = (
+        f"fitted by shardplan calibrate: least squares on log(predicted/measured) of {result.rows} rows of "
+        f"{Path(points_csv).name} ({', '.join(sources)}; rows {_id_ranges(p.row_id for p in points)}), "
+        f"fields {', '.join(result.fields)}; median |error| on those rows {result.median_abs_error:.1%}. "
+        f"Shared factors: {ops.note}; attention, MoE, scale-out and memory overheads are engineering defaults"
+    )
+    return FitResult(result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields)
+
+
+@lru_cache(maxsize=1)
+def default_op_factors() -> OpFactors:
+    """Op factors when no op_points.csv is given: those stored in the generic profile."""
+    from shardplan.hardware.profile import get_profile
+
+    g = get_profile("generic")
+    return OpFactors(
+        gemm_efficiency=g.gemm_efficiency,
+        gemm_half_tokens=g.gemm_half_tokens,
+        low_precision_gemm_ratio=g.low_precision_gemm_ratio,
+        hbm_efficiency_max=0.95,
+        scaleup_bw_efficiency=g.scaleup_bw_efficiency,
+        collective_latency_scale=g.collective_latency_scale,
+        note="the generic profile's operator factors",
+    )
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+def calibrate_to_file(
+    points_csv: str | Path,
+    out: str | Path,
+    *,
+    gpu: Optional[str] = None,
+    software: Optional[str] = None,
+    op_csv: Optional[str | Path] = None,
+    jobs: int = 1,
+) -> list[FitResult]:
+    """What ``shardplan calibrate`` does: fit, then write one profile to ``out`` (a file), or
+    every fitted profile into ``out`` when it is a directory."""
+    _require_scipy()
+    if software is not None and software not in GENERATIONS:
+        raise SpecError("software", f"{software!r}; one of {', '.join(GENERATIONS)}")
+    row_filter = (lambda p: p.software == software) if software else None
+    results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs)
+    if not results:
+        raise SpecError("points", f"no usable rows in {points_csv}")
+    out = Path(out)
+    if out.is_dir():
+        for r in results:
+            write_profile(r.profile, out / f"{r.profile.name}.json")
+        return results
+    if len(results) > 1:
+        names = ", ".join(r.profile.name for r in results)
+        raise SpecError("out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory")
+    write_profile(results[0].profile, out)
+    return results
+
+
+def _require_scipy() -> None:
+    if importlib.util.find_spec("scipy") is None:
+        raise SpecError("calibrate", "fitting needs scipy: pip install 'shardplan[calibrate]'")
+
+
+def profile_json(profile: Profile) -> str:
+    """The profile as stored: fields in declaration order, floats at DIGITS significant digits."""
+    data = {}
+    for name in Profile.model_fields:
+        value = getattr(profile, name)
+        data[name] = _sig(value) if isinstance(value, float) else value
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_profile(profile: Profile, path: Optional[str | Path] = None) -> Path:
+    path = Path(path) if path is not None else PROFILE_DIR / f"{profile.name}.json"
+    path.write_text(profile_json(profile), encoding="utf-8")
+    return path
+
+
+def _sig(value: float, digits: int = DIGITS) -> float:
+    if value == 0 or not math.isfinite(value):
+        return float(value)
+    out = round(value, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    return float(out)
+
+
+def _id_ranges(ids: Iterable[str]) -> str:
+    nums = sorted({int(i) for i in ids if i.isdigit()})
+    parts, start, prev = [], None, None
+    for n in nums:
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            parts.append(f"{start}-{prev}" if prev > start else str(start))
+            start = prev = n
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+    return ", ".join(parts)
+
+
+__all__ = [
+    "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "calibrate", "calibrate_to_file", "fit_profile",
+    "op_factors", "profile_json", "profile_name", "residual", "shared_profile", "write_profile",
+]

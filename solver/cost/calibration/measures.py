@@ -1,0 +1,190 @@
+"""What the cost model predicts for a measured point: each CSV metric mapped onto ``evaluate``.
+
+One function per kind of measurement, each a plain reading of what the source measured:
+
+- offline maximum throughput (TensorRT-LLM perf overview): ``best_throughput`` - the batch with
+  the most output tokens/s among those that fit in memory, prefill interleaved (in-flight batching);
+- static batching at a stated batch (v0.9, per GPU): ``batch x OSL / e2e / GPUs``, e2e being the
+  batch's prefill plus OSL decode steps at the mean context;
+- TTFT at batch 1, Splitwise's prefill time of a batch: ``ttft_ms`` at that batch; Splitwise's
+  mean decode time per token: ``tpot_ms`` at the stated batch (mean context ISL + OSL/2);
+- online serving at an offered rate (Little's law): the concurrency N solves
+  ``N = rate x e2e(N)``, with ``ITL = one steady-state cycle at N`` (decode plus the prefill it
+  carries) and ``TTFT = front-end time + half a cycle + the iteration that runs the prompt``
+  (``_serving_state``); past the largest batch that fits the queue of the benchmark's 500
+  requests is replayed; request and token throughputs are ``min(rate, capacity)`` times the
+  request's tokens, the capacity being that of draining the benchmark's 500 requests sent at
+  once (``_burst_capacity_rps``): too few for a steady state at the largest batch.
+
+No fitting here and nothing row-specific: every number comes from ``evaluate`` with one profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from shardplan.hardware.profile import Profile
+from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, resolve_profile
+from shardplan.solver.cost.calibration.points import Point
+
+SERVING_REQUESTS = 500  # requests per serving run (the source's notes)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A prediction of one point's metric, with what it rests on."""
+
+    value: float  # 0.0 when the layout does not fit in memory
+    profile: str
+    batch: int  # batch (or serving concurrency) the prediction was made at
+    fits: bool = True
+
+
+def predict(point: Point, profile: Optional[Profile] = None) -> Measure:
+    """Predict ``point.metric`` for the point's problem and layout."""
+    profile = resolve_profile(point.problem, profile)
+    metric = point.metric
+    if point.rate_qps is not None:
+        return _serving(point, profile)
+    if metric == "output_tokens_per_s_total":
+        return _max_throughput(point, profile)
+    if metric == "output_tokens_per_s_per_gpu":
+        return _static_throughput(point, profile)
+    if metric in ("ttft_ms", "prefill_time_ms"):
+        pred = evaluate(point.problem, point.layout, profile)
+        return Measure(pred.metrics.ttft_ms, profile.name, point.layout.batch)
+    if metric == "decode_time_per_token_ms":
+        pred = evaluate(point.problem, point.layout, profile)
+        return Measure(pred.metrics.tpot_ms, profile.name, point.layout.batch)
+    raise ValueError(f"no prediction for metric {metric!r}")
+
+
+def _max_throughput(point: Point, profile: Profile) -> Measure:
+    best = best_throughput(point.problem, point.layout, profile)
+    if best is None:
+        return Measure(0.0, profile.name, 0, fits=False)
+    return Measure(best.metrics.output_tokens_per_s, profile.name, best.metrics.batch)
+
+
+def _static_throughput(point: Point, profile: Profile) -> Measure:
+    pred = evaluate(point.problem, point.layout, profile)
+    m = pred.metrics
+    per_gpu = point.layout.dp * m.batch * point.problem.workload.osl / (m.e2e_ms / 1e3) / point.num_gpus
+    return Measure(per_gpu, profile.name, m.batch, fits=pred.fits)
+
+
+@dataclass(frozen=True)
+class _ServingState:
+    concurrency: int
+    cycle_ms: float  # one steady-state iteration: the inter-token latency
+    ttft_ms: float
+    capacity_rps: float  # requests/s the benchmark's run can reach (``_burst_capacity_rps``)
+    fits: bool
+
+
+@dataclass(frozen=True)
+class _Iteration:
+    cycle_ms: float  # decode round plus its share of prefill: the inter-token latency
+    round_ms: float  # the decode round alone
+
+
+def _iteration(point: Point, profile: Profile, batch: int) -> _Iteration:
+    """Steady state at ``batch`` sequences per replica: every cycle each of them gains a token."""
+    pred = evaluate(point.problem, point.layout.model_copy(update={"batch": batch}), profile)
+    cycle = batch * point.layout.dp / pred.metrics.output_tokens_per_s * 1e3
+    return _Iteration(cycle, pred.metrics.tpot_ms)
+
+
+def _serving_state(point: Point, profile: Profile) -> _ServingState:
+    """Little's law on one replica: ``n = rate_per_replica x e2e(n)``.
+
+    A request arrives during an iteration (on average half a cycle left), then its prompt runs in
+    the next iteration beside the decode round and the prompts of the others that arrived in the
+    same cycle (Poisson arrivals: ``rate x cycle`` of them), plus the front end's fixed time per
+    request (``profile.request_overhead_ms``). Past the largest batch that fits, the benchmark's
+    requests queue for a slot (``_mean_queue_wait_ms``).
+    """
+    wl, layout, rate = point.problem.workload, point.layout, point.rate_qps
+    top = max_batch(point.problem, layout, profile)
+    if top == 0:
+        return _ServingState(0, 0.0, 0.0, 0.0, fits=False)
+    prompt = evaluate(point.problem, layout.model_copy(update={"batch": 1}), profile).metrics.ttft_ms
+    per_replica = rate / layout.dp
+
+    def ttft(it: _Iteration) -> float:
+        batched = 0.0 if math.isinf(per_replica) else per_replica * it.cycle_ms / 1e3
+        return profile.request_overhead_ms + 0.5 * it.cycle_ms + it.round_ms + (1.0 + batched) * prompt
+
+    def e2e(it: _Iteration) -> float:
+        return ttft(it) + wl.osl * it.cycle_ms
+
+    at_top = _iteration(point, profile, top)
+    capacity = _burst_capacity_rps(point, profile, top)
+    if math.isinf(rate) or per_replica * e2e(at_top) / 1e3 > top:
+        wait = _mean_queue_wait_ms(rate, layout.dp * top, e2e(at_top))
+        return _ServingState(top, at_top.cycle_ms, ttft(at_top) + wait, capacity, True)
+    # Smallest concurrency the offered rate sustains: n >= rate x e2e(n) (e2e grows with n).
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if per_replica * e2e(_iteration(point, profile, mid)) / 1e3 <= mid:
+            hi = mid
+        else:
+            lo = mid + 1
+    it = _iteration(point, profile, lo)
+    return _ServingState(lo, it.cycle_ms, ttft(it), capacity, True)
+
+
+def _burst_capacity_rps(point: Point, profile: Profile, top: int) -> float:
+    """Requests/s of draining the benchmark's requests sent at once: too few for a steady state at
+    the largest batch, so the run is prompts first (``max_num_tokens`` of them per iteration, with
+    the admitted sequences decoding alongside), then the last prompts' outputs.
+
+    Per replica and wave of ``b = min(requests, top)`` sequences: ``n`` = ceil(b x ISL / chunk
+    tokens) prefill iterations, each a prompt chunk through the stages plus a decode round, then
+    ``OSL`` more rounds for the last admitted prompts.
+    """
+    wl, layout = point.problem.workload, point.layout
+    requests = math.ceil(SERVING_REQUESTS / layout.dp)
+    b = min(requests, top)
+    pred = evaluate(point.problem, layout.model_copy(update={"batch": b}), profile)
+    chunk_tokens = pred.prefill_chunk * wl.isl
+    prefill_iterations = math.ceil(b * wl.isl / chunk_tokens)
+    wave_ms = prefill_iterations * pred.metrics.ttft_ms + (prefill_iterations + wl.osl) * pred.metrics.tpot_ms
+    waves = math.ceil(requests / b)
+    return layout.dp * requests / (waves * wave_ms / 1e3)
+
+
+def _mean_queue_wait_ms(rate: float, slots: int, service_ms: float) -> float:
+    """Mean wait of ``SERVING_REQUESTS`` requests arriving at ``rate`` for one of ``slots``
+    sequences, each held ``service_ms``: request i starts when it arrives or when request
+    i - slots finishes, whichever is later (every request at once for an infinite rate)."""
+    gap_ms = 0.0 if math.isinf(rate) else 1e3 / rate
+    start: list[float] = []
+    total = 0.0
+    for i in range(SERVING_REQUESTS):
+        arrive = i * gap_ms
+        begin = arrive if i < slots else max(arrive, start[i - slots] + service_ms)
+        start.append(begin)
+        total += begin - arrive
+    return total / SERVING_REQUESTS
+
+
+def _serving(point: Point, profile: Profile) -> Measure:
+    wl = point.problem.workload
+    state = _serving_state(point, profile)
+    if not state.fits:
+        return Measure(0.0, profile.name, 0, fits=False)
+    rps = min(point.rate_qps, state.capacity_rps)
+    value = {
+        "ttft_mean_ms": state.ttft_ms,
+        "itl_mean_ms": state.cycle_ms,
+        "request_throughput_req_per_s": rps,
+        "output_tokens_per_s_total": rps * wl.osl,
+        "total_tokens_per_s_total": rps * (wl.isl + wl.osl),
+    }.get(point.metric)
+    if value is None:
+        raise ValueError(f"no serving prediction for metric {point.metric!r}")
+    return Measure(value, profile.name, state.concurrency)

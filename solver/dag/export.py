@@ -1,0 +1,283 @@
+"""Write an execution DAG as JSON (networkx node-link), GraphML, DOT or Mermaid, and read JSON back.
+
+DOT and Mermaid are written here as text (no pygraphviz or pydot): clusters (DOT) or subgraphs
+(Mermaid) per replica, phase and stage. Edge styles: data solid, pipeline bold, sync dashed.
+``write_dag(plan, path, detail)`` is what ``shardplan solve --dag FILE`` calls.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import networkx as nx
+
+from shardplan.models.errors import SpecError
+from shardplan.rules.dag.catalog import graph_schema_problems
+
+TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+def to_json_data(dag: nx.DiGraph) -> dict:
+    """The node-link form: ``networkx.node_link_data(G, edges="edges")``."""
+    try:
+        return nx.node_link_data(dag, edges="edges")
+    except TypeError:  # networkx < 3.4 names the keyword ``link``
+        return nx.node_link_data(dag, link="edges")
+
+
+def from_json_data(data: Any) -> nx.DiGraph:
+    """The DiGraph of node-link ``data``; ``SpecError("file", ...)`` if it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("edges"), list):
+        raise SpecError("file", "not a node-link graph (expected an object with 'nodes' and 'edges' lists)")
+    if data.get("directed") is False or data.get("multigraph") is True:
+        raise SpecError("file", "an execution DAG is a directed graph without parallel edges")
+    try:
+        try:
+            g = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
+        except TypeError:  # networkx < 3.4
+            g = nx.node_link_graph(data, directed=True, multigraph=False, link="edges")
+    except (KeyError, TypeError, ValueError, nx.NetworkXError) as exc:
+        raise SpecError("file", f"not a node-link graph ({type(exc).__name__}: {exc})") from None
+    for _, d in g.nodes(data=True):
+        for key in TUPLE_ATTRS:
+            if isinstance(d.get(key), list):
+                d[key] = tuple(d[key])
+    return g
+
+
+def write_json(dag: nx.DiGraph, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(to_json_data(dag), indent=1, sort_keys=True) + "\n")
+
+
+def read_json(path: str | Path) -> nx.DiGraph:
+    """A DAG file written by ``write_json`` (or anyone else's node-link JSON in the schema).
+    Raises ``SpecError("file", ...)`` when it is unreadable, not JSON, not node-link, or lacks the
+    graph attributes that validation needs (docs/dag.md)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError("file", f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("file", f"{path} is not JSON: {exc}") from None
+    g = from_json_data(data)
+    problems = graph_schema_problems(g)
+    if problems:
+        raise SpecError("file", f"{path} is not a shardplan DAG: {problems[0]}")
+    return g
+
+
+# --- GraphML -------------------------------------------------------------------------------------
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def to_graphml_graph(dag: nx.DiGraph) -> nx.DiGraph:
+    """A copy whose attributes are all GraphML scalars: lists and dicts become JSON strings."""
+    h = nx.DiGraph()
+    h.graph.update({k: _scalar(v) for k, v in dag.graph.items() if v is not None})
+    for n, d in dag.nodes(data=True):
+        h.add_node(n, **{k: _scalar(v) for k, v in d.items() if v is not None})
+    for u, v, d in dag.edges(data=True):
+        h.add_edge(u, v, **{k: _scalar(x) for k, x in d.items() if x is not None})
+    return h
+
+
+def write_graphml(dag: nx.DiGraph, path: str | Path) -> None:
+    nx.write_graphml(to_graphml_graph(dag), str(path))
+
+
+# --- DOT -----------------------------------------------------------------------------------------
+EDGE_STYLE = {"data": "solid", "pipeline": "bold", "sync": "dashed"}
+
+
+def _q(text: Any) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _gpus(ranks: Iterable[int]) -> str:
+    r = sorted(ranks)
+    if not r:
+        return "-"
+    if r == list(range(r[0], r[-1] + 1)):
+        return f"GPU {r[0]}" if len(r) == 1 else f"GPUs {r[0]}-{r[-1]}"
+    return "GPUs " + ",".join(map(str, r[:6])) + ("..." if len(r) > 6 else "")
+
+
+def node_label(n: Any, d: dict, sep: str = "\n") -> str:
+    """Kind, scope, split and time of a node, on a few short lines."""
+    kind = d.get("kind", "?")
+    head = kind
+    if "layer" in d:
+        head += f" L{d['layer']}"
+    parts = [head]
+    if kind in ("AllReduce", "AllGather", "ReduceScatter", "AllToAll") and isinstance(d.get("op"), str):
+        parts[0] += f" {d['op']}"
+    split = []
+    for key in ("group", "sp_rank", "tp_rank", "ep_rank"):
+        if key in d:
+            split.append(f"{key.replace('_rank', '')}{d[key]}")
+    for key in ("tp", "sp"):
+        if isinstance(d.get(key), int) and d[key] > 1:
+            split.append(f"{key}={d[key]}")
+    if "multiplicity" in d:
+        split.append(f"x{d['multiplicity']}")
+    if kind == "Expert" and d.get("experts"):
+        e = list(d["experts"])
+        split.append(f"experts {e[0]}-{e[-1]}" if e == list(range(e[0], e[-1] + 1)) else f"{len(e)} experts")
+    if split:
+        parts.append(" ".join(split))
+    tail = _gpus(d.get("ranks") or ())
+    est = d.get("est_us")
+    if isinstance(est, (int, float)) and est > 0:
+        tail += f" {est:.1f} us"
+    parts.append(tail)
+    return sep.join(parts)
+
+
+def _clusters(dag: nx.DiGraph) -> dict[tuple, list]:
+    out: dict[tuple, list] = {}
+    for n, d in dag.nodes(data=True):
+        key = (d.get("replica"), d.get("phase"), d.get("stage"))
+        out.setdefault(key, []).append(n)
+    return out
+
+
+def to_dot(dag: nx.DiGraph) -> str:
+    """Graphviz DOT text: one cluster per (replica, phase, stage)."""
+    title = f"{dag.graph.get('model', '')} on {dag.graph.get('cluster', '')} ({dag.graph.get('detail', '')})"
+    lines = ["digraph shardplan {", f"  graph [rankdir=TB, fontsize=10, label={_q(title)}];",
+             "  node [shape=box, fontsize=9];", "  edge [fontsize=8];"]
+    for (r, phase, s), nodes in sorted(_clusters(dag).items(), key=lambda kv: tuple(map(str, kv[0]))):
+        indent = "  "
+        if phase is not None:
+            name = f"cluster_r{r}_{phase}" + (f"_s{s}" if s is not None else "")
+            label = f"replica {r} {phase}" + (f" stage {s}" if s is not None else "")
+            lines.append(f"  subgraph {_q(name)} {{")
+            lines.append(f"    label={_q(label)};")
+            indent = "    "
+        for n in nodes:
+            d = dag.nodes[n]
+            lines.append(f"{indent}{_q(n)} [label={_q(node_label(n, d))}, kind={_q(d.get('kind'))}];")
+        if phase is not None:
+            lines.append("  }")
+    for u, v, d in dag.edges(data=True):
+        kind = d.get("kind", "data")
+        lines.append(f"  {_q(u)} -> {_q(v)} [kind={_q(kind)}, style={EDGE_STYLE.get(kind, 'solid')}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# --- Mermaid -------------------------------------------------------------------------------------
+MERMAID_ARROW = {"data": "-->", "pipeline": "==>", "sync": "-.->"}
+
+
+def _m(text: str) -> str:
+    return text.replace('"', "#quot;")
+
+
+def to_mermaid(dag: nx.DiGraph, phase: Optional[str] = None, keep_layers: Optional[Iterable[int]] = None) -> str:
+    """A Mermaid flowchart, with a subgraph per replica and phase and one per stage inside it.
+
+    ``phase``: draw only that phase's branches. ``keep_layers``: draw only these layers; the layers
+    left out of a stage are drawn as one "..." node that takes their edges (for documentation).
+    """
+    keep = None if keep_layers is None else set(keep_layers)
+    ids: dict[Any, str] = {}  # ids[node]: its Mermaid id (left-out layers share their stage's gap id)
+    labels: dict[str, str] = {}
+    place: dict[str, tuple] = {}  # place[Mermaid id]: (replica, phase, stage)
+    gap_layers: dict[str, list] = {}
+    for n, d in dag.nodes(data=True):
+        if phase is not None and d.get("phase") not in (None, phase):
+            continue
+        key = (d.get("replica"), d.get("phase"), d.get("stage"))
+        if keep is not None and isinstance(d.get("layer"), int) and d["layer"] not in keep:
+            gid = ids.setdefault(("gap", key), f"g{len(place)}")
+            ids[n] = gid
+            place[gid] = key
+            gap_layers.setdefault(gid, []).append(d["layer"])
+            continue
+        nid = ids[n] = f"n{len(place)}"
+        labels[nid] = node_label(n, d, sep="<br/>")
+        place[nid] = key
+    for gid, layers in gap_layers.items():
+        labels[gid] = f"... layers {min(layers)}-{max(layers)} ..."
+    lines = ["flowchart TD"]
+    groups: dict[tuple, list] = {}
+    for nid, key in place.items():
+        groups.setdefault(key, []).append(nid)
+    top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (k[0], str(k[1])))
+    for nid in groups.get((None, None, None), []) + [x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v]:
+        lines.append(f'  {nid}["{_m(labels[nid])}"]')
+    for r, ph in top:
+        lines.append(f'  subgraph r{r}_{ph}["replica {r} - {ph}"]')
+        for nid in groups.get((r, ph, None), []):
+            lines.append(f'    {nid}["{_m(labels[nid])}"]')
+        stages = sorted(k[2] for k in groups if k[0] == r and k[1] == ph and k[2] is not None)
+        for s in stages:
+            lines.append(f'    subgraph r{r}_{ph}_s{s}["stage {s}"]')
+            for nid in groups[(r, ph, s)]:
+                lines.append(f'      {nid}["{_m(labels[nid])}"]')
+            lines.append("    end")
+        lines.append("  end")
+    seen = set()
+    for u, v, d in dag.edges(data=True):
+        a, b = ids.get(u), ids.get(v)
+        if a is None or b is None or a == b or (a, b) in seen:
+            continue
+        seen.add((a, b))
+        lines.append(f"  {a} {MERMAID_ARROW.get(d.get('kind'), '-->')} {b}")
+    return "\n".join(lines) + "\n"
+
+
+# --- by file extension ---------------------------------------------------------------------------
+def _text(render: Callable[[nx.DiGraph], str]) -> Callable[[nx.DiGraph, Any], None]:
+    def write(dag: nx.DiGraph, path: Any) -> None:
+        Path(path).write_text(render(dag))
+
+    return write
+
+
+WRITERS: dict[str, Callable[[nx.DiGraph, Any], None]] = {
+    ".json": write_json,
+    ".graphml": write_graphml,
+    ".dot": _text(to_dot),
+    ".gv": _text(to_dot),
+    ".mmd": _text(to_mermaid),
+    ".mermaid": _text(to_mermaid),
+}
+
+
+def writer_for(path: str | Path) -> Callable[[nx.DiGraph, Any], None]:
+    ext = Path(path).suffix.lower()
+    if ext not in WRITERS:
+        raise SpecError("dag", f"cannot tell the format of {str(path)!r}: use .json, .graphml, .dot, .mmd or .mermaid")
+    return WRITERS[ext]
+
+
+def write_graph(dag: nx.DiGraph, path: str | Path) -> None:
+    """Write ``dag`` in the format its extension names."""
+    writer_for(path)(dag, path)
+
+
+def write_dag(plan: Any, path: str | Path, detail: str = "logical") -> nx.DiGraph:
+    """Build ``plan``'s DAG at ``detail`` and write it to ``path`` (format from the extension:
+    .json, .graphml, .dot/.gv, .mmd/.mermaid); raises ``SpecError("dag", ...)`` for another one."""
+    from shardplan.solver.dag import build_dag
+
+    write = writer_for(path)
+    dag = build_dag(plan, detail)
+    write(dag, path)
+    return dag
+
+
+__all__ = [
+    "WRITERS", "from_json_data", "node_label", "read_json", "to_dot", "to_graphml_graph", "to_json_data", "to_mermaid",
+    "write_dag", "write_graph", "write_graphml", "write_json",
+]

@@ -1,0 +1,1 @@
+"""What a plan becomes for people and programs: the plan's JSON, the HTML report, launch commands."""

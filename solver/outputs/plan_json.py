@@ -1,0 +1,94 @@
+"""The JSON shape of a plan (DESIGN.md "Command line"): one dict, the same for solve and evaluate.
+
+Keys are fixed by the contract scripts rely on; values are rounded so output bytes are stable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Problem
+from shardplan.rules.prediction import MemoryReport, Prediction
+
+
+def degrees(problem: Problem, layout: Layout) -> dict[str, int]:
+    """dp, pp, tp, sp, ep (1 for a dense model), and the inner attn_dp and expert_tp."""
+    d = layout.degrees()
+    if not problem.model.is_moe:
+        d["ep"] = 1
+    return d
+
+
+def memory_dict(m: MemoryReport) -> dict[str, float]:
+    """One GPU's memory in GiB; ``overhead`` is runtime plus communication buffers."""
+    return {
+        "stage": m.stage,
+        "weights": _r(m.weights_gib),
+        "kv_cache": _r(m.kv_cache_gib),
+        "activations": _r(m.activations_gib),
+        "overhead": _r(m.runtime_gib + m.comm_buffers_gib),
+        "total": _r(m.total_gib),
+        "capacity": _r(m.capacity_gib),
+        "limit": _r(m.limit_gib),
+        "free": _r(m.limit_gib - m.total_gib),
+    }
+
+
+def experts_dict(experts: Any) -> Optional[dict[str, Any]]:
+    """The plan's expert placement in compact form (``PlanPlacement.summary``): per stage its MoE
+    layers, slots per GPU, max/mean load and lower bound per layer, status. None without one."""
+    if experts is None or isinstance(experts, dict):
+        return experts
+    return experts.summary()
+
+
+def plan_dict(
+    problem: Problem,
+    layout: Layout,
+    prediction: Prediction,
+    *,
+    status: str,
+    solve_time_s: Optional[float] = None,
+    experts: Any = None,
+    extra: Optional[dict] = None,
+) -> dict[str, Any]:
+    worst = prediction.worst_memory
+    m = prediction.metrics
+    out: dict[str, Any] = {
+        "status": status,
+        "objective": problem.objective.value,
+        "model": problem.model.name,
+        "cluster": problem.cluster.describe(),
+        "workload": problem.workload.model_dump(),
+        "degrees": degrees(problem, layout),
+        "num_gpus": layout.num_gpus,
+        "stages": [
+            {"index": s, "layers": list(layout.stages[s]), "gpus": list(layout.stage_gpus(0, s))}
+            for s in range(layout.pp)
+        ],
+        "experts": experts_dict(experts),
+        "metrics": {
+            "ttft_ms": _r(m.ttft_ms),
+            "tpot_ms": _r(m.tpot_ms),
+            "e2e_ms": _r(m.e2e_ms),
+            "output_tokens_per_s": _r(m.output_tokens_per_s),
+            "output_tokens_per_s_per_gpu": _r(m.output_tokens_per_s_per_gpu),
+            "batch": m.batch,
+        },
+        "memory": memory_dict(worst),
+        "memory_per_stage": [memory_dict(r) for r in prediction.memory],
+        "fits": prediction.fits,
+        "short_gib": _r(max(r.short_gib for r in prediction.memory)),
+        "breakdown": [s.model_dump() for s in prediction.stages],
+        "profile": prediction.profile,
+        "microbatches": prediction.microbatches,
+        "solve_time_s": None if solve_time_s is None else round(solve_time_s, 3),
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+def _r(x: float) -> float:
+    return round(float(x), 4)

@@ -1,0 +1,646 @@
+"""What a plan report says, in the terminal and in one self-contained HTML file.
+
+Three parts:
+- findings: which constraints bind the plan (memory per stage, the engine's batch limit, TTFT/TPOT
+  limits, the cluster's GPU count, the user's pins), derived from the plan's slack and from pricing the
+  next batch size the solver could have taken; and the runner-up, the best plan with another replica
+  shape (solve again with the winner's (tp, sp, attention groups, expert-tp, stages) forbidden), with
+  the objective and its components side by side;
+- ``metric_text``: the numbers as both views print them, so a reader (and the browser test) finds the
+  same TTFT, TPOT and tokens/s in the terminal and in the page;
+- the HTML: ``plan_report`` and ``enumeration_report`` fill ``report_template.html`` with plotly
+  figures (plotly.js inlined once: the file opens with no network) and a collapsible outline of the
+  execution DAG when ``solver.dag`` is present.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any, Optional
+
+from shardplan.models.errors import SolverLimitError
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Objective
+
+STATUS_ORDER = ("binds", "tight", "pinned", "slack")
+TIGHT = 0.05  # a limit with less than this share left is "tight"
+
+
+# --- numbers as printed -------------------------------------------------------------------------------
+
+
+def metric_text(metrics: dict[str, Any]) -> dict[str, str]:
+    """The plan's headline numbers as the terminal and the HTML page print them."""
+    return {
+        "ttft": f"{metrics['ttft_ms']:,.1f} ms",
+        "tpot": f"{metrics['tpot_ms']:,.2f} ms",
+        "e2e": f"{metrics['e2e_ms']:,.0f} ms",
+        "tokens_per_s": f"{metrics['output_tokens_per_s']:,.0f} tok/s",
+        "tokens_per_s_per_gpu": f"{metrics['output_tokens_per_s_per_gpu']:,.1f} tok/s",
+        "batch": f"{metrics['batch']:,}",
+    }
+
+
+def gpu_span(gpus: list[int]) -> str:
+    return f"{gpus[0]}-{gpus[-1]}" if len(gpus) > 1 else str(gpus[0])
+
+
+def layout_lines(data: dict[str, Any], cluster_gpus: int, per_node: int) -> list[str]:
+    """The layout in words: replicas, stages, the groups inside a stage."""
+    d = data["degrees"]
+    G = d["tp"] * d["sp"] * d["attn_dp"]
+    lines = [
+        f"{_n(d['dp'], 'replica')} x {_n(d['pp'], 'stage')} x {G} GPUs = {data['num_gpus']} of {cluster_gpus} GPUs"
+    ]
+    inner = [f"tensor parallel {d['tp']}", f"sequence parallel {d['sp']}",
+             f"{_n(d['attn_dp'], 'attention group')} of {d['tp'] * d['sp']} GPUs"]
+    if d["ep"] > 1 or d["expert_tp"] > 1:
+        inner.append(f"expert parallel {d['ep']}" + (f" x expert-tp {d['expert_tp']}" if d["expert_tp"] > 1 else ""))
+    lines.append("each stage: " + ", ".join(inner))
+    for s in data["stages"]:
+        start, end = s["layers"]
+        nodes = sorted({g // per_node for g in s["gpus"]})
+        where = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {nodes[0]}-{nodes[-1]}"
+        lines.append(f"stage {s['index']}: layers {start}-{end - 1} ({end - start}), GPUs {gpu_span(s['gpus'])} ({where})")
+    if d["dp"] > 1:
+        per = data["num_gpus"] // d["dp"]
+        which, each = ("replica 1", "") if d["dp"] == 2 else (f"replicas 1-{d['dp'] - 1}", f", {per} each")
+        lines.append(f"{which}: the same on GPUs {per}-{data['num_gpus'] - 1}{each}")
+    return lines
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+# --- binding constraints -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One constraint and how it stands: ``binds`` (relaxing it would change the plan), ``tight``
+    (little slack, not shown to bind), ``pinned`` (fixed by the user) or ``slack``."""
+
+    constraint: str
+    status: str
+    message: str
+
+
+def binding_constraints(plan: Plan) -> list[Finding]:
+    """The constraints around ``plan``, binding ones first.
+
+    Whether one binds is derived, not guessed: for a throughput plan whose batch is decided, the next
+    batch the solver could have taken (twice the sequences) is priced, and every limit it breaks binds
+    if it would have raised throughput. The rest is slack: memory left on the fullest GPU, SLA margin,
+    GPUs used against the cluster's.
+    """
+    from shardplan.solver.cost.evaluate import evaluate, resolve_profile
+
+    p, lay, pred = plan.problem, plan.layout, plan.prediction
+    m = pred.metrics
+    out: list[Finding] = []
+    worst = min(pred.memory, key=lambda r: (r.limit_gib - r.total_gib, r.stage))
+    free = worst.limit_gib - worst.total_gib
+
+    probe = probe_reasons = None
+    decides = p.objective is Objective.THROUGHPUT and p.workload.batch is None
+    profile = resolve_profile(p)
+    seqs = lay.batch // lay.attn_dp  # sequences one GPU holds: stages x q
+    if decides:
+        probe = evaluate(p, lay.model_copy(update={"batch": lay.batch * 2}))
+        probe_reasons = []
+        if seqs * 2 > profile.max_batch:
+            probe_reasons.append("batch")
+        if not probe.fits:
+            probe_reasons.append("memory")
+        if p.workload.ttft_ms is not None and probe.metrics.ttft_ms > p.workload.ttft_ms:
+            probe_reasons.append("ttft")
+        if p.workload.tpot_ms is not None and probe.metrics.tpot_ms > p.workload.tpot_ms:
+            probe_reasons.append("tpot")
+    better = probe is not None and probe.metrics.output_tokens_per_s > m.output_tokens_per_s
+    bigger = f"batch {lay.batch * 2:,}"
+
+    # Memory on the fullest GPU.
+    if not pred.fits:
+        short = max(pred.memory, key=lambda r: r.short_gib)
+        out.append(Finding("memory", "binds", f"memory on stage {short.stage} is over the limit: {short.short_gib:.1f} GiB short"))
+    elif probe is not None and "memory" in probe_reasons and better:
+        over = max(probe.memory, key=lambda r: r.total_gib - r.limit_gib)
+        out.append(Finding(
+            "memory", "binds",
+            f"memory on stage {worst.stage} is the limit: {free:.1f} GiB free of {worst.limit_gib:.1f}; "
+            f"{bigger} would need {over.total_gib:.1f} GiB on stage {over.stage}",
+        ))
+    elif free < TIGHT * worst.limit_gib:
+        out.append(Finding("memory", "tight", f"memory on stage {worst.stage} is nearly full: {free:.1f} GiB free of {worst.limit_gib:.1f}"))
+    else:
+        out.append(Finding(
+            "memory", "slack",
+            f"memory: {free:.1f} GiB free on the fullest GPU (stage {worst.stage}, {worst.total_gib:.1f} of {worst.limit_gib:.1f} GiB)",
+        ))
+
+    # The engine's batch limit, and whether a bigger batch would help at all.
+    if probe is not None:
+        if not better:
+            out.append(Finding(
+                "batch", "slack",
+                f"batch {lay.batch:,} is where throughput peaks: {bigger} would give "
+                f"{probe.metrics.output_tokens_per_s:,.0f} tok/s",
+            ))
+        elif "batch" in probe_reasons:
+            out.append(Finding(
+                "batch", "binds",
+                f"the engine's batch limit binds: {seqs:,} sequences per GPU, the profile's max_batch is {profile.max_batch:,}",
+            ))
+
+    # Service-level limits.
+    for name, limit, value, fmt in (
+        ("ttft", p.workload.ttft_ms, m.ttft_ms, "{:.1f}"),
+        ("tpot", p.workload.tpot_ms, m.tpot_ms, "{:.2f}"),
+    ):
+        if limit is None:
+            continue
+        label = name.upper()
+        if probe is not None and name in probe_reasons and better:
+            new = probe.metrics.ttft_ms if name == "ttft" else probe.metrics.tpot_ms
+            out.append(Finding(name, "binds", f"{label} limit binds: {bigger} would take {label} to {fmt.format(new)} ms > {limit:g} ms (now {fmt.format(value)} ms)"))
+        elif limit - value < TIGHT * limit:
+            out.append(Finding(name, "tight", f"{label} limit is nearly reached: {fmt.format(value)} of {limit:g} ms"))
+        else:
+            out.append(Finding(name, "slack", f"{label} limit: {fmt.format(value)} of {limit:g} ms ({fmt.format(limit - value)} ms to spare)"))
+
+    # GPUs.
+    used, total, per_replica = lay.num_gpus, p.cluster.num_gpus, lay.gpus_per_replica
+    if p.objective is Objective.THROUGHPUT:
+        if total - used < per_replica:
+            more = per_replica - (total - used)
+            out.append(Finding(
+                "gpus", "binds",
+                f"the cluster's GPU count binds: {used} of {total} GPUs used; another replica needs {more} more",
+            ))
+        else:
+            out.append(Finding("gpus", "slack", f"GPUs: {used} of {total} used"))
+    elif used == total:
+        out.append(Finding("gpus", "tight", f"every GPU is used ({used}): more GPUs might lower latency further"))
+    elif plan.status == "evaluated":  # a layout the user gave: nothing was compared
+        out.append(Finding("gpus", "slack", f"GPUs: {used} of {total} used"))
+    else:
+        out.append(Finding("gpus", "slack", f"GPUs: {used} of {total} used; the other {total - used} would not lower latency"))
+
+    # What the user fixed.
+    pins = {k: v for k, v in p.pins.model_dump().items() if v is not None}
+    for key, value in pins.items():
+        shown = ",".join(f"{a}:{b}" for a, b in value) if key == "stages" else value
+        out.append(Finding("pin", "pinned", f"--{key.replace('_', '-')} {shown} was fixed by you"))
+    return sorted(out, key=lambda f: STATUS_ORDER.index(f.status))
+
+
+# --- the runner-up -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """The best plan with another replica shape, and why the winner beat it."""
+
+    plan: Optional[Plan]
+    proven: bool
+    seconds: float
+    lines: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        from shardplan.solver.outputs.plan_json import degrees
+
+        if self.plan is None:
+            return {"found": False, "proven": self.proven, "seconds": round(self.seconds, 3), "why": list(self.lines)}
+        m = self.plan.prediction.metrics
+        return {
+            "found": True, "proven": self.proven, "seconds": round(self.seconds, 3),
+            "degrees": degrees(self.plan.problem, self.plan.layout),
+            "stages": [list(s) for s in self.plan.layout.stages],
+            "metrics": {"ttft_ms": round(m.ttft_ms, 4), "tpot_ms": round(m.tpot_ms, 4), "e2e_ms": round(m.e2e_ms, 4),
+                        "output_tokens_per_s": round(m.output_tokens_per_s, 4), "batch": m.batch},
+            "why": list(self.lines),
+        }
+
+
+def runner_up(plan: Plan, time_limit_s: float = 10.0) -> RunnerUp:
+    """Solve again with the winner's (tp, sp, attention groups, expert-tp, stage count) forbidden.
+
+    Replicas are left free: they never change latency and only scale throughput, so forbidding one
+    replica count would just return the same shape with another. Costs about one more solve (seeded,
+    as ``solve`` is, by the even-stage oracle without the winner's shape); ``time_limit_s`` bounds it
+    and an unproven best is reported as such. It is a view: a failure is reported, never raised.
+    """
+    started = time.perf_counter()
+    try:
+        return _runner_up(plan, time_limit_s, started)
+    except SolverLimitError:
+        return RunnerUp(None, False, time.perf_counter() - started, (f"no runner-up found within {time_limit_s:g} s",))
+    except Exception as exc:  # noqa: BLE001 - the plan stands; only the comparison is lost
+        return RunnerUp(None, False, time.perf_counter() - started,
+                        (f"runner-up could not be computed: {type(exc).__name__}: {exc}",))
+
+
+def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
+    """``solve``'s steps (solver/optimise.py), with one more constraint and its own seed."""
+    from shardplan.solver.oracle import Oracle
+    from shardplan.solver.optimise import (
+        Deadline, build_model, decode, e2e_expr, enforce_all, maximise_throughput, minimise_latency, throughput_terms,
+        tie_break,
+    )
+    from shardplan.solver.space import Shape
+
+    problem, lay = plan.problem, plan.layout
+    model = build_model(problem)
+    enc, cp = model.enc, model.enc.cp
+    enforce_all(model)
+    shape = Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp)
+    if shape in enc.shape and lay.pp in enc.pp:
+        cp.AddBoolOr([enc.shape[shape].Not(), enc.pp[lay.pp].Not()])
+
+    class Without(Oracle):
+        def stage_counts(self, o):
+            return (S for S in super().stage_counts(o) if (o, S) != (shape, lay.pp))
+
+    oracle = Without(enc.tables)
+    incumbent = oracle.incumbent() if hasattr(oracle, "incumbent") else oracle.optimum(exact=False)
+    deadline = Deadline(time_limit_s)
+    if problem.objective is Objective.LATENCY:
+        out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
+        if out.e2e is None:
+            return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
+        cp.Add(e2e_expr(enc) == out.e2e)
+        value = out.e2e
+    else:
+        terms = throughput_terms(enc)
+        if problem.pins.dp is None:  # as solve: an optimum runs as many replicas as fit
+            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+        a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
+        out = maximise_throughput(enc, cp, terms, deadline, a, c)
+        if out.tokens is None:
+            return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
+        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)
+        value = round(out.tokens * 1e9 / out.cycle)
+    layout = tie_break(enc, cp, deadline)
+    elapsed = time.perf_counter() - started
+    other = decode(problem, layout, "optimal" if out.proven else "feasible", value, elapsed)
+    return RunnerUp(other, out.proven, elapsed, tuple(compare(plan, other)))
+
+
+def shape_text(plan: Plan) -> str:
+    lay = plan.layout
+    text = f"dp={lay.dp} pp={lay.pp} tp={lay.tp} sp={lay.sp} attention groups={lay.attn_dp}"
+    if plan.problem.model.is_moe:
+        text += f" ep={lay.ep}" + (f" expert-tp={lay.expert_tp}" if lay.expert_tp > 1 else "")
+    return text + f", batch {lay.batch:,} ({_n(lay.num_gpus, 'GPU')})"
+
+
+def compare(winner: Plan, other: Plan) -> list[str]:
+    """Why ``winner`` beat ``other``: the objective, its components, the operators that differ most."""
+    a, b = winner.prediction.metrics, other.prediction.metrics
+    osl = winner.problem.workload.osl
+    lines = [f"runner-up: {shape_text(other)}"]
+    if winner.problem.objective is Objective.LATENCY:
+        lines.append(
+            f"end-to-end {b.e2e_ms:,.1f} ms vs {a.e2e_ms:,.1f} ms ({_pct(b.e2e_ms, a.e2e_ms)}): "
+            f"TTFT {b.ttft_ms:,.2f} vs {a.ttft_ms:,.2f} ms ({_delta(b.ttft_ms - a.ttft_ms, 2)}), "
+            f"{osl} x TPOT {b.tpot_ms:,.3f} vs {a.tpot_ms:,.3f} ms ({_delta(osl * (b.tpot_ms - a.tpot_ms))})"
+        )
+        tied = math.isclose(a.e2e_ms, b.e2e_ms, rel_tol=1e-9)
+    else:
+        lines.append(
+            f"{b.output_tokens_per_s:,.0f} tok/s vs {a.output_tokens_per_s:,.0f} ({_pct(b.output_tokens_per_s, a.output_tokens_per_s)}), "
+            f"{b.output_tokens_per_s_per_gpu:,.1f} vs {a.output_tokens_per_s_per_gpu:,.1f} per GPU"
+        )
+        lines.append(_round_compare(winner, other))
+        tied = math.isclose(a.output_tokens_per_s, b.output_tokens_per_s, rel_tol=1e-9)
+    if tied:
+        lines.append("the objective ties; the tie-break (fewer GPUs, then fewer stages, then the smaller shape) chose the winner")
+    if winner.problem.objective is Objective.LATENCY:
+        for phase, what in (("decode", "per output token"), ("prefill", "prefill")):
+            diffs = _op_deltas(winner, other, phase, busiest=False)
+            if diffs:
+                lines.append(f"{what}, through all stages, runner-up minus winner: "
+                             + ", ".join(f"{op} {_delta(ms, 3)}" for op, ms in diffs))
+    else:
+        diffs = _op_deltas(winner, other, "decode", busiest=True)
+        if diffs:
+            lines.append("decode round on the busiest stage (one step x microbatches), runner-up minus winner: "
+                         + ", ".join(f"{op} {_delta(ms, 3)}" for op, ms in diffs))
+    return lines
+
+
+def _round_parts(plan: Plan) -> tuple[int, float, float, float]:
+    """(tokens per round over all replicas, round ms, decode ms, prefill share ms) as the cost model
+    defines throughput: tokens / (TPOT + the round's share of prefill)."""
+    m = plan.prediction.metrics
+    tokens = plan.layout.dp * m.batch
+    cycle = tokens / m.output_tokens_per_s * 1e3
+    return tokens, cycle, m.tpot_ms, cycle - m.tpot_ms
+
+
+def _round_compare(winner: Plan, other: Plan) -> str:
+    ta, ca, da, pa = _round_parts(winner)
+    tb, cb, db, pb = _round_parts(other)
+    return (f"tokens per round {tb:,} vs {ta:,}, in {cb:,.1f} vs {ca:,.1f} ms = decode (TPOT) {db:,.1f} vs {da:,.1f} "
+            f"({_delta(db - da)}) + prefill share {pb:,.1f} vs {pa:,.1f} ({_delta(pb - pa)})")
+
+
+def _op_deltas(winner: Plan, other: Plan, phase: str, busiest: bool, top: int = 3) -> list[tuple[str, float]]:
+    """The operators whose time (ms) differs most: summed over the stages (one microbatch's pass), or
+    on the busiest stage times the microbatches it serves per round (what bounds a pipelined round)."""
+    def totals(plan: Plan) -> dict[str, float]:
+        stages = plan.prediction.stages
+        scale = 1
+        if busiest:
+            stages = [max(stages, key=lambda st: getattr(st, f"{phase}_ms") + getattr(st, f"send_{phase}_ms"))]
+            scale = plan.prediction.microbatches
+        out: dict[str, float] = {}
+        for st in stages:
+            for op, us in getattr(st, f"{phase}_ops_us").items():
+                out[op] = out.get(op, 0.0) + scale * us / 1e3
+            out["send"] = out.get("send", 0.0) + scale * getattr(st, f"send_{phase}_ms")
+        return out
+
+    a, b = totals(winner), totals(other)
+    deltas = [(op, b.get(op, 0.0) - a.get(op, 0.0)) for op in sorted(set(a) | set(b))]
+    deltas = [d for d in deltas if abs(d[1]) >= 5e-4]
+    return sorted(deltas, key=lambda d: -abs(d[1]))[:top]
+
+
+def _pct(x: float, ref: float) -> str:
+    return f"{(x - ref) / ref:+.2%}" if ref else "n/a"
+
+
+def _delta(ms: float, digits: int = 1) -> str:
+    return f"{ms:+,.{digits}f} ms"
+
+
+# --- HTML ---------------------------------------------------------------------------------------------
+
+
+def _template() -> str:
+    return resources.files("shardplan.solver.outputs").joinpath("report_template.html").read_text(encoding="utf-8")
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def _figure_div(fig, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True})
+
+
+def _page(title: str, body: str) -> str:
+    """The template with its three slots filled in one pass (the inlined plotly.js is never rescanned)."""
+    values = {
+        "TITLE": html.escape(title),
+        "PLOTLY_JS": _plotly_js().replace("</script>", "<\\/script>"),
+        "BODY": body,
+    }
+    return re.sub(r"\{\{(TITLE|PLOTLY_JS|BODY)\}\}", lambda m: values[m.group(1)], _template())
+
+
+def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def plan_report(
+    plan: Plan,
+    data: dict[str, Any],
+    findings: list[Finding],
+    runner: Optional[RunnerUp] = None,
+    runner_note: Optional[str] = None,
+) -> str:
+    """One self-contained HTML page describing a solved (or evaluated) plan."""
+    import plotly.graph_objects as go
+
+    p = plan.problem
+    text = metric_text(data["metrics"])
+    e = html.escape
+    parts = [
+        f"<h1>{e(data['model'])}</h1>",
+        f'<p class="sub">{e(data["cluster"])}</p>',
+        f'<p class="sub">objective: {e(data["objective"])}, status: <b id="status">{e(data["status"])}</b>'
+        + (f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else "")
+        + f"; workload {p.workload.isl:,} tokens in, {p.workload.osl:,} out; profile {e(data['profile'])}</p>",
+        '<section class="metrics">'
+        + "".join(
+            f'<div class="metric"><div class="label">{label}</div><div class="value" id="metric-{key}">{e(text[key])}</div></div>'
+            for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end-to-end"),
+                               ("tokens_per_s", "throughput (cluster)"), ("tokens_per_s_per_gpu", "throughput per GPU"),
+                               ("batch", "batch per replica"))
+        )
+        + "</section>",
+        "<h2>Layout</h2><ul>" + "".join(f"<li>{e(line)}</li>" for line in layout_lines(data, p.cluster.num_gpus, p.cluster.gpus_per_node)) + "</ul>",
+        "<h2>Binding constraints</h2>" + _table(
+            ["constraint", "status", ""],
+            [[e(f.constraint), f'<span class="st {f.status}">{e(f.status)}</span>', e(f.message)] for f in findings],
+            "findings",
+        ),
+        "<h2>Why this plan</h2>" + _why_html(runner, runner_note),
+    ]
+
+    # Memory per GPU, one bar per stage.
+    mem = data["memory_per_stage"]
+    names = [f"stage {r['stage']}" for r in mem]
+    fig = go.Figure()
+    for key, label, color in (("weights", "weights", "#4e79a7"), ("kv_cache", "KV cache", "#f28e2b"),
+                              ("activations", "activations", "#e15759"), ("overhead", "overhead", "#76b7b2")):
+        fig.add_bar(y=names, x=[r[key] for r in mem], name=label, orientation="h", marker_color=color,
+                    hovertemplate="%{y}: %{x:.2f} GiB " + label + "<extra></extra>")
+    fig.add_bar(y=names, x=[max(0.0, r["free"]) for r in mem], name="free", orientation="h", marker_color="#d9d9d9",
+                hovertemplate="%{y}: %{x:.2f} GiB free<extra></extra>")
+    limit = mem[0]["limit"]
+    fig.add_vline(x=limit, line_dash="dash", line_color="#333", annotation_text=f"limit {limit:.1f} GiB")
+    fig.update_layout(barmode="stack", height=160 + 40 * len(mem), margin=dict(l=70, r=20, t=30, b=40), legend_traceorder="normal",
+                      xaxis_title="GiB per GPU (every GPU of a stage holds the same)", yaxis_autorange="reversed")
+    parts.append("<h2>Memory per GPU</h2>" + _figure_div(fig, "fig-memory"))
+    parts.append(_table(
+        ["stage", "GPUs", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"],
+        [[str(r["stage"]), gpu_span(data["stages"][r["stage"]]["gpus"]), f"{r['weights']:.2f}", f"{r['kv_cache']:.2f}",
+          f"{r['activations']:.2f}", f"{r['overhead']:.2f}", f"{r['total']:.2f}", f"{r['limit']:.1f}", f"{r['free']:.2f}"]
+         for r in mem],
+        "numbers",
+    ))
+
+    # Time per stage and operator, both phases.
+    parts.append("<h2>Time per stage and operator</h2>")
+    for phase in ("prefill", "decode"):
+        parts.append(_figure_div(_time_figure(data["breakdown"], phase), f"fig-time-{phase}"))
+    parts.append(
+        '<p class="note">One step of each stage: prefill of a chunk of prompts, decode of one microbatch '
+        f"({data['microbatches']} in flight). TTFT sums the prefill steps and sends; TPOT is the pipelined decode round.</p>"
+    )
+
+    parts.append("<h2>Execution DAG</h2>" + _dag_html(plan))
+    return _page(f"shardplan: {data['model']}", "\n".join(parts))
+
+
+def _why_html(runner: Optional[RunnerUp], note: Optional[str]) -> str:
+    if runner is None:
+        return f'<p class="note">{html.escape(note or "runner-up not computed")}</p>'
+    proven = "" if runner.proven else " (best found within the time limit, not proven)"
+    head = f'<p class="note">computed in {runner.seconds:.2f} s{proven}</p>'
+    return head + "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in runner.lines) + "</ul>"
+
+
+def _time_figure(breakdown: list[dict[str, Any]], phase: str):
+    import plotly.graph_objects as go
+
+    from plotly.colors import qualitative
+
+    stages = [f"stage {s['index']}" for s in breakdown]
+    ops = sorted({op for s in breakdown for op in s[f"{phase}_ops_us"]})
+    palette = qualitative.Dark24 + qualitative.Light24
+    fig = go.Figure()
+    for i, op in enumerate(ops):
+        fig.add_bar(x=stages, y=[s[f"{phase}_ops_us"].get(op, 0.0) / 1e3 for s in breakdown], name=op,
+                    marker_color=palette[i % len(palette)], hovertemplate="%{x} " + op + ": %{y:.3f} ms<extra></extra>")
+    fig.add_bar(x=stages, y=[s[f"send_{phase}_ms"] for s in breakdown], name="send to next stage", marker_color="#7f7f7f",
+                hovertemplate="%{x} send: %{y:.3f} ms<extra></extra>")
+    fig.update_layout(barmode="stack", title=f"{phase}: one step per stage", yaxis_title="ms",
+                      height=380, margin=dict(l=60, r=20, t=50, b=40), legend_traceorder="normal")
+    return fig
+
+
+def _dag_html(plan: Plan) -> str:
+    """Replica -> phase -> stage -> layer -> operator, as nested <details>; replica 0 in full."""
+    try:
+        from shardplan.solver.dag import build_dag
+    except ImportError:
+        return '<p class="note">the execution DAG module is not available in this installation</p>'
+    try:
+        dag = build_dag(plan, "logical")
+    except Exception as exc:  # the DAG is a view here: a failure must not cost the whole report
+        return f'<p class="note">the execution DAG could not be built: {html.escape(type(exc).__name__)}: {html.escape(str(exc))}</p>'
+    import networkx as nx
+
+    order = {n: i for i, n in enumerate(nx.topological_sort(dag))}
+    tree: dict = {}
+    for node, d in sorted(dag.nodes(data=True), key=lambda item: order[item[0]]):
+        path = []
+        for key in ("replica", "phase", "stage", "layer"):
+            if key in d and d[key] is not None:
+                path.append((key, d[key]))
+            else:
+                break
+        branch = tree
+        for step in path:
+            branch = branch.setdefault(step, {})
+        branch.setdefault("_nodes", []).append((node, d))
+
+    e = html.escape
+    edges = dag.number_of_edges()
+
+    def node_li(node: str, d: dict) -> str:
+        ranks = d.get("ranks") or ()
+        where = f" GPUs {gpu_span(list(ranks))}" if ranks else ""
+        extra = f", {len(d['experts'])} experts" if d.get("experts") else ""
+        us = d.get("est_us")
+        timing = f" {us:,.1f} us" if us else ""
+        op = f" {e(str(d['op']))}" if d.get("op") else ""
+        return f'<li><span class="kind">{e(str(d.get("kind")))}</span>{op}{timing}<span class="dim">{e(where)}{e(extra)} [{e(str(node))}]</span></li>'
+
+    def render(branch: dict, depth: int, replica0: bool) -> str:
+        html_parts = []
+        leaves = branch.get("_nodes", [])
+        if leaves:
+            html_parts.append("<ul>" + "".join(node_li(n, d) for n, d in leaves) + "</ul>")
+        for key, value in [k for k in branch if k != "_nodes"]:
+            child = branch[(key, value)]
+            count = _count(child)
+            if key == "replica" and value != 0:
+                gpus = sorted({r for _, d in _walk(child) for r in (d.get("ranks") or ())})
+                html_parts.append(f"<details><summary>replica {value}: as replica 0, on GPUs {gpu_span(gpus) if gpus else '-'} "
+                                  f'<span class="dim">({count} nodes)</span></summary></details>')
+                continue
+            label = {"replica": "replica", "phase": "", "stage": "stage", "layer": "layer"}[key]
+            title = f"{label} {value}".strip()
+            if key == "layer":
+                kinds = {d.get("layer_kind") for _, d in _walk(child) if d.get("layer_kind")}
+                title += f" ({', '.join(sorted(kinds))})" if kinds else ""
+            opened = " open" if key in ("replica",) and value == 0 else ""
+            html_parts.append(f'<details{opened}><summary>{e(title)} <span class="dim">({count} nodes)</span></summary>'
+                              f"{render(child, depth + 1, replica0)}</details>")
+        return "".join(html_parts)
+
+    folded = dag.graph.get("folded")
+    head = (f'<p class="note">{dag.number_of_nodes():,} nodes, {edges:,} edges ({e(str(dag.graph.get("detail", "logical")))} detail'
+            + (", replicas folded into one" if folded else "") + "). Open a branch to see its stages, layers and operators; "
+            "us = the cost model's estimate.</p>")
+    return head + f'<div class="dag">{render(tree, 0, True)}</div>'
+
+
+def _walk(branch: dict):
+    for key, value in branch.items():
+        if key == "_nodes":
+            yield from value
+        else:
+            yield from _walk(value)
+
+
+def _count(branch: dict) -> int:
+    return sum(1 for _ in _walk(branch))
+
+
+def enumeration_report(problem, plans: list[Plan], rows: list[dict[str, Any]], marks: list[bool]) -> str:
+    """The latency-throughput scatter of every enumerated plan with its Pareto frontier, and the frontier's table."""
+    import plotly.graph_objects as go
+
+    e = html.escape
+    def hover(row: dict[str, Any]) -> str:
+        d = row["degrees"]
+        return (f"#{row['index']} dp={d['dp']} pp={d['pp']} tp={d['tp']} sp={d['sp']} groups={d['attn_dp']} ep={d['ep']}"
+                f"<br>batch {row['metrics']['batch']:,}, {row['num_gpus']} GPUs")
+
+    fig = go.Figure()
+    for on, name, color in ((False, "dominated", "#9aa5b1"), (True, "Pareto frontier", "#d62728")):
+        pts = [r for r, m in zip(rows, marks) if m == on]
+        fig.add_scatter(
+            x=[r["metrics"]["e2e_ms"] for r in pts], y=[r["metrics"]["output_tokens_per_s"] for r in pts],
+            mode="markers", name=name, marker=dict(color=color, size=9 if on else 7),
+            text=[hover(r) for r in pts], hovertemplate="%{text}<br>%{x:,.0f} ms, %{y:,.0f} tok/s<extra></extra>",
+        )
+    front = sorted((r for r, m in zip(rows, marks) if m), key=lambda r: r["metrics"]["e2e_ms"])
+    fig.add_scatter(x=[r["metrics"]["e2e_ms"] for r in front], y=[r["metrics"]["output_tokens_per_s"] for r in front],
+                    mode="lines", line=dict(color="#d62728", shape="hv"), name="frontier", hoverinfo="skip")
+    fig.update_layout(xaxis_title="end-to-end latency of a request (ms)", yaxis_title="output tokens/s (cluster)",
+                      xaxis_type="log", height=520, margin=dict(l=70, r=20, t=30, b=50))
+    table = _table(
+        ["#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s", "tok/s/GPU"],
+        [[str(r["index"]), *(str(r["degrees"][k]) for k in ("dp", "pp", "tp", "sp", "attn_dp", "ep")),
+          f"{r['metrics']['batch']:,}", str(r["num_gpus"]), *(e(metric_text(r["metrics"])[k]) for k in
+          ("ttft", "tpot", "e2e", "tokens_per_s", "tokens_per_s_per_gpu"))] for r in front],
+        "numbers",
+    )
+    body = "\n".join([
+        f"<h1>{e(problem.model.name)}: every feasible layout</h1>",
+        f'<p class="sub">{e(problem.cluster.describe())}</p>',
+        f'<p class="sub">objective used for each layout\'s boundaries and batch: {e(problem.objective.value)}; '
+        f'workload {problem.workload.isl:,} tokens in, {problem.workload.osl:,} out</p>',
+        f'<p><b id="plan-count">{len(rows)}</b> feasible layouts, <b id="pareto-count">{len(front)}</b> on the Pareto frontier '
+        "of end-to-end latency against cluster throughput.</p>",
+        _figure_div(fig, "fig-pareto"),
+        "<h2>Pareto frontier</h2>" + table,
+    ])
+    return _page(f"shardplan: {problem.model.name} layouts", body)
+
+
+def write_report(path: str, page: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+
+
+def findings_dicts(findings: list[Finding]) -> list[dict[str, str]]:
+    return [asdict(f) for f in findings]
+
