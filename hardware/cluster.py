@@ -21,10 +21,18 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
-from pydantic import model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from shardplan.hardware._errors import as_spec_error
 from shardplan.hardware.gpu import GPUSpec, get_gpu
@@ -60,7 +68,7 @@ class ClusterSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _domains_tile_the_cluster(self) -> "ClusterSpec":
+    def _domains_tile_the_cluster(self) -> ClusterSpec:
         domain, node, total = self.scaleup_domain_gpus, self.gpus_per_node, self.num_gpus
         if domain % node and node % domain:
             raise SpecError(
@@ -77,11 +85,11 @@ class ClusterSpec(BaseModel):
         cls,
         gpu: GPUSpec,
         num_nodes: int,
-        gpus_per_node: Optional[int] = None,
+        gpus_per_node: int | None = None,
         *,
-        scaleup_domain_gpus: Optional[int] = None,
+        scaleup_domain_gpus: int | None = None,
         **links: float,
-    ) -> "ClusterSpec":
+    ) -> ClusterSpec:
         """A cluster with the GPU's defaults for whatever is not given; bad values raise ``SpecError``.
 
         ``links`` overrides the bandwidths and latencies by field name. The default domain is the

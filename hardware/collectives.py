@@ -17,8 +17,8 @@ or import anything of ours but ``SpecError``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
-from typing import Sequence
 
 from shardplan.hardware.cluster import ClusterSpec
 from shardplan.hardware.gpu import GPUSpec

@@ -20,10 +20,17 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, TypeAdapter, ValidationError
-from pydantic import model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from shardplan.hardware._errors import as_spec_error
 from shardplan.models.errors import SpecError
@@ -53,10 +60,10 @@ class GPUSpec(BaseModel):
     bf16_tflops: PositiveFloat = Field(
         description="peak DENSE BF16/FP16 tensor-core rate in TFLOPS (not the 2:4-sparse rate)"
     )
-    fp8_tflops: Optional[PositiveFloat] = Field(
+    fp8_tflops: PositiveFloat | None = Field(
         default=None, description="peak DENSE FP8 tensor-core rate in TFLOPS; None = no FP8 tensor cores"
     )
-    fp4_tflops: Optional[PositiveFloat] = Field(
+    fp4_tflops: PositiveFloat | None = Field(
         default=None, description="peak DENSE FP4 (NVFP4/MXFP4) tensor-core rate in TFLOPS; None = no FP4 tensor cores"
     )
     scaleup_gb_per_s: PositiveFloat = Field(
@@ -74,7 +81,7 @@ class GPUSpec(BaseModel):
     source: str = Field(min_length=1, description="datasheet or document the numbers come from")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "GPUSpec":
+    def _consistent(self) -> GPUSpec:
         if self.fp8_tflops is not None and self.fp8_tflops < self.bf16_tflops:
             raise SpecError("fp8_tflops", f"{self.name}: FP8 rate {self.fp8_tflops} is below BF16 {self.bf16_tflops}")
         if self.fp4_tflops is not None:

@@ -8,7 +8,7 @@ computes a time; it only holds and finds the numbers.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
@@ -71,7 +71,7 @@ class Profile(BaseModel):
     source: str = Field(description="how the numbers were obtained")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _all_profiles() -> dict[str, Profile]:
     found = {}
     for path in sorted(PROFILE_DIR.glob("*.json")):

@@ -8,7 +8,7 @@ follow the checkpoint: a gated FFN has three matrices, MLA's projections are cou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from shardplan.models.spec import AttentionKind, ModelSpec
 
@@ -72,7 +72,7 @@ def ffn_params(spec: ModelSpec, width: int) -> int:
     return (3 if spec.gated_ffn else 2) * spec.hidden_size * width
 
 
-@lru_cache(maxsize=None)
+@cache
 def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
     h = spec.hidden_size
     norms = 2 * h
@@ -125,7 +125,7 @@ class ParameterCounts:
     norms: int
 
 
-@lru_cache(maxsize=None)
+@cache
 def parameter_counts(spec: ModelSpec) -> ParameterCounts:
     layers = [layer_params(spec, i) for i in range(spec.num_layers)]
     emb, head = embedding_params(spec), lm_head_params(spec)
@@ -165,7 +165,7 @@ class LayerBytes:
         )
 
 
-@lru_cache(maxsize=None)
+@cache
 def layer_bytes(spec: ModelSpec, layer: int) -> LayerBytes:
     """Routers and norms stay 16-bit in every quantised checkpoint we know of."""
     p = layer_params(spec, layer)

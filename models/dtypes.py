@@ -34,7 +34,7 @@ class DType(str, Enum):
         return _COMPUTE_CLASS[self]
 
     @classmethod
-    def parse(cls, text: str, field: str = "dtype") -> "DType":
+    def parse(cls, text: str, field: str = "dtype") -> DType:
         from shardplan.models.errors import SpecError
 
         key = text.strip().lower().replace("bfloat16", "bf16").replace("float16", "fp16")

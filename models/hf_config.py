@@ -9,8 +9,9 @@ of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache m
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 

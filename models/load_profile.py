@@ -24,7 +24,6 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
@@ -41,7 +40,7 @@ class ExpertLoadProfile(BaseModel):
     loads: tuple[tuple[float, ...], ...] = Field(
         description="per layer (same order as layers), tokens routed to expert 0, 1, ...; non-negative"
     )
-    source: Optional[str] = Field(default=None, description="where the counts come from (file, synthetic shape)")
+    source: str | None = Field(default=None, description="where the counts come from (file, synthetic shape)")
 
     def __init__(self, **data):
         # Pydantic wraps the SpecError of the validator below; hand the caller ours, naming the field.
@@ -51,7 +50,7 @@ class ExpertLoadProfile(BaseModel):
             raise spec_error_from(exc) from None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ExpertLoadProfile":
+    def _consistent(self) -> ExpertLoadProfile:
         if not self.layers:
             raise SpecError("layers", "a profile needs at least one MoE layer")
         if list(self.layers) != sorted(set(self.layers)):

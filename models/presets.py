@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from shardplan.models.errors import SpecError
@@ -29,7 +29,7 @@ class Preset:
         return _load_preset(self.path)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_preset(path: Path) -> ModelSpec:
     cfg = json.loads(path.read_text())
     return load_config(cfg, name=cfg["_shardplan_id"])

@@ -8,7 +8,6 @@ Derived quantities (parameter counts, bytes, FLOPs, KV-cache size) live in ``der
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -41,7 +40,7 @@ class Attention(BaseModel):
     kv_lora_rank: NonNegativeInt = Field(default=0, description="MLA: width of the cached KV latent")
     qk_rope_head_dim: NonNegativeInt = Field(default=0, description="MLA: rotary part of each query/key head")
     qk_nope_head_dim: NonNegativeInt = Field(default=0, description="MLA: non-rotary part of each query/key head")
-    sliding_window: Optional[PositiveInt] = Field(
+    sliding_window: PositiveInt | None = Field(
         default=None, description="tokens a windowed (or chunked) layer attends to; None = none"
     )
     sliding_window_layers: tuple[NonNegativeInt, ...] = Field(
@@ -49,7 +48,7 @@ class Attention(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Attention":
+    def _consistent(self) -> Attention:
         from shardplan.models.errors import SpecError
 
         if self.kind is AttentionKind.MLA:
@@ -92,7 +91,7 @@ class MoE(BaseModel):
     layers: tuple[NonNegativeInt, ...] = Field(description="indices of the MoE layers, ascending")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "MoE":
+    def _consistent(self) -> MoE:
         from shardplan.models.errors import SpecError
 
         if self.experts_per_token > self.num_experts:
@@ -121,7 +120,7 @@ class ModelSpec(BaseModel):
     intermediate_size: NonNegativeInt = Field(description="FFN width of a dense layer (0: no dense layers)")
     gated_ffn: bool = Field(default=True, description="SwiGLU-style FFN: three matrices instead of two")
     activation: str = Field(default="silu", description="FFN activation function")
-    moe: Optional[MoE] = Field(default=None, description="None for a dense model")
+    moe: MoE | None = Field(default=None, description="None for a dense model")
     weights_dtype: DType = Field(default=DType.BF16, description="format of the dense linear weights")
     expert_dtype: DType = Field(default=DType.BF16, description="format of the routed-expert weights")
     embedding_dtype: DType = Field(default=DType.BF16, description="format of embedding and LM head")
@@ -129,7 +128,7 @@ class ModelSpec(BaseModel):
     max_position_embeddings: PositiveInt = Field(default=131072, description="longest context the model takes")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelSpec":
+    def _consistent(self) -> ModelSpec:
         from shardplan.models.errors import SpecError
 
         if self.moe is not None:
@@ -166,7 +165,7 @@ class ModelSpec(BaseModel):
 
     def with_dtypes(
         self, weights: DType | None = None, kv: DType | None = None
-    ) -> "ModelSpec":
+    ) -> ModelSpec:
         """The same model in other number formats: ``weights`` sets dense and expert weights."""
         update: dict = {}
         if weights is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 
 class Kind(str, Enum):
@@ -23,8 +23,8 @@ class Diagnostic:
     rule: str
     severity: str  # "error" or "warning"
     message: str
-    node: Optional[str] = None
-    hint: Optional[str] = None
+    node: str | None = None
+    hint: str | None = None
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.message}"
@@ -38,7 +38,7 @@ class Rule:
     statement: str = ""
     source: str = ""
     kind: Kind = Kind.STRUCTURAL
-    switch: Optional[str] = None  # the --allow name that turns a default rule off
+    switch: str | None = None  # the --allow name that turns a default rule off
     example_bad: str = ""
     example_good: str = ""
 
@@ -57,7 +57,7 @@ class Rule:
         """The numbers behind the rule when it is part of an infeasibility explanation."""
         return self.statement
 
-    def error(self, message: str, hint: Optional[str] = None) -> Diagnostic:
+    def error(self, message: str, hint: str | None = None) -> Diagnostic:
         return Diagnostic(self.id, "error" if self.kind is not Kind.ADVISORY else "warning", message, hint=hint)
 
     def describe(self) -> dict[str, Any]:

@@ -20,7 +20,13 @@ from shardplan.rules.parallel import (
     TpKvHeads,
 )
 from shardplan.rules.pins import pins_of
-from shardplan.rules.structure import DataParallelLatency, DataParallelOutside, GpuCount, StageAlignment, StagesContiguous
+from shardplan.rules.structure import (
+    DataParallelLatency,
+    DataParallelOutside,
+    GpuCount,
+    StageAlignment,
+    StagesContiguous,
+)
 
 CATALOG: tuple[Rule, ...] = (
     GpuCount(),

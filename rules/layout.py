@@ -11,8 +11,6 @@ Only degrees that act in the same operator phase multiply (003 §1).
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from shardplan.models.errors import SpecError
@@ -28,12 +26,12 @@ class Layout(BaseModel):
     expert_tp: PositiveInt = Field(default=1, description="tensor parallelism inside each expert (policy)")
     stages: tuple[tuple[int, int], ...] = Field(description="[start, end) layer range of each pipeline stage")
     batch: PositiveInt = Field(default=1, description="concurrent sequences per replica")
-    moe_load_factor: Optional[tuple[float, ...]] = Field(
+    moe_load_factor: tuple[float, ...] | None = Field(
         default=None, description="per MoE layer, most-loaded GPU over the mean; None: uniform routing"
     )
 
     @model_validator(mode="after")
-    def _contiguous(self) -> "Layout":
+    def _contiguous(self) -> Layout:
         if not self.stages:
             raise SpecError("stages", "at least one stage")
         expected = 0
@@ -100,7 +98,7 @@ class Layout(BaseModel):
         )
 
     @classmethod
-    def even(cls, num_layers: int, pp: int = 1, **degrees) -> "Layout":
+    def even(cls, num_layers: int, pp: int = 1, **degrees) -> Layout:
         """A layout whose stages split the layers as evenly as possible (earlier stages get the extra)."""
         if pp < 1 or pp > num_layers:
             raise SpecError("pp", f"{pp} stages for {num_layers} layers")

@@ -7,7 +7,7 @@ solver.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,7 @@ class Plan(BaseModel):
     layout: Layout
     prediction: Any = Field(description="solver.cost.Prediction of the layout")
     status: str = Field(description="optimal | feasible | evaluated")
-    objective_value: Optional[int] = Field(default=None, description="the solver's integer objective")
-    bound: Optional[float] = Field(default=None, description="best bound the solver proved")
-    solve_time_s: Optional[float] = None
-    experts: Optional[Any] = Field(default=None, description="expert placement, when decided")
+    objective_value: int | None = Field(default=None, description="the solver's integer objective")
+    bound: float | None = Field(default=None, description="best bound the solver proved")
+    solve_time_s: float | None = None
+    experts: Any | None = Field(default=None, description="expert placement, when decided")

@@ -8,7 +8,6 @@ files or converts units.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -32,12 +31,12 @@ class Workload(BaseModel):
 
     isl: PositiveInt = Field(default=1024, description="input (prompt) tokens per request")
     osl: PositiveInt = Field(default=256, description="output tokens per request")
-    batch: Optional[PositiveInt] = Field(
+    batch: PositiveInt | None = Field(
         default=None,
         description="concurrent sequences per replica; None: 1 for latency, a decision for throughput",
     )
-    ttft_ms: Optional[PositiveFloat] = Field(default=None, description="limit on time to first token")
-    tpot_ms: Optional[PositiveFloat] = Field(default=None, description="limit on time per output token")
+    ttft_ms: PositiveFloat | None = Field(default=None, description="limit on time to first token")
+    tpot_ms: PositiveFloat | None = Field(default=None, description="limit on time per output token")
 
     @property
     def context(self) -> int:
@@ -50,19 +49,19 @@ class Pins(BaseModel):
 
     model_config = _STRICT
 
-    dp: Optional[PositiveInt] = None
-    pp: Optional[PositiveInt] = None
-    tp: Optional[PositiveInt] = None
-    sp: Optional[PositiveInt] = None
-    ep: Optional[PositiveInt] = None
-    attn_dp: Optional[PositiveInt] = Field(default=None, description="attention groups per stage")
-    expert_tp: Optional[PositiveInt] = None
-    stages: Optional[tuple[tuple[int, int], ...]] = Field(
+    dp: PositiveInt | None = None
+    pp: PositiveInt | None = None
+    tp: PositiveInt | None = None
+    sp: PositiveInt | None = None
+    ep: PositiveInt | None = None
+    attn_dp: PositiveInt | None = Field(default=None, description="attention groups per stage")
+    expert_tp: PositiveInt | None = None
+    stages: tuple[tuple[int, int], ...] | None = Field(
         default=None, description="[start, end) layer range of each stage"
     )
 
     @model_validator(mode="after")
-    def _stages_match_pp(self) -> "Pins":
+    def _stages_match_pp(self) -> Pins:
         if self.stages is not None and self.pp is not None and len(self.stages) != self.pp:
             raise SpecError("stages", f"{len(self.stages)} ranges given for pp={self.pp}")
         return self
@@ -77,13 +76,13 @@ class Problem(BaseModel):
     cluster: ClusterSpec
     workload: Workload = Workload()
     objective: Objective = Objective.LATENCY
-    mem_cap_gib: Optional[PositiveFloat] = Field(
+    mem_cap_gib: PositiveFloat | None = Field(
         default=None, description="per-GPU memory cap; None: capacity x the profile's usable fraction"
     )
     allow: frozenset[str] = Field(default=frozenset(), description="policy switches that turn default rules off")
     pins: Pins = Pins()
-    profile: Optional[str] = Field(default=None, description="calibration profile name; None: the GPU's default")
-    expert_load: Optional[ExpertLoadProfile] = Field(
+    profile: str | None = Field(default=None, description="calibration profile name; None: the GPU's default")
+    expert_load: ExpertLoadProfile | None = Field(
         default=None, description="tokens routed to each expert of each MoE layer; None: uniform routing"
     )
     redundant_slots: NonNegativeInt = Field(
@@ -91,7 +90,7 @@ class Problem(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _fits_model(self) -> "Problem":
+    def _fits_model(self) -> Problem:
         if self.workload.context > self.model.max_position_embeddings:
             raise SpecError(
                 "isl",

@@ -15,8 +15,8 @@ count explodes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
 
 from ortools.sat.python import cp_model
 
@@ -24,9 +24,7 @@ from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.oracle import Oracle
-from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.optimise import (
     Deadline,
     build_model,
@@ -38,6 +36,7 @@ from shardplan.solver.optimise import (
     read_layout,
     throughput_terms,
 )
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace, Shape
 
 
@@ -56,9 +55,9 @@ def candidate_pairs(problem: Problem) -> list[tuple[Shape, int]]:
 
 def enumerate_plans(
     problem: Problem,
-    limit: Optional[int] = None,
-    progress: Optional[Callable[[int, int], None]] = None,
-    time_limit_s: Optional[float] = None,
+    limit: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    time_limit_s: float | None = None,
 ) -> Iterator[Plan]:
     """Yield every feasible layout's plan (all replica counts), at most ``limit`` of them."""
     deadline = Deadline(time_limit_s)
@@ -88,7 +87,7 @@ def _conflicts_with_user_pins(problem: Problem, pins) -> bool:
     return any(getattr(user, f) not in (None, getattr(pins, f)) for f in ("tp", "sp", "attn_dp", "expert_tp", "pp"))
 
 
-def _best_of_pair(problem: Problem, deadline: Deadline) -> Optional[Layout]:
+def _best_of_pair(problem: Problem, deadline: Deadline) -> Layout | None:
     """The best plan of a problem whose shape and stage count are pinned, or None."""
     model = build_model(problem, only_pins=True)
     enc, cp = model.enc, model.enc.cp

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 from ortools.sat.python import cp_model
 
@@ -24,9 +23,9 @@ from shardplan.rules.catalog import SWITCHES, Rule, check_plan, errors_of, rules
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.oracle import Oracle
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.placement.plan import place_and_price
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import Tables, build_tables
@@ -49,12 +48,12 @@ class Outcome:
     """The best value an improvement loop reached, and whether it proved it optimal."""
 
     proven: bool
-    e2e: Optional[int] = None  # latency objective
-    tokens: Optional[int] = None  # throughput objective: tokens / cycle
-    cycle: Optional[int] = None
+    e2e: int | None = None  # latency objective
+    tokens: int | None = None  # throughput objective: tokens / cycle
+    cycle: int | None = None
 
 
-def build_model(problem: Problem, only_pins: bool = False, tables: Optional[Tables] = None) -> Model:
+def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None = None) -> Model:
     """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another."""
     bad = unknown_switches(problem.allow)
     if bad:
@@ -77,7 +76,7 @@ def enforce_all(model: Model) -> None:
         model.enc.cp.Add(lit == 1)
 
 
-def parameters(time_limit_s: Optional[float], presolve: bool = True) -> cp_model.CpSolver:
+def parameters(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
@@ -88,10 +87,10 @@ def parameters(time_limit_s: Optional[float], presolve: bool = True) -> cp_model
 
 
 class Deadline:
-    def __init__(self, time_limit_s: Optional[float]):
+    def __init__(self, time_limit_s: float | None):
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
 
-    def remaining(self) -> Optional[float]:
+    def remaining(self) -> float | None:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
     def step(self) -> float:
@@ -196,7 +195,7 @@ def _improve(cp: cp_model.CpModel, better, objective, deadline: Deadline, minimi
     return solver, proven
 
 
-def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, best: Optional[int]) -> Outcome:
+def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, best: int | None) -> Outcome:
     e2e = e2e_expr(enc)
     proven = True
     while True:
@@ -235,7 +234,7 @@ def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: De
     return Outcome(proven=proven, tokens=a if found else None, cycle=c)
 
 
-def solve(problem: Problem, time_limit_s: Optional[float] = None) -> Plan:
+def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
     started = time.perf_counter()
     deadline = Deadline(time_limit_s)

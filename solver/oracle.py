@@ -10,9 +10,9 @@ simple, and slow on large spaces: that is what the benchmark compares the solver
 from __future__ import annotations
 
 import math
-from functools import cmp_to_key
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from functools import cmp_to_key
 
 from shardplan.rules.base import ShapeRule
 from shardplan.rules.catalog import rules_for
@@ -33,7 +33,7 @@ class Candidate:
     tokens: int
     cycle_ns: int
 
-    def better_than(self, other: Optional["Candidate"], objective: Objective) -> bool:
+    def better_than(self, other: Candidate | None, objective: Objective) -> bool:
         if other is None:
             return True
         if objective is Objective.LATENCY:
@@ -212,13 +212,13 @@ class Oracle:
             dmax, pmax = max(dmax, d), max(pmax, p)
         return [(dmax, pmax, bounds)]
 
-    def optimum(self, exact: bool = True) -> Optional[Candidate]:
+    def optimum(self, exact: bool = True) -> Candidate | None:
         """The best candidate. Replicas only scale throughput (and never change latency), so
         each combination is scored at its most replicas (throughput) or fewest (latency)."""
         ranked = self._ranked(exact)
         return ranked[0][0] if ranked else None
 
-    def incumbent(self, refine: int = 3) -> Optional[Candidate]:
+    def incumbent(self, refine: int = 3) -> Candidate | None:
         """A good plan quickly, to seed the solver: every combination with even stages, then the
         ``refine`` best of them with their exact best boundaries."""
         ranked = self._ranked(exact=False, largest_batch_only=True)

@@ -8,8 +8,8 @@ rounded up: a plan the tables accept fits in ``evaluate()`` as well.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import cache
 
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import (
@@ -155,7 +155,7 @@ def search_load_factor(problem: Problem, ep: int) -> float:
     return max(1.0, sum(factors) / len(factors))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _uniform_factor(experts: int, layer: int, ep: int, redundant: int) -> float:
     from shardplan.models.load_profile import uniform_profile
     from shardplan.solver.placement.plan import best_placement

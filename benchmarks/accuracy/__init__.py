@@ -12,9 +12,10 @@ import os
 import random
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Optional
 
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.solver.cost.calibration.fit import (
@@ -54,7 +55,7 @@ class Row:
         return self.predicted / self.point.value - 1.0
 
 
-def predict_all(points: Iterable[Point], profiles: Optional[dict[str, Profile]] = None) -> list[Row]:
+def predict_all(points: Iterable[Point], profiles: dict[str, Profile] | None = None) -> list[Row]:
     """Each point priced with its own profile (``point.problem.profile``): from ``profiles`` when
     given (a fit not yet written), else the stored profile of that name."""
     rows = []

@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.dag import build_dag, check_dag, critical_path_us
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 from shardplan.solver.optimise import solve
 
 
@@ -30,7 +29,7 @@ class Case:
     model: str
     cluster: str
     objective: str = "latency"
-    layout: Optional[dict] = field(default=None)  # None: solve; else Layout.even(..., **layout)
+    layout: dict | None = field(default=None)  # None: solve; else Layout.even(..., **layout)
     slow: bool = False  # skipped by --quick
 
 

@@ -18,10 +18,10 @@ import sys
 import time
 
 from shardplan.rules.problem import Objective
-from shardplan.solver.oracle import Oracle
-from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.optimise import build_model, solve
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 

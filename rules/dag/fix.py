@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from shardplan.rules.base import Diagnostic
 from shardplan.rules.dag.catalog import COLLECTIVE, CONTROL, STATE, DagView, graph_schema_problems, is_sharded
@@ -62,7 +62,7 @@ def fix_dag(dag: Any, max_rounds: int = 4) -> tuple[Any, list[Change], list[Diag
 
 
 # --- collectives after shards (DAG-010) ---------------------------------------------------------
-def collective_kind(op: str, phase: str, attn_dp: int) -> Optional[str]:
+def collective_kind(op: str, phase: str, attn_dp: int) -> str | None:
     """The collective that prices cost key ``op`` (solver/cost/operators.py)."""
     if op == "attn.sp":
         return "AllReduce" if phase == "decode" else "AllGather"
@@ -112,7 +112,7 @@ def _stray(g: Any, n: Any) -> list:
     ]
 
 
-def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Optional[Change]:
+def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
     first = g.nodes[shards[0]]
     op = first.get("rejoin_op")
     layout = view.layout
@@ -152,7 +152,7 @@ def _fix_kv(g: Any) -> list[Change]:
         for n in view.by_kind.get(kind, []):
             heads[view.branch_of(n)][kind].append(n)
 
-    def only(branch: tuple, kind: str) -> Optional[str]:
+    def only(branch: tuple, kind: str) -> str | None:
         found = heads[branch][kind]
         return found[0] if len(found) == 1 else None
 

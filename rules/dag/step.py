@@ -4,13 +4,10 @@ updates, token order, a single-token step, ranks inside the plan, the schema, th
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
 
 from shardplan.rules.base import Kind
-from shardplan.rules.layout import Layout
 from shardplan.rules.dag.view import (
     COMPUTE,
-    DagRule,
     EDGE_KINDS,
     KINDS,
     LAYERED,
@@ -19,8 +16,10 @@ from shardplan.rules.dag.view import (
     STAGED,
     STATE,
     TYPED,
+    DagRule,
     longest_path_us,
 )
+from shardplan.rules.layout import Layout
 
 
 class NoHiddenCommunication(DagRule):
@@ -207,7 +206,7 @@ class RanksInPlan(DagRule):
             yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}")
 
 
-def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> Optional[frozenset]:
+def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> frozenset | None:
     """The GPUs the layout's numbering gives a shard or an Expert node; None when it has no fixed place."""
     kind = d.get("kind")
     try:

@@ -7,8 +7,9 @@ graph attributes, ``DagView`` (indexes built once per check) and ``DagRule``, th
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
 from functools import cached_property
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.layout import Layout
@@ -67,7 +68,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     return out
 
 
-def _layout_from(g: dict) -> Optional[Layout]:
+def _layout_from(g: dict) -> Layout | None:
     data = g.get("layout")
     if not isinstance(data, dict):
         return None
@@ -126,7 +127,7 @@ class DagView:
         self.num_gpus = _int(self.graph.get("num_gpus"), 0)
 
     @classmethod
-    def of(cls, dag: Any) -> "DagView":
+    def of(cls, dag: Any) -> DagView:
         return dag if isinstance(dag, DagView) else cls(dag)
 
     # --- indexes ---------------------------------------------------------------------------
@@ -257,7 +258,7 @@ class DagView:
         r = self.ranks(n)
         return (min(r), max(r)) if r else (0, -1)
 
-    def forward(self, starts: Iterable, data_only: bool = False, within: Optional[set] = None) -> set:
+    def forward(self, starts: Iterable, data_only: bool = False, within: set | None = None) -> set:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -268,7 +269,7 @@ class DagView:
                     todo.append(v)
         return seen
 
-    def backward(self, starts: Iterable, within: Optional[set] = None) -> set:
+    def backward(self, starts: Iterable, within: set | None = None) -> set:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -311,7 +312,7 @@ class DagRule(Rule):
     def violations(self, view: DagView) -> Iterator[Diagnostic]:
         raise NotImplementedError
 
-    def at(self, node: Any, message: str, hint: Optional[str] = None) -> Diagnostic:
+    def at(self, node: Any, message: str, hint: str | None = None) -> Diagnostic:
         severity = "warning" if self.kind is Kind.ADVISORY else "error"
         return Diagnostic(self.id, severity, f"{node}: {message}" if node is not None else message, node=node, hint=hint)
 

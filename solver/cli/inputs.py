@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
 
 from pydantic import ValidationError
 
@@ -31,17 +30,17 @@ class ProblemArgs:
     objective: str = "latency"
     isl: int = 1024
     osl: int = 256
-    batch: Optional[int] = None
-    mem_cap_gib: Optional[float] = None
-    ttft_ms: Optional[float] = None
-    tpot_ms: Optional[float] = None
-    weights_dtype: Optional[str] = None
-    kv_dtype: Optional[str] = None
-    profile: Optional[str] = None
+    batch: int | None = None
+    mem_cap_gib: float | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    weights_dtype: str | None = None
+    kv_dtype: str | None = None
+    profile: str | None = None
     allow: tuple[str, ...] = ()
     pins: dict = field(default_factory=dict)
-    load_profile: Optional[str] = None  # a .json or .csv file of tokens per expert per MoE layer
-    zipf: Optional[float] = None  # synthetic Zipf routing with this exponent
+    load_profile: str | None = None  # a .json or .csv file of tokens per expert per MoE layer
+    zipf: float | None = None  # synthetic Zipf routing with this exponent
     redundant_slots: int = 0  # expert slots per GPU beyond ceil(experts / ep)
 
 
@@ -104,7 +103,7 @@ def build_problem(args: ProblemArgs) -> Problem:
         raise spec_error_from(exc) from None
 
 
-def build_expert_load(args: ProblemArgs, model) -> Optional[ExpertLoadProfile]:
+def build_expert_load(args: ProblemArgs, model) -> ExpertLoadProfile | None:
     """The routing profile: read from ``--load-profile``, or Zipf-shaped with ``--zipf``, or None
     (uniform routing). A file is checked against the model's expert count and MoE layers; every
     error names the option and the field, e.g. ``load-profile layers.3: ... expected 256 experts``."""

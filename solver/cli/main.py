@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -184,8 +185,8 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
     """
-    from shardplan.solver.outputs.plan_json import plan_dict
     from shardplan.solver.optimise import solve as run_solve
+    from shardplan.solver.outputs.plan_json import plan_dict
 
     if time_limit is not None and not time_limit > 0:
         raise SpecError("time-limit", f"must be > 0, got {time_limit}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 import click
 
@@ -20,7 +19,7 @@ EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--fix", is_flag=True, help="repair what has one safe repair (missing collective, KV-cache or pipeline edge)")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="where --fix writes the repaired DAG (.json, .graphml, .dot, .mmd)")
-def validate(file: str, as_json: bool, fix: bool, out: Optional[str]) -> None:
+def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
     """Check an execution DAG (node-link JSON) against the DAG rules; --fix repairs what it safely can."""
     from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
     from shardplan.rules.dag.fix import fix_dag

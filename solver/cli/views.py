@@ -6,7 +6,7 @@ Each ``*_rows`` function builds the data ``--json`` prints; each ``print_*`` sho
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -98,9 +98,9 @@ def print_gpus(rows: list[dict[str, Any]]) -> None:
 def print_plan(
     data: dict[str, Any],
     plan: Any = None,
-    findings: Optional[list] = None,
+    findings: list | None = None,
     runner: Any = None,
-    runner_note: Optional[str] = None,
+    runner_note: str | None = None,
 ) -> None:
     """A plan dict (``output.plan_dict``): layout, metrics, memory per GPU, binding constraints and, when
     given, why it beat the runner-up (``report.runner_up``)."""

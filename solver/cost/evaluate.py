@@ -34,10 +34,10 @@ from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
+from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.memory import GIB, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
-from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.solver.cost.stage import stage_shape
 
 NS = 1e9

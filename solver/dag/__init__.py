@@ -22,15 +22,15 @@ from typing import Any, Optional
 import networkx as nx
 
 from shardplan.rules.dag.catalog import longest_path_us
-from shardplan.rules.plan import Plan
-from shardplan.solver.dag.build import NODE_BUDGET, build, contiguous_hosting, expert_hosting
 from shardplan.rules.dag.check import check_dag
 from shardplan.rules.dag.fix import fix_dag
+from shardplan.rules.plan import Plan
+from shardplan.solver.dag.build import NODE_BUDGET, build, contiguous_hosting, expert_hosting
 
 DETAILS = ("logical", "expanded")
 
 
-def build_dag(plan: Plan, detail: str = "logical", fold: Optional[bool] = None) -> nx.DiGraph:
+def build_dag(plan: Plan, detail: str = "logical", fold: bool | None = None) -> nx.DiGraph:
     """The execution DAG of ``plan``.
 
     ``detail``: ``logical`` (one node per operator, mapped to its ranks) or ``expanded`` (one node per

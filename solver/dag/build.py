@@ -25,7 +25,7 @@ Modelling choices, each matching what the cost model sums (see docs/dag.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import networkx as nx
 
@@ -135,7 +135,7 @@ def expert_hosting(plan: Plan, layer: int) -> tuple[tuple[int, ...], ...]:
     return contiguous_hosting(model.moe.num_experts, ep)
 
 
-def expert_loads(plan: Plan, layer: int) -> Optional[tuple[float, ...]]:
+def expert_loads(plan: Plan, layer: int) -> tuple[float, ...] | None:
     """Tokens each EP rank serves in MoE ``layer`` when the plan's placement carries its routing
     profile (``PlanPlacement``: ``stage_of(layer).profile``); None otherwise (uniform routing)."""
     placement = plan.experts
@@ -189,7 +189,7 @@ class _Builder:
         n = self.lay.gpus_per_replica
         return tuple(range(r * n, (r + 1) * n))
 
-    def groups(self, r: int, s: int) -> list[tuple[Optional[int], tuple[int, ...]]]:
+    def groups(self, r: int, s: int) -> list[tuple[int | None, tuple[int, ...]]]:
         """(group, GPUs): the whole stage once at logical detail, each attention group when expanded."""
         if not self.expanded:
             return [(None, self.stage_ranks(r, s))]
@@ -263,7 +263,7 @@ class _Builder:
             else:
                 self.lm_head(ctx, s, frontier)
 
-    def lm_head(self, ctx: "_Branch", s: int, frontier: dict) -> None:
+    def lm_head(self, ctx: _Branch, s: int, frontier: dict) -> None:
         last = ctx.costs.last
         for g, granks in self.groups(ctx.r, s):
             base = dict(replica=ctx.r, phase=ctx.phase, stage=s)
@@ -285,7 +285,7 @@ class _Builder:
                 self.edge(gather, sample)
             self.edge(sample, ctx.token)
 
-    def group_shards(self, base: str, g: Optional[int], granks: tuple[int, ...]) -> list[tuple[str, tuple, dict]]:
+    def group_shards(self, base: str, g: int | None, granks: tuple[int, ...]) -> list[tuple[str, tuple, dict]]:
         """Shards of an operator tensor-parallel over an attention group (FFN, shared expert, LM head)."""
         n = len(granks)
         if g is None:
@@ -295,7 +295,7 @@ class _Builder:
             return [(f"{base}.g{g}", granks, {"group": g})]
         return [(f"{base}.g{g}.t{i}", (gpu,), {"group": g, "tp_rank": i}) for i, gpu in enumerate(granks)]
 
-    def attention_shards(self, base: str, r: int, s: int, g: Optional[int], granks: tuple[int, ...]):
+    def attention_shards(self, base: str, r: int, s: int, g: int | None, granks: tuple[int, ...]):
         lay = self.lay
         if g is None:
             attrs = {k: v for k, v in (("tp", lay.tp), ("sp", lay.sp)) if v > 1}
@@ -315,7 +315,7 @@ class _Builder:
                 out.append((base + suffix, (tpg[t],), attrs))
         return out
 
-    def layer(self, ctx: "_Branch", s: int, layer: int, frontier: dict) -> dict:
+    def layer(self, ctx: _Branch, s: int, layer: int, frontier: dict) -> dict:
         kind: LayerKind = self._kinds[layer]
         ops = ctx.costs.layer_us(layer, kind)
         base = dict(replica=ctx.r, phase=ctx.phase, stage=s, layer=layer, layer_kind=kind.label)
@@ -324,7 +324,7 @@ class _Builder:
             return self.moe(ctx, s, layer, base, ops, attn_out)
         return {g: self.dense_ffn(ctx, layer, g, granks, attn_out[g], base, ops) for g, granks in self.groups(ctx.r, s)}
 
-    def attention(self, ctx: "_Branch", s: int, layer: int, g: Optional[int], granks: tuple[int, ...], inputs: list,
+    def attention(self, ctx: _Branch, s: int, layer: int, g: int | None, granks: tuple[int, ...], inputs: list,
                   base: dict, ops: dict) -> list[str]:
         """The layer's entry, attention's tp x sp shards with their KV cache read and update, the
         sequence exchange and the all-reduce that rejoins them; returns the nodes that end it."""
@@ -372,7 +372,7 @@ class _Builder:
             return [ar]
         return list(sp_nodes.values()) or [nid for nid, _, _ in shards]
 
-    def dense_ffn(self, ctx: "_Branch", layer: int, g: Optional[int], granks: tuple[int, ...], inputs: list,
+    def dense_ffn(self, ctx: _Branch, layer: int, g: int | None, granks: tuple[int, ...], inputs: list,
                   base: dict, ops: dict) -> list[str]:
         """A dense FFN: tensor-parallel over the attention group, then an all-reduce."""
         L = f"{ctx.P}.L{layer}"
@@ -390,7 +390,7 @@ class _Builder:
                 self.edge(nid, ar)
         return [ar] if ar else [nid for nid, _, _ in shards]
 
-    def moe(self, ctx: "_Branch", s: int, layer: int, base: dict, ops: dict, attn_out: dict) -> dict:
+    def moe(self, ctx: _Branch, s: int, layer: int, base: dict, ops: dict, attn_out: dict) -> dict:
         lay, r = self.lay, ctx.r
         L = f"{ctx.P}.L{layer}"
         stage = self.stage_ranks(r, s)
@@ -489,7 +489,7 @@ class _Branch:
     phase: str
     costs: PhaseCosts
     token: str
-    prev: Optional[str]
+    prev: str | None
 
 
 def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[str, PhaseCosts]) -> dict:
@@ -527,7 +527,7 @@ def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[str, Pha
     }
 
 
-def build(plan: Plan, detail: str = "logical", fold: Optional[bool] = None) -> nx.DiGraph:
+def build(plan: Plan, detail: str = "logical", fold: bool | None = None) -> nx.DiGraph:
     """The execution DAG of ``plan`` at ``detail``; ``fold``: represent identical replicas once
     (None: only when the explicit graph would exceed ``NODE_BUDGET`` nodes)."""
     builder = _Builder(plan, detail)

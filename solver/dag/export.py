@@ -8,8 +8,9 @@ DOT and Mermaid are written here as text (no pygraphviz or pydot): clusters (DOT
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import networkx as nx
 
@@ -182,7 +183,7 @@ def _m(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
-def to_mermaid(dag: nx.DiGraph, phase: Optional[str] = None, keep_layers: Optional[Iterable[int]] = None) -> str:
+def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[int] | None = None) -> str:
     """A Mermaid flowchart, with a subgraph per replica and phase and one per stage inside it.
 
     ``phase``: draw only that phase's branches. ``keep_layers``: draw only these layers; the layers

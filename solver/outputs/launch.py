@@ -42,8 +42,9 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from shardplan.models import DType
 from shardplan.models.errors import SpecError
@@ -147,7 +148,7 @@ class _Shape:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, plan: Plan) -> "_Shape":
+    def of(cls, plan: Plan) -> _Shape:
         lay, problem = plan.layout, plan.problem
         counts = [end - start for start, end in lay.stages]
         return cls(
@@ -192,7 +193,7 @@ class _Shape:
                 "number of GPUs on every node it spans"
             )
 
-    def placement(self) -> Optional[Any]:
+    def placement(self) -> Any | None:
         """The plan's expert placement as one ``ExpertPlacement`` over every MoE layer (slots of the EP
         ranks of each layer's stage), when an engine needs it: routing that is not uniform, or
         redundant copies. Under uniform routing every balanced placement is equivalent and the
@@ -225,7 +226,7 @@ class _Shape:
             f"{self.per_node} {p.problem.cluster.gpu.name}: {degrees}, stages {self.partition} layers, batch {self.batch}"
         )
 
-    def weights_note(self, engine: str, quant_flag: Optional[str]) -> list[str]:
+    def weights_note(self, engine: str, quant_flag: str | None) -> list[str]:
         """A flag or a note when the plan prices weights in another format than the checkpoint's."""
         planned = self.plan.problem.model.weights_dtype
         try:
@@ -245,7 +246,7 @@ class _Shape:
         )
         return []
 
-    def mem_fraction(self) -> Optional[float]:
+    def mem_fraction(self) -> float | None:
         cap = self.plan.problem.mem_cap_gib
         if cap is None:
             return None

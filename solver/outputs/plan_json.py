@@ -5,11 +5,11 @@ Keys are fixed by the contract scripts rely on; values are rounded so output byt
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Problem
 from shardplan.rules.prediction import MemoryReport, Prediction
+from shardplan.rules.problem import Problem
 
 
 def degrees(problem: Problem, layout: Layout) -> dict[str, int]:
@@ -35,7 +35,7 @@ def memory_dict(m: MemoryReport) -> dict[str, float]:
     }
 
 
-def experts_dict(experts: Any) -> Optional[dict[str, Any]]:
+def experts_dict(experts: Any) -> dict[str, Any] | None:
     """The plan's expert placement in compact form (``PlanPlacement.summary``): per stage its MoE
     layers, slots per GPU, max/mean load and lower bound per layer, status. None without one."""
     if experts is None or isinstance(experts, dict):
@@ -49,9 +49,9 @@ def plan_dict(
     prediction: Prediction,
     *,
     status: str,
-    solve_time_s: Optional[float] = None,
+    solve_time_s: float | None = None,
     experts: Any = None,
-    extra: Optional[dict] = None,
+    extra: dict | None = None,
 ) -> dict[str, Any]:
     worst = prediction.worst_memory
     m = prediction.metrics

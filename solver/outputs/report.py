@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any, Optional
+from typing import Any
 
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.plan import Plan
@@ -207,7 +207,7 @@ def binding_constraints(plan: Plan) -> list[Finding]:
 class RunnerUp:
     """The best plan with another replica shape, and why the winner beat it."""
 
-    plan: Optional[Plan]
+    plan: Plan | None
     proven: bool
     seconds: float
     lines: tuple[str, ...] = field(default=())
@@ -248,11 +248,18 @@ def runner_up(plan: Plan, time_limit_s: float = 10.0) -> RunnerUp:
 
 def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
     """``solve``'s steps (solver/optimise.py), with one more constraint and its own seed."""
-    from shardplan.solver.oracle import Oracle
     from shardplan.solver.optimise import (
-        Deadline, build_model, decode, e2e_expr, enforce_all, maximise_throughput, minimise_latency, throughput_terms,
+        Deadline,
+        build_model,
+        decode,
+        e2e_expr,
+        enforce_all,
+        maximise_throughput,
+        minimise_latency,
+        throughput_terms,
         tie_break,
     )
+    from shardplan.solver.oracle import Oracle
     from shardplan.solver.space import Shape
 
     problem, lay = plan.problem, plan.layout
@@ -418,8 +425,8 @@ def plan_report(
     plan: Plan,
     data: dict[str, Any],
     findings: list[Finding],
-    runner: Optional[RunnerUp] = None,
-    runner_note: Optional[str] = None,
+    runner: RunnerUp | None = None,
+    runner_note: str | None = None,
 ) -> str:
     """One self-contained HTML page describing a solved (or evaluated) plan."""
     import plotly.graph_objects as go
@@ -486,7 +493,7 @@ def plan_report(
     return _page(f"shardplan: {data['model']}", "\n".join(parts))
 
 
-def _why_html(runner: Optional[RunnerUp], note: Optional[str]) -> str:
+def _why_html(runner: RunnerUp | None, note: str | None) -> str:
     if runner is None:
         return f'<p class="note">{html.escape(note or "runner-up not computed")}</p>'
     proven = "" if runner.proven else " (best found within the time limit, not proven)"
@@ -496,7 +503,6 @@ def _why_html(runner: Optional[RunnerUp], note: Optional[str]) -> str:
 
 def _time_figure(breakdown: list[dict[str, Any]], phase: str):
     import plotly.graph_objects as go
-
     from plotly.colors import qualitative
 
     stages = [f"stage {s['index']}" for s in breakdown]

@@ -28,14 +28,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
 from shardplan.rules.layout import Layout
+from shardplan.rules.prediction import Prediction
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import evaluate
-from shardplan.rules.prediction import Prediction
 from shardplan.solver.placement.check import check_placement
 from shardplan.solver.placement.export import placement_to_json
 from shardplan.solver.placement.place import greedy_placement, place_experts
@@ -229,7 +229,7 @@ def place_for_layout(
     layout: Layout,
     placer: Placer = best_placement,
     time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
-) -> Optional[PlanPlacement]:
+) -> PlanPlacement | None:
     """Each stage's MoE layers placed over its ``ep`` ranks (None for a dense model)."""
     model = problem.model
     if model.moe is None:
@@ -262,7 +262,7 @@ def place_for_layout(
     )
 
 
-def priced(problem: Problem, layout: Layout, experts: Optional[PlanPlacement]) -> tuple[Layout, Prediction]:
+def priced(problem: Problem, layout: Layout, experts: PlanPlacement | None) -> tuple[Layout, Prediction]:
     """``layout`` carrying the placement's per-layer load factors, and its prediction."""
     if experts is not None:
         layout = layout.model_copy(update={"moe_load_factor": experts.load_factors(problem.model.moe.layers)})
@@ -271,7 +271,7 @@ def priced(problem: Problem, layout: Layout, experts: Optional[PlanPlacement]) -
 
 def place_and_price(
     problem: Problem, layout: Layout, placer: Placer = best_placement
-) -> tuple[Layout, Prediction, Optional[PlanPlacement]]:
+) -> tuple[Layout, Prediction, PlanPlacement | None]:
     """Place the experts for ``layout`` and price it with them (the layout is returned with its
     ``moe_load_factor`` set, so ``evaluate(problem, layout)`` reproduces the prediction)."""
     experts = place_for_layout(problem, layout, placer)
@@ -279,7 +279,7 @@ def place_and_price(
     return layout, prediction, experts
 
 
-def write_experts(path: str | Path, experts: Optional[PlanPlacement]) -> None:
+def write_experts(path: str | Path, experts: PlanPlacement | None) -> None:
     """Write ``experts.to_json()`` to ``path``."""
     if experts is None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")

@@ -12,10 +12,10 @@ import pytest
 
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.problem import Objective
-from shardplan.solver.oracle import Oracle
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.enumerate import enumerate_plans
 from shardplan.solver.optimise import solve
+from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 from tests.factory import problem

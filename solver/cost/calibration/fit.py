@@ -24,11 +24,11 @@ import importlib.util
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
 from shardplan.hardware.profile import PROFILE_DIR, Profile
@@ -303,9 +303,9 @@ def group_points(points: Iterable[Point]) -> dict[tuple[str, str], list[Point]]:
 
 def calibrate(
     points_csv: str | Path,
-    op_csv: Optional[str | Path] = None,
+    op_csv: str | Path | None = None,
     *,
-    gpu: Optional[str] = None,
+    gpu: str | None = None,
     row_filter=None,
     jobs: int = 1,
 ) -> list[FitResult]:
@@ -374,9 +374,9 @@ def calibrate_to_file(
     points_csv: str | Path,
     out: str | Path,
     *,
-    gpu: Optional[str] = None,
-    software: Optional[str] = None,
-    op_csv: Optional[str | Path] = None,
+    gpu: str | None = None,
+    software: str | None = None,
+    op_csv: str | Path | None = None,
     jobs: int = 1,
 ) -> list[FitResult]:
     """What ``shardplan calibrate`` does: fit, then write one profile to ``out`` (a file), or
@@ -414,7 +414,7 @@ def profile_json(profile: Profile) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def write_profile(profile: Profile, path: Optional[str | Path] = None) -> Path:
+def write_profile(profile: Profile, path: str | Path | None = None) -> Path:
     path = Path(path) if path is not None else PROFILE_DIR / f"{profile.name}.json"
     path.write_text(profile_json(profile), encoding="utf-8")
     return path

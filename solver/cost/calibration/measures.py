@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 from shardplan.hardware.profile import Profile
-from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, resolve_profile
 from shardplan.solver.cost.calibration.points import Point
+from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, resolve_profile
 
 SERVING_REQUESTS = 500  # requests per serving run (the source's notes)
 
@@ -42,7 +41,7 @@ class Measure:
     fits: bool = True
 
 
-def predict(point: Point, profile: Optional[Profile] = None) -> Measure:
+def predict(point: Point, profile: Profile | None = None) -> Measure:
     """Predict ``point.metric`` for the point's problem and layout."""
     profile = resolve_profile(point.problem, profile)
     metric = point.metric

@@ -40,9 +40,9 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
 
 from shardplan.hardware import ClusterSpec, get_gpu
 from shardplan.models import DType, ModelSpec, SpecError, get_model
@@ -121,13 +121,13 @@ class Point:
     metric: str
     value: float
     kind: str
-    group: Optional[str]
+    group: str | None
     gpu: str  # GPU preset name
     software: str
     num_gpus: int
     problem: Problem
     layout: Layout
-    rate_qps: Optional[float] = None  # serving: offered request rate (inf: all at once)
+    rate_qps: float | None = None  # serving: offered request rate (inf: all at once)
     label: str = field(default="", compare=False)
 
     @property
@@ -175,7 +175,7 @@ def skip_counts(skipped: Iterable[Skipped]) -> Counter[str]:
     return Counter(s.reason for s in skipped)
 
 
-def _skip_reason(row: dict[str, str], capacity: dict[tuple, float]) -> Optional[str]:
+def _skip_reason(row: dict[str, str], capacity: dict[tuple, float]) -> str | None:
     if row["model"] not in MODEL_ALIASES:
         return "no-preset"
     if row["metric"] not in METRIC_KIND:
@@ -216,7 +216,7 @@ def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple, float]:
     return found
 
 
-def _rate(row: dict[str, str]) -> Optional[float]:
+def _rate(row: dict[str, str]) -> float | None:
     text = row.get("request_rate_qps", "").strip()
     if not text:
         return None

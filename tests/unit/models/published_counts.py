@@ -18,9 +18,7 @@ reason.
 
 from __future__ import annotations
 
-from typing import Optional
-
-PUBLISHED: list[tuple[str, float, Optional[float], str]] = [
+PUBLISHED: list[tuple[str, float, float | None, str]] = [
     # computed: total 8,030,261,248 (+0.00 %)
     (
         "llama-3.1-8b",

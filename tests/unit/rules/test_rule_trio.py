@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from shardplan.models.errors import InfeasibleError
-from shardplan.rules.catalog import CATALOG, check_plan, errors_of, get_rule
 from shardplan.rules.base import Kind
+from shardplan.rules.catalog import CATALOG, check_plan, errors_of, get_rule
 from shardplan.solver.optimise import solve
 from tests.factory import problem
 

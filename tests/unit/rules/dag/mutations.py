@@ -7,8 +7,9 @@ Every mutation edits the graph in place and works on the small dense and MoE pla
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from shardplan.rules.dag.catalog import is_sharded
 

@@ -3,14 +3,14 @@ or pipeline edge deleted, reversed or rewired is caught; fix_dag repairs the fix
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import networkx as nx
 import pytest
 
 from shardplan.rules.dag.catalog import COLLECTIVE, DAG_RULES
-from shardplan.solver.dag import build_dag, check_dag, critical_path_us, fix_dag
 from shardplan.rules.dag.check import rule_ids
+from shardplan.solver.dag import build_dag, check_dag, critical_path_us, fix_dag
 from tests.unit.rules.dag.mutations import MUTATIONS, Mutation
 from tests.unit.solver.dag.plans import SMALL
 
@@ -18,7 +18,7 @@ CASES = [(m, plan, detail) for m in MUTATIONS for plan in SMALL for detail in ("
          if not (m.moe_only and plan == "dense")]
 
 
-@lru_cache(maxsize=None)
+@cache
 def valid(plan: str, detail: str) -> nx.DiGraph:
     return build_dag(SMALL[plan](), detail)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from shardplan.hardware import ClusterSpec, GPUSpec, get_gpu, parse_cluster
 from shardplan.models import DType, ModelSpec, get_model
 from shardplan.rules.layout import Layout
@@ -12,7 +10,7 @@ from shardplan.rules.problem import Objective, Problem, Workload
 GIB = 2**30
 
 
-def model(alias: str = "llama-3.1-70b", weights: Optional[str] = None, kv: Optional[str] = None) -> ModelSpec:
+def model(alias: str = "llama-3.1-70b", weights: str | None = None, kv: str | None = None) -> ModelSpec:
     spec = get_model(alias)
     return spec.with_dtypes(DType(weights) if weights else None, DType(kv) if kv else None)
 
@@ -22,11 +20,11 @@ def problem(
     cluster: str | ClusterSpec = "8xH100",
     isl: int = 1024,
     osl: int = 256,
-    weights: Optional[str] = None,
-    kv: Optional[str] = None,
-    mem_cap_gib: Optional[float] = None,
+    weights: str | None = None,
+    kv: str | None = None,
+    mem_cap_gib: float | None = None,
     objective: Objective = Objective.LATENCY,
-    profile: Optional[str] = None,
+    profile: str | None = None,
 ) -> Problem:
     return Problem(
         model=model(alias, weights, kv),
@@ -47,5 +45,5 @@ def h100_with(**update) -> GPUSpec:
     return get_gpu("h100").model_copy(update=update)
 
 
-def cluster_of(gpu: GPUSpec, nodes: int = 1, per_node: Optional[int] = None, **links: float) -> ClusterSpec:
+def cluster_of(gpu: GPUSpec, nodes: int = 1, per_node: int | None = None, **links: float) -> ClusterSpec:
     return ClusterSpec.from_gpu(gpu, nodes, per_node, **links)

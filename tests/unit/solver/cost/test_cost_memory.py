@@ -7,7 +7,6 @@ import pytest
 from shardplan.models.derived import weight_bytes_total
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, memory_reports
-
 from tests.unit.solver.cost.factory import GIB, layout, problem
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from shardplan.models.derived import decode_flops, kv_bytes_per_token, weight_bytes_total
 from shardplan.solver.cost.evaluate import evaluate
-
 from tests.unit.solver.cost.factory import cluster_of, h100_with, layout, problem
 
 H100_BYTES_PER_S = 3.35e12

@@ -3,18 +3,17 @@ models (4 layers) so that exhaustive edge and mutation loops stay fast."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Optional
+from functools import cache
 
 from shardplan.models import ModelSpec, get_model
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
-from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
 
 
-def short_model(name: str, layers: int, moe_layers: Optional[tuple[int, ...]] = None) -> ModelSpec:
+def short_model(name: str, layers: int, moe_layers: tuple[int, ...] | None = None) -> ModelSpec:
     """``name`` cut to ``layers`` layers; ``moe_layers`` picks which of them are MoE."""
     data = get_model(name).model_dump()
     data["num_layers"] = layers
@@ -24,8 +23,8 @@ def short_model(name: str, layers: int, moe_layers: Optional[tuple[int, ...]] = 
     return ModelSpec.model_validate(data)
 
 
-@lru_cache(maxsize=None)
-def evaluated(model: str, cluster: str, layers: int = 0, moe_layers: Optional[tuple[int, ...]] = None,
+@cache
+def evaluated(model: str, cluster: str, layers: int = 0, moe_layers: tuple[int, ...] | None = None,
               allow: tuple[str, ...] = (), pp: int = 1, **degrees) -> Plan:
     """A plan for a given layout, priced by the cost model (no solving)."""
     problem = build_problem(ProblemArgs(model=model, cluster=cluster, allow=allow))
@@ -35,7 +34,7 @@ def evaluated(model: str, cluster: str, layers: int = 0, moe_layers: Optional[tu
     return Plan(problem=problem, layout=layout, prediction=evaluate(problem, layout), status="evaluated")
 
 
-@lru_cache(maxsize=None)
+@cache
 def solved(model: str, cluster: str, objective: str = "latency") -> Plan:
     return solve(build_problem(ProblemArgs(model=model, cluster=cluster, objective=objective)))
 

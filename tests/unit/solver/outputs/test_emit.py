@@ -11,10 +11,10 @@ import pytest
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
-from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.outputs.launch import ENGINE_VERSIONS, emit, emit_sglang, emit_trtllm, emit_vllm
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
+from shardplan.solver.outputs.launch import ENGINE_VERSIONS, emit, emit_sglang, emit_trtllm, emit_vllm
 from tests.unit.solver.outputs import engine_options as known
 
 OPTIONS = {"vllm": known.VLLM_OPTIONS, "sglang": known.SGLANG_OPTIONS, "trtllm": known.TRTLLM_OPTIONS}

@@ -7,11 +7,15 @@ import re
 import pytest
 
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.optimise import solve
 from shardplan.solver.outputs.plan_json import plan_dict
 from shardplan.solver.outputs.report import (
-    binding_constraints, enumeration_report, metric_text, plan_report, runner_up,
+    binding_constraints,
+    enumeration_report,
+    metric_text,
+    plan_report,
+    runner_up,
 )
-from shardplan.solver.optimise import solve
 
 
 def solved(**kw):

@@ -7,8 +7,14 @@ import pytest
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile, zipf_profile
 from shardplan.solver.placement import (
-    ExpertPlacement, LayerPlacement, check_placement, greedy_placement, place_experts, placement_to_json,
-    sglang_expert_location, trtllm_initial_assignments,
+    ExpertPlacement,
+    LayerPlacement,
+    check_placement,
+    greedy_placement,
+    place_experts,
+    placement_to_json,
+    sglang_expert_location,
+    trtllm_initial_assignments,
 )
 
 

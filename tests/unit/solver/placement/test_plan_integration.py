@@ -16,12 +16,12 @@ from shardplan.rules.catalog import ALL_RULES, CATALOG, check_plan, errors_of, g
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import main
-from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.cli.inputs import layout_from_pins
+from shardplan.solver.cost.evaluate import evaluate
+from shardplan.solver.optimise import solve
 from shardplan.solver.placement import greedy_placement, place_experts
 from shardplan.solver.placement.plan import place_and_price, place_for_layout
 from shardplan.solver.placement.result import LayerPlacement
-from shardplan.solver.optimise import solve
 from tests.factory import problem
 
 EXP = ("EXP-001", "EXP-002", "EXP-003")
