@@ -1,11 +1,12 @@
 # Two commands on a fresh machine with Python >= 3.10 and make:
 #   make run   set up .venv and plan the built-in default
-#   make test  set up .venv with the test extras and run the whole suite
+#   make test  set up .venv with the test extras; lint, type-check and run the whole suite
+#   make lint  ruff and mypy only
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test install install-test clean
+.PHONY: run test lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,16 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
+
+# mypy cannot follow setuptools' editable finder, so the four code folders are linked under the one
+# namespace they install as (build/typecheck/shardplan/...) and checked there (pyproject.toml [tool.mypy]).
+TYPECHECK := build/typecheck/shardplan
+
+lint: install-test
+	$(BIN)/ruff check .
+	mkdir -p $(TYPECHECK)
+	for d in models hardware rules solver; do ln -sfn ../../../$$d $(TYPECHECK)/$$d; done
+	$(BIN)/mypy
 
 run: install
 	$(BIN)/shardplan solve
