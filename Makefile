@@ -37,7 +37,9 @@ lint: install-test
 run: install
 	$(BIN)/shardplan solve
 
-test: install-test
+# lint first, so a finding stops the run before the three-minute suite. The suite includes the
+# docstring examples (tests/unit/test_doctests.py runs them under their installed shardplan.* names).
+test: install-test lint
 	bash .ci/ensure-chromium  # headless Chromium for the HTML report's browser test
 	$(BIN)/python -m pytest
 

@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.solver.cost.calibration.fit import (
@@ -28,7 +27,9 @@ from shardplan.solver.cost.calibration.fit import (
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import LATENCY, SERVING, THROUGHPUT, Point, load_points
 
-_SHARED = Path(os.environ.get("SHARDPLAN_CALIBRATION_DIR", Path(__file__).resolve().parents[3] / "shared" / "calibration"))
+_SHARED = Path(
+    os.environ.get("SHARDPLAN_CALIBRATION_DIR", Path(__file__).resolve().parents[3] / "shared" / "calibration")
+)
 POINTS_CSV = _SHARED / "perf_points.csv"
 OPS_CSV = _SHARED / "op_points.csv"
 
@@ -114,10 +115,10 @@ class GroupRanking:
 
 
 def _layout_name(p: Point) -> str:
-    l = p.layout
-    name = f"tp{l.tp}pp{l.pp}"
-    if l.dp > 1:
-        name += f"dp{l.dp}"
+    layout = p.layout
+    name = f"tp{layout.tp}pp{layout.pp}"
+    if layout.dp > 1:
+        name += f"dp{layout.dp}"
     return name
 
 
@@ -137,7 +138,9 @@ def rankings(rows: Sequence[Row]) -> list[GroupRanking]:
         lower_better = members[0].point.kind == LATENCY
         per_gpu = not lower_better and len({r.point.num_gpus for r in members}) > 1
 
-        def score(value: float, r: Row) -> float:
+        # The group's flags are bound as defaults: the closure is used only inside this iteration,
+        # but binding them says so and keeps a later change from reading the next group's flags.
+        def score(value: float, r: Row, per_gpu: bool = per_gpu, lower_better: bool = lower_better) -> float:
             v = value / r.point.num_gpus if per_gpu else value
             return -v if lower_better else v
 
@@ -146,13 +149,24 @@ def rankings(rows: Sequence[Row]) -> list[GroupRanking]:
         top = abs(score(best_measured.point.value, best_measured))
         got = abs(score(best_predicted.point.value, best_predicted))
         shortfall = (got - top) / top if lower_better else (top - got) / top
-        out.append(GroupRanking(group, metric, per_gpu, _layout_name(best_measured.point), _layout_name(best_predicted.point), max(0.0, shortfall)))
+        out.append(
+            GroupRanking(
+                group,
+                metric,
+                per_gpu,
+                _layout_name(best_measured.point),
+                _layout_name(best_predicted.point),
+                max(0.0, shortfall),
+            )
+        )
     return out
 
 
 # --- fitting -------------------------------------------------------------------------------------
 
-def refit(points_csv: Path = POINTS_CSV, ops_csv: Path = OPS_CSV, jobs: int = 2, directory: Path = PROFILE_DIR) -> list[FitResult]:
+def refit(
+    points_csv: Path = POINTS_CSV, ops_csv: Path = OPS_CSV, jobs: int = 2, directory: Path = PROFILE_DIR
+) -> list[FitResult]:
     """Fit every profile and write it, plus ``generic.json`` (the fallback for GPUs without
     measurements: shared operator factors and the median of the fitted default profiles)."""
     results = calibrate(points_csv, ops_csv, jobs=jobs)

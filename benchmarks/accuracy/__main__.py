@@ -32,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__)
     ap.add_argument("--points", type=Path, default=POINTS_CSV, help="measured points (perf_points.csv)")
     ap.add_argument("--ops", type=Path, default=OPS_CSV, help="operator points (op_points.csv)")
-    ap.add_argument("--refit", action="store_true", help="refit every profile and rewrite hardware/profiles/*.json first")
-    ap.add_argument("--holdout", action="store_true", help="also fit on half the rows and test on the other half (slow)")
+    ap.add_argument(
+        "--refit", action="store_true", help="refit every profile and rewrite hardware/profiles/*.json first"
+    )
+    ap.add_argument(
+        "--holdout", action="store_true", help="also fit on half the rows and test on the other half (slow)"
+    )
     ap.add_argument("--brief", action="store_true", help="summaries only, not every row")
     ap.add_argument("--jobs", type=int, default=2, help="processes for fitting")
     args = ap.parse_args(argv)
@@ -51,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     rows = predict_all(points)
     elapsed = time.perf_counter() - t
-    print(f"{len(points)} usable rows of {len(points) + len(skipped)} in {args.points.name}, predicted in {elapsed:.1f} s")
+    print(
+        f"{len(points)} usable rows of {len(points) + len(skipped)} in {args.points.name}, "
+        f"predicted in {elapsed:.1f} s"
+    )
 
     if not args.brief:
         _print_rows(rows)
@@ -66,11 +73,17 @@ def main(argv: list[str] | None = None) -> int:
 def _print_rows(rows) -> None:
     print()
     print("== every usable row: predicted vs measured (error = predicted / measured - 1)")
-    print(f"{'id':>5} {'source':21s} {'kind':18s} {'configuration':64s} {'metric':30s} {'measured':>10s} {'predicted':>10s} {'error':>7s}  profile")
+    print(
+        f"{'id':>5} {'source':21s} {'kind':18s} {'configuration':64s} {'metric':30s} "
+        f"{'measured':>10s} {'predicted':>10s} {'error':>7s}  profile"
+    )
     for r in sorted(rows, key=lambda r: (r.point.source, r.point.kind, int(r.point.row_id))):
         p = r.point
         pred = f"{r.predicted:10.4g}" if r.fits else "  no fit  "
-        print(f"{p.row_id:>5} {p.source:21s} {p.kind:18s} {p.label:64s} {p.metric:30s} {p.value:10.4g} {pred} {r.error:+7.1%}  {r.profile}")
+        print(
+            f"{p.row_id:>5} {p.source:21s} {p.kind:18s} {p.label:64s} {p.metric:30s} "
+            f"{p.value:10.4g} {pred} {r.error:+7.1%}  {r.profile}"
+        )
 
 
 def _print_summary(rows) -> None:
@@ -80,7 +93,9 @@ def _print_summary(rows) -> None:
     for kind in KINDS:
         target = TARGETS.get(kind)
         n, med = table[kind]["all"]
-        verdict = "" if target is None else ("  (target <= %d %%: %s)" % (round(target * 100), "met" if med <= target else "MISSED"))
+        verdict = ""
+        if target is not None:
+            verdict = f"  (target <= {round(target * 100)} %: {'met' if med <= target else 'MISSED'})"
         print(f"{kind}: {n} rows, median |error| {med:.1%}{verdict}")
         for src, (n_src, m_src) in table[kind].items():
             if src != "all":
@@ -101,21 +116,34 @@ def _print_summary(rows) -> None:
 def _print_rankings(rows) -> None:
     ranks = rankings(rows)
     print()
-    print(f"== layout ranking per config_group (ok: the predicted-best layout measures within {RANK_TOLERANCE:.0%} of the measured best)")
+    print(
+        "== layout ranking per config_group "
+        f"(ok: the predicted-best layout measures within {RANK_TOLERANCE:.0%} of the measured best)"
+    )
     by_source = defaultdict(list)
     for g in ranks:
         src = next(r.point.source for r in rows if r.point.group == g.group)
         by_source[src].append(g)
         mark = "exact" if g.exact else ("ok" if g.ok else "MISS")
         unit = " per GPU" if g.per_gpu else ""
-        print(f"    {g.group:6s} {src:21s} {g.metric}{unit:8s} measured best {g.measured_best:8s} predicted best {g.predicted_best:8s} shortfall {g.shortfall:6.1%}  {mark}")
+        print(
+            f"    {g.group:6s} {src:21s} {g.metric}{unit:8s} measured best {g.measured_best:8s} "
+            f"predicted best {g.predicted_best:8s} shortfall {g.shortfall:6.1%}  {mark}"
+        )
     ok = sum(g.ok for g in ranks)
     exact = sum(g.exact for g in ranks)
     share = ok / len(ranks) if ranks else float("nan")
-    print(f"groups: {len(ranks)}; predicted best within {RANK_TOLERANCE:.0%}: {ok} ({share:.1%}, target >= {RANK_TARGET:.0%}: "
-          f"{'met' if share >= RANK_TARGET else 'MISSED'}); exactly the measured best: {exact} ({exact / len(ranks):.1%})")
+    print(
+        f"groups: {len(ranks)}; predicted best within {RANK_TOLERANCE:.0%}: {ok} ({share:.1%}, "
+        f"target >= {RANK_TARGET:.0%}: {'met' if share >= RANK_TARGET else 'MISSED'}); "
+        f"exactly the measured best: {exact} ({exact / len(ranks):.1%})"
+    )
     for src, gs in sorted(by_source.items()):
-        print(f"    {src:24s} {len(gs):4d} groups  within {RANK_TOLERANCE:.0%}: {sum(g.ok for g in gs) / len(gs):6.1%}  exact: {sum(g.exact for g in gs) / len(gs):6.1%}")
+        within = sum(g.ok for g in gs) / len(gs)
+        exact_share = sum(g.exact for g in gs) / len(gs)
+        print(
+            f"    {src:24s} {len(gs):4d} groups  within {RANK_TOLERANCE:.0%}: {within:6.1%}  exact: {exact_share:6.1%}"
+        )
 
 
 def _print_skipped(skipped) -> None:
@@ -130,7 +158,9 @@ def _print_skipped(skipped) -> None:
 
 def _print_holdouts(points, args) -> None:
     print()
-    print("== held-out checks: fit on one half, report the other half's median |error| (profiles not written)")
+    print(
+        "== held-out checks: fit on one half, report the other half's median |error| (profiles not written)"
+    )
     first, second = model_halves(points)
     checks = [
         ("random half of the rows (seed 20261122)", random_half),
@@ -151,8 +181,10 @@ def _print_holdouts(points, args) -> None:
               f"{'; '.join(parts)}; all {median_abs(h.test):.1%}{rank}  [{time.perf_counter() - t:.0f} s]")
         if h.unfitted:
             names = sorted({r.point.problem.profile for r in h.unfitted})
-            print(f"        + {len(h.unfitted)} test rows whose GPU/software had no training rows ({', '.join(names)}), "
-                  f"priced with unfitted starting values: median |error| {median_abs(h.unfitted):.1%}")
+            print(
+                f"        + {len(h.unfitted)} test rows whose GPU/software had no training rows ({', '.join(names)}), "
+                f"priced with unfitted starting values: median |error| {median_abs(h.unfitted):.1%}"
+            )
 
 
 if __name__ == "__main__":

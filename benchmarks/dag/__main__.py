@@ -59,7 +59,8 @@ def make_plan(case: Case) -> Plan:
 
 def describe(plan: Plan) -> str:
     d = plan.layout.degrees()
-    return f"dp{d['dp']} pp{d['pp']} tp{d['tp']} ag{d['attn_dp']} ep{d['ep'] if plan.problem.model.is_moe else 1} b{plan.layout.batch}"
+    ep = d["ep"] if plan.problem.model.is_moe else 1
+    return f"dp{d['dp']} pp{d['pp']} tp{d['tp']} ag{d['attn_dp']} ep{ep} b{plan.layout.batch}"
 
 
 def best_of(repeat: int, func):
@@ -103,7 +104,8 @@ def main() -> None:
             print(
                 f"| {r['case']} | {r['gpus']} | {r['layout']} | {detail} | {r['nodes']:,} | {r['edges']:,} | "
                 f"{'yes' if r['folded'] else 'no'} | {r['build_s']:.3f} | {r['check_s']:.3f} | "
-                f"{r['build_s'] + r['check_s']:.3f} | {r['violations']} | {r['ttft_err']:+.1e} | {r['tpot_err']:+.1e} |",
+                f"{r['build_s'] + r['check_s']:.3f} | {r['violations']} | "
+                f"{r['ttft_err']:+.1e} | {r['tpot_err']:+.1e} |",
                 flush=True,
             )
 

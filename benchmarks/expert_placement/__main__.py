@@ -49,13 +49,15 @@ def run_case(profile: ExpertLoadProfile, gpus: int, slots: int, time_limit: floa
     greedy = greedy_placement(profile, gpus, slots)
     ours = place_experts(profile, gpus, slots, time_limit_s=time_limit)
     violations = check_placement(ours, profile) + check_placement(greedy, profile)
-    ours_r, greedy_r, bound_r = ours.max_over_mean(profile), greedy.max_over_mean(profile), ours.bound_over_mean(profile)
-    gaps = [max(0.0, o / b - 1) if b > 0 else 0.0 for o, b in zip(ours_r, bound_r)]  # -1e-16 is rounding
+    ours_r, greedy_r = ours.max_over_mean(profile), greedy.max_over_mean(profile)
+    bound_r = ours.bound_over_mean(profile)
+    # One ratio per MoE layer in each list, so they must pair up exactly.
+    gaps = [max(0.0, o / b - 1) if b > 0 else 0.0 for o, b in zip(ours_r, bound_r, strict=True)]  # -1e-16 is rounding
     worst = max(range(len(gaps)), key=gaps.__getitem__)
     return {
         "greedy": max(greedy_r), "ours": max(ours_r), "bound": bound_r[worst], "gap": 100 * max(gaps, default=0.0),
         "status": ours.status, "time": ours.solve_time_s, "violations": len(violations),
-        "worse": sum(o > g * (1 + 1e-12) for o, g in zip(ours_r, greedy_r)),
+        "worse": sum(o > g * (1 + 1e-12) for o, g in zip(ours_r, greedy_r, strict=True)),
     }
 
 
@@ -75,10 +77,11 @@ def timed_case(pool_workers: int) -> None:
         start = time.perf_counter()
         placed = place_experts(profile, gpus, slots)
         wall = time.perf_counter() - start
-        print(f"  {name:8} sequential {wall:6.2f} s  max/mean {max(placed.max_over_mean(profile)):.6f}  {placed.status}")
+        worst = max(placed.max_over_mean(profile))
+        print(f"  {name:8} sequential {wall:6.2f} s  max/mean {worst:.6f}  {placed.status}")
         if pool_workers > 1:
             parts = [(ExpertLoadProfile(num_experts=experts, layers=(layer,), loads=(row,)), gpus, slots)
-                     for layer, row in zip(profile.layers, profile.loads)]
+                     for layer, row in zip(profile.layers, profile.loads, strict=True)]
             start = time.perf_counter()
             with ProcessPoolExecutor(max_workers=pool_workers) as pool:
                 results = list(pool.map(_place_one, parts))

@@ -32,11 +32,13 @@ OBJECTIVES = ["latency", "throughput"]
 
 PROCESS_CASES = [
     ("Llama-3.1-70B 8xH100 latency", ["--model", "llama-3.1-70b", "--cluster", "8xH100"], 1.0),
-    ("Llama-3.1-70B 8xH100 throughput", ["--model", "llama-3.1-70b", "--cluster", "8xH100", "--objective", "throughput"], 1.0),
+    ("Llama-3.1-70B 8xH100 throughput",
+     ["--model", "llama-3.1-70b", "--cluster", "8xH100", "--objective", "throughput"], 1.0),
     ("DeepSeek-V3 4x8xH200 throughput (uneven stages, batch decided)",
      ["--model", "deepseek-v3", "--cluster", "4x8xH200", "--objective", "throughput"], 2.0),
     ("DeepSeek-V3 512x8xH200 latency", ["--model", "deepseek-v3", "--cluster", "512x8xH200"], 5.0),
-    ("DeepSeek-V3 512x8xH200 throughput", ["--model", "deepseek-v3", "--cluster", "512x8xH200", "--objective", "throughput"], 5.0),
+    ("DeepSeek-V3 512x8xH200 throughput",
+     ["--model", "deepseek-v3", "--cluster", "512x8xH200", "--objective", "throughput"], 5.0),
 ]
 
 
