@@ -23,7 +23,9 @@ TRIOS = {
     "TP-004": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(sp=3), dict(sp=2)),
     "SP-001": (dict(model="llama-3.1-8b", cluster="8xH100", isl=4), dict(sp=8), dict(sp=2)),
     "EP-001": (dict(model="mixtral-8x7b", cluster="8xH100"), dict(ep=16), dict(ep=8)),
-    "EP-002": (dict(model="qwen3-30b-a3b", cluster="8xH100"), dict(expert_tp=2), dict(expert_tp=2, allow=["expert-tp"])),
+    "EP-002": (
+        dict(model="qwen3-30b-a3b", cluster="8xH100"), dict(expert_tp=2), dict(expert_tp=2, allow=["expert-tp"])
+    ),
     "EP-003": (dict(model="mixtral-8x7b", cluster="2x8xH100"), dict(ep=16), dict(ep=16, allow=["expert-replication"])),
     "MEM-001": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(mem_cap_gib=5.0), dict(mem_cap_gib=40.0)),
     "SLA-001": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(ttft_ms=0.001), dict(ttft_ms=100000.0)),
