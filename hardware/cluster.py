@@ -239,7 +239,10 @@ def parse_cluster(text: str) -> ClusterSpec:
         if count <= 0:
             raise SpecError("cluster", f"counts in {text!r} must be positive, got {count}")
     gpu = get_gpu(gpu_name)  # an unknown GPU is SpecError("gpu", ...)
-    nodes, per_node = _nodes_from_total(counts[0], gpu) if len(counts) == 1 else _nodes_explicit(*counts, gpu)
+    if second is None:
+        nodes, per_node = _nodes_from_total(counts[0], gpu)
+    else:
+        nodes, per_node = _nodes_explicit(counts[0], counts[1], gpu)
     try:
         return ClusterSpec.from_gpu(gpu, nodes, per_node)
     except SpecError as exc:

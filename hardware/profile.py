@@ -42,9 +42,13 @@ class Profile(BaseModel):
         "(empirical: op_points.csv, H100 M=8192, 62.8 % of the FP8 peak against 79.1 % of the BF16 peak)",
     )
     attention_efficiency: PositiveFloat = Field(le=1, description="fraction of peak in fused attention (empirical)")
-    moe_efficiency: PositiveFloat = Field(le=1, description="grouped-expert GEMM efficiency relative to dense GEMMs (empirical)")
+    moe_efficiency: PositiveFloat = Field(
+        le=1, description="grouped-expert GEMM efficiency relative to dense GEMMs (empirical)"
+    )
     # Memory streams.
-    hbm_efficiency: PositiveFloat = Field(le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)")
+    hbm_efficiency: PositiveFloat = Field(
+        le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)"
+    )
     # Collectives: alpha-beta per tier.
     scaleup_bw_efficiency: PositiveFloat = Field(
         le=2,
@@ -54,7 +58,9 @@ class Profile(BaseModel):
     scaleout_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NIC bandwidth achieved (empirical)")
     collective_latency_scale: PositiveFloat = Field(description="multiplier on the link latency per step (empirical)")
     # Fixed costs of running a step.
-    layer_overhead_us: NonNegativeFloat = Field(description="per layer per forward: launches, norms, elementwise (empirical)")
+    layer_overhead_us: NonNegativeFloat = Field(
+        description="per layer per forward: launches, norms, elementwise (empirical)"
+    )
     step_overhead_us: NonNegativeFloat = Field(description="per forward step: scheduling, sampling (empirical)")
     request_overhead_ms: NonNegativeFloat = Field(
         default=0.0,

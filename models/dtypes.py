@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from shardplan.models.errors import SpecError
+
 
 class DType(str, Enum):
     BF16 = "bf16"
@@ -35,8 +37,6 @@ class DType(str, Enum):
 
     @classmethod
     def parse(cls, text: str, field: str = "dtype") -> DType:
-        from shardplan.models.errors import SpecError
-
         key = text.strip().lower().replace("bfloat16", "bf16").replace("float16", "fp16")
         key = {"float8": "fp8", "e4m3": "fp8", "fp8_e4m3": "fp8", "nvfp4": "fp4", "w4a16": "int4"}.get(key, key)
         try:

@@ -8,6 +8,7 @@ of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache m
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -78,7 +79,9 @@ class _Reader:
             raise SpecError(key, f"must be >= {minimum}, got {value}")
         return value
 
-    def first_int(self, keys: tuple[str, ...], minimum: int = 1) -> int:
+    # Below the method ``int``, a bare ``int`` in an annotation names that method (class scope), so
+    # these signatures spell the type ``builtins.int``.
+    def first_int(self, keys: tuple[str, ...], minimum: builtins.int = 1) -> builtins.int:
         for key in keys:
             if self.has(key):
                 return self.int(key, minimum=minimum)
@@ -90,7 +93,7 @@ class _Reader:
             raise SpecError(key, f"expected true or false, got {value!r}")
         return value
 
-    def int_list(self, key: str) -> list[int]:
+    def int_list(self, key: str) -> list[builtins.int]:
         value = self.cfg.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise SpecError(key, f"expected a list of integers, got {value!r}")
@@ -195,7 +198,9 @@ def _mixtral(r: _Reader, name: str, arch: str) -> ModelSpec:
         expert_intermediate_size=r.int("intermediate_size"),
         layers=tuple(range(layers)),
     )
-    return ModelSpec(**_common(r, name, arch), attention=_attention(r, *_every_layer_window(r)), intermediate_size=0, moe=moe)
+    common = _common(r, name, arch)
+    attention = _attention(r, *_every_layer_window(r))
+    return ModelSpec(**common, attention=attention, intermediate_size=0, moe=moe)
 
 
 def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
@@ -247,7 +252,8 @@ def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
         layers=moe_layers,
     )
     # The multi-token-prediction module (num_nextn_predict_layers) is not part of inference here.
-    return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"), moe=moe)
+    common = _common(r, name, arch)
+    return ModelSpec(**common, attention=attention, intermediate_size=r.int("intermediate_size"), moe=moe)
 
 
 def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:

@@ -24,6 +24,7 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
@@ -42,7 +43,7 @@ class ExpertLoadProfile(BaseModel):
     )
     source: str | None = Field(default=None, description="where the counts come from (file, synthetic shape)")
 
-    def __init__(self, **data):
+    def __init__(self, **data: Any) -> None:
         # Pydantic wraps the SpecError of the validator below; hand the caller ours, naming the field.
         try:
             super().__init__(**data)
@@ -57,7 +58,7 @@ class ExpertLoadProfile(BaseModel):
             raise SpecError("layers", "layer indices must be ascending and distinct")
         if len(self.loads) != len(self.layers):
             raise SpecError("loads", f"{len(self.loads)} rows of loads for {len(self.layers)} layers")
-        for i, (layer, row) in enumerate(zip(self.layers, self.loads)):
+        for i, (layer, row) in enumerate(zip(self.layers, self.loads, strict=True)):
             if len(row) != self.num_experts:
                 raise SpecError(f"loads[{i}]", f"layer {layer}: expected {self.num_experts} experts, got {len(row)}")
             for e, tokens in enumerate(row):
@@ -72,10 +73,13 @@ class ExpertLoadProfile(BaseModel):
         try:
             return self.loads[self.layers.index(layer)]
         except ValueError:
-            raise SpecError("layer", f"layer {layer} is not in the profile (layers {self.layers[0]}..{self.layers[-1]})") from None
+            where = f"layers {self.layers[0]}..{self.layers[-1]}"
+            raise SpecError("layer", f"layer {layer} is not in the profile ({where})") from None
 
 
-def _profile(num_experts: int, layers: Sequence[int], rows: Iterable[Iterable[float]], source: str) -> ExpertLoadProfile:
+def _profile(
+    num_experts: int, layers: Sequence[int], rows: Iterable[Iterable[float]], source: str
+) -> ExpertLoadProfile:
     return ExpertLoadProfile(
         num_experts=num_experts,
         layers=tuple(layers),
@@ -162,7 +166,7 @@ def load_profile(path: str | Path, num_experts: int, moe_layers: Sequence[int]) 
     return _profile(num_experts, layers, [by_layer[layer] for layer in layers], source)
 
 
-def _layer_index(key, where: str) -> int:
+def _layer_index(key: str, where: str) -> int:
     try:
         layer = int(key)
     except (TypeError, ValueError):

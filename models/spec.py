@@ -12,6 +12,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 from shardplan.models.dtypes import DType
+from shardplan.models.errors import SpecError
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -49,8 +50,6 @@ class Attention(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Attention:
-        from shardplan.models.errors import SpecError
-
         if self.kind is AttentionKind.MLA:
             if self.kv_lora_rank == 0 or self.qk_rope_head_dim == 0:
                 raise SpecError("kv_lora_rank", "MLA needs kv_lora_rank and qk_rope_head_dim > 0")
@@ -92,8 +91,6 @@ class MoE(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> MoE:
-        from shardplan.models.errors import SpecError
-
         if self.experts_per_token > self.num_experts:
             raise SpecError("num_experts_per_tok", f"top-{self.experts_per_token} exceeds {self.num_experts} experts")
         if not self.layers:
@@ -129,8 +126,6 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
-        from shardplan.models.errors import SpecError
-
         if self.moe is not None:
             if self.moe.layers[-1] >= self.num_layers:
                 raise SpecError("moe.layers", f"layer {self.moe.layers[-1]} beyond {self.num_layers} layers")
@@ -167,7 +162,7 @@ class ModelSpec(BaseModel):
         self, weights: DType | None = None, kv: DType | None = None
     ) -> ModelSpec:
         """The same model in other number formats: ``weights`` sets dense and expert weights."""
-        update: dict = {}
+        update: dict[str, DType] = {}
         if weights is not None:
             update.update(weights_dtype=weights, expert_dtype=weights)
         if kv is not None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
+
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 
 
 class Kind(str, Enum):
@@ -30,6 +33,23 @@ class Diagnostic:
         return f"{self.rule}: {self.message}"
 
 
+class StageDegrees(Protocol):
+    """What a shape rule reads of a stage: its inner degrees. A ``Layout`` has them, and so has each
+    stage shape the solver searches over."""
+
+    @property
+    def tp(self) -> int: ...
+
+    @property
+    def sp(self) -> int: ...
+
+    @property
+    def attn_dp(self) -> int: ...
+
+    @property
+    def expert_tp(self) -> int: ...
+
+
 class Rule:
     """Base class: subclasses set the class attributes and override the hooks they need."""
 
@@ -42,18 +62,18 @@ class Rule:
     example_bad: str = ""
     example_good: str = ""
 
-    def applies(self, problem: Any) -> bool:
+    def applies(self, problem: Problem) -> bool:
         """Whether the rule is in force for this problem (policy switches, SLA limits given)."""
         return not (self.switch and problem.allows(self.switch)) and self.kind is not Kind.ADVISORY
 
     def post(self, enc: Any, enforce: Any) -> None:
         """Add the rule's constraints to the CP-SAT encoding, each only enforced if ``enforce``."""
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         """Violations of the rule by a finished plan."""
         return []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         """The numbers behind the rule when it is part of an infeasibility explanation."""
         return self.statement
 
@@ -75,23 +95,23 @@ class Rule:
 
 class ShapeRule(Rule):
     """A rule on the inside of a stage alone (tp, sp, attention groups, expert-tp): it forbids
-    some shapes. ``forbids`` takes anything with those four attributes — a solver shape or a
-    ``Layout`` — so the solver's constraints and the plan check share one predicate."""
+    some shapes. ``forbids`` takes anything with those four degrees (``StageDegrees``) — a solver
+    shape or a ``Layout`` — so the solver's constraints and the plan check share one predicate."""
 
-    def forbids(self, problem: Any, shape: Any) -> bool:
+    def forbids(self, problem: Problem, shape: StageDegrees) -> bool:
         raise NotImplementedError
 
-    def violation(self, problem: Any, shape: Any) -> str:
+    def violation(self, problem: Problem, shape: StageDegrees) -> str:
         return self.statement
 
     def post(self, enc: Any, enforce: Any) -> None:
         enc.forbid_shapes(lambda o: self.forbids(enc.problem, o), enforce)
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         if self.applies(plan.problem) and self.forbids(plan.problem, plan.layout):
             return [self.error(self.violation(plan.problem, plan.layout))]
         return []
 
 
-def stage_gpus(shape: Any) -> int:
+def stage_gpus(shape: StageDegrees) -> int:
     return shape.tp * shape.sp * shape.attn_dp

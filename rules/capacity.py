@@ -6,6 +6,8 @@ from typing import Any
 
 from shardplan.models.derived import weight_bytes_total
 from shardplan.rules.base import Diagnostic, Rule
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem, memory_limit_gib, resolve_profile
 
 GIB = 2**30
 
@@ -13,7 +15,10 @@ GIB = 2**30
 class MemoryFits(Rule):
     id = "MEM-001"
     name = "memory-exceeds-capacity"
-    statement = "weights + KV cache + activations + buffers + runtime on every GPU fit its capacity x usable fraction, or the user's cap"
+    statement = (
+        "weights + KV cache + activations + buffers + runtime on every GPU fit its capacity x usable fraction, "
+        "or the user's cap"
+    )
     source = "004 §7, 004 §2.3"
     example_bad = "Llama-3.1-70B bf16 with tp=1 on an 80 GB GPU"
     example_good = "Llama-3.1-70B bf16 with tp=4 on 80 GB GPUs"
@@ -29,18 +34,16 @@ class MemoryFits(Rule):
         for o, lit in enc.shape.items():
             enc.cp.Add(enc.replica_memory_lower_bound(o) <= limit * enc.stages).OnlyEnforceIf([enforce, lit])
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         out = []
         for m in plan.prediction.memory:
             if m.total_gib > m.limit_gib + 1e-9:
                 out.append(self.error(f"stage {m.stage} needs {m.total_gib:.1f} GiB per GPU, has {m.limit_gib:.1f}"))
         return out
 
-    def conflict_message(self, problem: Any) -> str:
-        from shardplan.hardware.profile import get_profile, profile_for_gpu
-
-        profile = get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
-        limit = problem.mem_cap_gib or problem.cluster.gpu.hbm_gib * profile.usable_memory_fraction
+    def conflict_message(self, problem: Problem) -> str:
+        profile = resolve_profile(problem)
+        limit = memory_limit_gib(problem, profile)
         n = problem.cluster.num_gpus
         weights = weight_bytes_total(problem.model) / n / GIB
         fixed = profile.runtime_overhead_gib + (profile.comm_buffer_gib if n > 1 else 0.0)
@@ -60,18 +63,20 @@ class TtftLimit(Rule):
     example_bad = "--ttft-ms 1 for a 70B model"
     example_good = "--ttft-ms 2000"
 
-    def applies(self, problem: Any) -> bool:
+    def applies(self, problem: Problem) -> bool:
         return problem.workload.ttft_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
         enc.cp.Add(enc.ttft <= round(enc.problem.workload.ttft_ms * 1e6)).OnlyEnforceIf(enforce)
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.ttft_ms
         got = plan.prediction.metrics.ttft_ms
-        return [self.error(f"TTFT {got:.2f} ms over the {limit:g} ms limit")] if limit is not None and got > limit + 1e-9 else []
+        if limit is not None and got > limit + 1e-9:
+            return [self.error(f"TTFT {got:.2f} ms over the {limit:g} ms limit")]
+        return []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         return f"TTFT must stay within {problem.workload.ttft_ms:g} ms"
 
 
@@ -83,16 +88,18 @@ class TpotLimit(Rule):
     example_bad = "--tpot-ms 0.1"
     example_good = "--tpot-ms 50"
 
-    def applies(self, problem: Any) -> bool:
+    def applies(self, problem: Problem) -> bool:
         return problem.workload.tpot_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
         enc.cp.Add(enc.round <= round(enc.problem.workload.tpot_ms * 1e6)).OnlyEnforceIf(enforce)
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.tpot_ms
         got = plan.prediction.metrics.tpot_ms
-        return [self.error(f"TPOT {got:.3f} ms over the {limit:g} ms limit")] if limit is not None and got > limit + 1e-9 else []
+        if limit is not None and got > limit + 1e-9:
+            return [self.error(f"TPOT {got:.3f} ms over the {limit:g} ms limit")]
+        return []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         return f"TPOT must stay within {problem.workload.tpot_ms:g} ms"

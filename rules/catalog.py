@@ -3,8 +3,7 @@ against them, ``shardplan rules`` lists them. IDs are never reused."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.experts import PLACEMENT_RULES
@@ -20,6 +19,8 @@ from shardplan.rules.parallel import (
     TpKvHeads,
 )
 from shardplan.rules.pins import pins_of
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 from shardplan.rules.structure import (
     DataParallelLatency,
     DataParallelOutside,
@@ -59,17 +60,15 @@ def get_rule(rule_id: str) -> Rule:
     for rule in ALL_RULES:
         if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
             return rule
-    from shardplan.models.errors import SpecError
-
     raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in ALL_RULES)}")
 
 
-def rules_for(problem: Any) -> list[Rule]:
+def rules_for(problem: Problem) -> list[Rule]:
     """The rules in force for a problem, the user's pins included."""
     return [rule for rule in CATALOG if rule.applies(problem)] + pins_of(problem)
 
 
-def check_plan(plan: Any) -> list[Diagnostic]:
+def check_plan(plan: Plan) -> list[Diagnostic]:
     """Every diagnostic of every catalog rule and pin (advisory ones as warnings)."""
     out = []
     for rule in (*ALL_RULES, *pins_of(plan.problem)):
@@ -85,7 +84,10 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
     return sorted(set(allow) - set(SWITCHES))
 
 
-__all__ = ["ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches"]
+__all__ = [
+    "ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for",
+    "unknown_switches",
+]
 
 
 # Rules on the shape of an execution DAG (DAG-*): rules/dag/check.py runs them on DAGs; they are never

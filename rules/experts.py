@@ -1,41 +1,52 @@
 """Rules on a plan's expert placement (``Plan.experts``): every expert hosted, the slot budget
-kept, copies of an expert on distinct GPUs with shares summing to 1.
+kept, copies of an expert on distinct GPUs with shares summing to 1; and the checks that find where
+a placement breaks them.
 
 These rules only ``check``: the placement is decided after the layout (``solver/placement/plan.py``),
-so there is nothing for them to post into the CP-SAT layout search. The checks themselves are
-``check_placement``'s, reached through the placement object (``plan.experts.violations(plan)``
-returns (category, message) pairs), because rules may not import the solver. A plan without a
-placement (a dense model, or a layout evaluated without one) has nothing to check.
+so there is nothing for them to post into the CP-SAT layout search. ``check_placement`` judges one
+placement against its load profile, ``check_plan_placement`` a plan's placement stage by stage; both
+return diagnostics that name the rule they break, and each rule's ``check`` keeps its own. A plan
+without a placement (a dense model, or a layout evaluated without one) has nothing to check.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from collections.abc import Sequence
 
+from shardplan.models.errors import SpecError
+from shardplan.models.load_profile import ExpertLoadProfile
 from shardplan.rules.base import Diagnostic, Kind, Rule
+from shardplan.rules.expert_placement import ExpertPlacement, LayerPlacement, PlanPlacement, StagePlacement
+from shardplan.rules.layout import Layout
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
+
+SHARE_TOLERANCE = 1e-6
 
 _AFTER_LAYOUT = "checked on the plan after the layout is chosen (the placement is not part of the CP-SAT model)"
 
 
 class _PlacementRule(Rule):
     kind = Kind.STRUCTURAL
-    category = ""  # the placement's violation category this rule reports
 
-    def applies(self, problem: Any) -> bool:
+    def applies(self, problem: Problem) -> bool:
         return False  # nothing to post: see the module docstring
 
-    def check(self, plan: Any) -> list[Diagnostic]:
-        experts = getattr(plan, "experts", None)
-        if experts is None or not hasattr(experts, "violations"):
+    def check(self, plan: Plan) -> list[Diagnostic]:
+        if plan.experts is None:
             return []
-        return [self.error(message) for category, message in experts.violations(plan) if category == self.category]
+        return [d for d in check_plan_placement(plan.experts, plan.problem, plan.layout) if d.rule == self.id]
 
 
 class ExpertsHosted(_PlacementRule):
     id = "EXP-001"
     name = "expert-not-hosted"
-    category = "hosted"
-    statement = f"every routed expert of every MoE layer is hosted by at least one EP rank of its stage; {_AFTER_LAYOUT}"
+    statement = (
+        "every routed expert of every MoE layer is hosted by at least one EP rank of its stage; "
+        f"{_AFTER_LAYOUT}"
+    )
     source = "003 §2.4 (each GPU hosts experts), DESIGN.md (ep = the stage's GPUs)"
     example_bad = "256 experts on 8 ranks of 32 slots with expert 7 on no rank"
     example_good = "256 experts on 8 ranks of 32 slots, each expert on one rank"
@@ -44,7 +55,6 @@ class ExpertsHosted(_PlacementRule):
 class SlotBudget(_PlacementRule):
     id = "EXP-002"
     name = "expert-slots-exceeded"
-    category = "slots"
     statement = (
         "no EP rank hosts more experts than its slots, ceil(experts / ep) + redundant slots (what memory is "
         f"priced with), and each stage's layers are placed over exactly its ep ranks; {_AFTER_LAYOUT}"
@@ -57,7 +67,6 @@ class SlotBudget(_PlacementRule):
 class ReplicasDistinct(_PlacementRule):
     id = "EXP-003"
     name = "expert-replicas-collide"
-    category = "replicas"
     statement = (
         "the copies of one expert sit on distinct GPUs, and the shares of its tokens the copies serve are "
         f"non-negative and sum to 1; {_AFTER_LAYOUT}"
@@ -67,4 +76,143 @@ class ReplicasDistinct(_PlacementRule):
     example_good = "expert 5 on ranks 3 and 7, serving 50 % each"
 
 
-PLACEMENT_RULES: tuple[Rule, ...] = (ExpertsHosted(), SlotBudget(), ReplicasDistinct())
+HOSTED = ExpertsHosted()
+SLOTS = SlotBudget()
+REPLICAS = ReplicasDistinct()
+PLACEMENT_RULES: tuple[Rule, ...] = (HOSTED, SLOTS, REPLICAS)
+
+
+def slot_budget(problem: Problem, layout: Layout) -> int:
+    """Expert slots per EP rank: ``ceil(E / ep)`` plus the problem's redundant slots."""
+    moe = problem.model.moe
+    if moe is None:
+        raise SpecError("model", f"{problem.model.name} has no MoE layers, so no expert slots")
+    return math.ceil(moe.num_experts / layout.ep) + problem.redundant_slots
+
+
+def check_plan_placement(experts: PlanPlacement, problem: Problem, layout: Layout) -> list[Diagnostic]:
+    """Everything wrong with ``experts`` as the placement of ``layout`` for ``problem``: every MoE layer
+    placed on its own stage (EP rank GPUs included), each stage over ``ep`` ranks within the slot
+    budget, and each stage's placement passing ``check_placement``. Empty when all hold."""
+    moe = problem.model.moe
+    if moe is None:
+        raise SpecError("experts", f"{problem.model.name} has no MoE layers: its plans carry no expert placement")
+    budget = slot_budget(problem, layout)
+    found: list[Diagnostic] = []
+    placed_stage = {p.layer: st.index for st in experts.stages for p in st.placement.layers}
+    for s in range(layout.pp):
+        for layer in layout.stage_layers(s):
+            if not problem.model.is_moe_layer(layer):
+                continue
+            if layer not in placed_stage:
+                found.append(HOSTED.error(f"MoE layer {layer} has no placement: none of its experts is hosted"))
+            elif placed_stage[layer] != s:
+                found.append(HOSTED.error(
+                    f"MoE layer {layer} of stage {s} is placed on stage {placed_stage[layer]}'s GPUs"
+                ))
+    for stage in experts.stages:
+        where = f"stage {stage.index}"
+        if not 0 <= stage.index < layout.pp:
+            found.append(HOSTED.error(f"{where} does not exist (pp={layout.pp})"))
+            continue
+        placed = stage.placement
+        if placed.num_gpus != layout.ep:
+            found.append(SLOTS.error(f"{where}: placed over {placed.num_gpus} EP ranks, the layout has ep={layout.ep}"))
+        if placed.slots_per_gpu > budget:
+            found.append(SLOTS.error(
+                f"{where}: {placed.slots_per_gpu} expert slots per GPU, the budget is "
+                f"ceil({moe.num_experts}/{layout.ep}) + {problem.redundant_slots} = {budget}"
+            ))
+        found.extend(_rank_gpu_violations(stage, layout))
+        found.extend(
+            dataclasses.replace(d, message=f"{where}: {d.message}") for d in check_placement(placed, stage.profile)
+        )
+    return found
+
+
+def check_placement(placement: ExpertPlacement, profile: ExpertLoadProfile) -> list[Diagnostic]:
+    """Violations of: one placement per profile layer; every expert hosted at least once; at most
+    ``slots_per_gpu`` experts per GPU; copies of one expert on distinct GPUs; shares of each expert
+    non-negative and summing to 1; the lower bound not above the achieved load. Empty when all hold.
+
+    Faults of the record itself (its layers, bounds and status) are reported as EXP-001: a placement
+    that does not say where a layer's experts are does not host them.
+    """
+    found: list[Diagnostic] = []
+    placed_layers = [p.layer for p in placement.layers]
+    if placed_layers != list(profile.layers):
+        found.append(HOSTED.error(f"layers {placed_layers} do not match the profile's {list(profile.layers)}"))
+    if len(placement.lower_bounds) != len(placement.layers):
+        found.append(HOSTED.error(f"{len(placement.lower_bounds)} lower bounds for {len(placement.layers)} layers"))
+    if placement.status not in ("optimal", "feasible"):
+        found.append(HOSTED.error(f"unknown status {placement.status!r}"))
+    wanted = set(profile.layers)
+    # Not strict: a count mismatch is reported just above, and the layers that have a bound are still checked.
+    for placed, bound in zip(placement.layers, placement.lower_bounds, strict=False):
+        if placed.layer not in wanted:
+            continue
+        loads = profile.layer_loads(placed.layer)
+        found.extend(_check_layer(placed, loads, placement.num_gpus, placement.slots_per_gpu, bound))
+    return found
+
+
+def _check_layer(placed: LayerPlacement, loads: Sequence[float], num_gpus: int, slots: int,
+                 bound: float) -> list[Diagnostic]:
+    layer = placed.layer
+    found: list[Diagnostic] = []
+    if placed.num_gpus != num_gpus:
+        found.append(SLOTS.error(f"layer {layer}: {placed.num_gpus} GPUs, expected {num_gpus}"))
+    num_experts = len(loads)
+    share_sum = [0.0] * num_experts
+    for g, gpu in enumerate(placed.gpu_experts):
+        if len(gpu) > slots:
+            found.append(SLOTS.error(f"layer {layer}: GPU {g} hosts {len(gpu)} experts, more than {slots} slots"))
+        ids = [e for e, _ in gpu]
+        if len(ids) != len(set(ids)):
+            found.append(REPLICAS.error(f"layer {layer}: GPU {g} hosts expert {_first_repeat(ids)} twice"))
+        for e, share in gpu:
+            if not 0 <= e < num_experts:
+                found.append(HOSTED.error(f"layer {layer}: GPU {g} hosts unknown expert {e}"))
+                continue
+            if not (math.isfinite(share) and share >= 0):
+                found.append(REPLICAS.error(f"layer {layer}: GPU {g} has share {share} for expert {e}"))
+                continue
+            share_sum[e] += share
+    hosted = {e for gpu in placed.gpu_experts for e, _ in gpu}
+    for e in range(num_experts):
+        if e not in hosted:
+            found.append(HOSTED.error(f"layer {layer}: expert {e} is not hosted"))
+        elif abs(share_sum[e] - 1.0) > SHARE_TOLERANCE:
+            found.append(REPLICAS.error(f"layer {layer}: shares of expert {e} sum to {share_sum[e]:.9f}, not 1"))
+    achieved = placed.max_load(loads)
+    if bound > achieved * (1 + 1e-9) + 1e-9:
+        found.append(HOSTED.error(
+            f"layer {layer}: lower bound {bound:.6g} above the achieved max load {achieved:.6g}"
+        ))
+    return found
+
+
+def _rank_gpu_violations(stage: StagePlacement, layout: Layout) -> list[Diagnostic]:
+    """The EP ranks must be the stage's own GPUs, ``expert_tp`` each, no GPU in two ranks: otherwise
+    two "distinct" copies of an expert could sit on one GPU."""
+    expected = tuple(layout.stage_gpus(0, stage.index))
+    etp = layout.expert_tp
+    wanted = tuple(expected[k * etp:(k + 1) * etp] for k in range(layout.ep))
+    if stage.ep_rank_gpus == wanted:
+        return []
+    flat = [g for rank in stage.ep_rank_gpus for g in rank]
+    if len(flat) != len(set(flat)):
+        return [REPLICAS.error(f"stage {stage.index}: a GPU belongs to two EP ranks")]
+    return [SLOTS.error(
+        f"stage {stage.index}: EP ranks on GPUs {[list(r) for r in stage.ep_rank_gpus]}, "
+        f"expected the stage's GPUs {[list(r) for r in wanted]}"
+    )]
+
+
+def _first_repeat(ids: list[int]) -> int:
+    seen: set[int] = set()
+    for e in ids:
+        if e in seen:
+            return e
+        seen.add(e)
+    return -1

@@ -11,6 +11,8 @@ Only degrees that act in the same operator phase multiply (003 §1).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from shardplan.models.errors import SpecError
@@ -37,7 +39,9 @@ class Layout(BaseModel):
         expected = 0
         for i, (start, end) in enumerate(self.stages):
             if start != expected or end <= start:
-                raise SpecError("stages", f"stage {i} is [{start}, {end}); stages must be contiguous and non-empty from layer 0")
+                raise SpecError(
+                    "stages", f"stage {i} is [{start}, {end}); stages must be contiguous and non-empty from layer 0"
+                )
             expected = end
         if (self.tp * self.sp * self.attn_dp) % self.expert_tp:
             raise SpecError("expert_tp", f"{self.expert_tp} does not divide the stage's {self.gpus_per_stage} GPUs")
@@ -98,8 +102,11 @@ class Layout(BaseModel):
         )
 
     @classmethod
-    def even(cls, num_layers: int, pp: int = 1, **degrees) -> Layout:
-        """A layout whose stages split the layers as evenly as possible (earlier stages get the extra)."""
+    def even(cls, num_layers: int, pp: int = 1, **degrees: Any) -> Layout:
+        """A layout whose stages split the layers as evenly as possible (earlier stages get the extra).
+
+        ``degrees``: any other field of the layout (the degrees, ``batch``, ``moe_load_factor``),
+        validated by the constructor."""
         if pp < 1 or pp > num_layers:
             raise SpecError("pp", f"{pp} stages for {num_layers} layers")
         base, extra = divmod(num_layers, pp)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from shardplan.rules.base import Diagnostic, Kind, Rule
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 
 _SHAPE_FIELDS = ("tp", "sp", "attn_dp", "expert_tp")
 
@@ -35,17 +37,25 @@ class Pin(Rule):
                 cp.Add(enc.bound[s] == start).OnlyEnforceIf(enforce)
             cp.Add(enc.bound[len(v)] == v[-1][1]).OnlyEnforceIf(enforce)
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         lay = plan.layout
-        got = lay.stages if self.field == "stages" else lay.degrees().get(self.field, lay.pp if self.field == "pp" else None)
+        got: object
+        if self.field == "stages":
+            got = lay.stages
+        else:
+            got = lay.degrees().get(self.field, lay.pp if self.field == "pp" else None)
         if self.field == "ep" and not plan.problem.model.is_moe:
             got = 1
         return [self.error(f"{self.field} is {got}, pinned to {self.value}")] if got != self.value else []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         return self.statement
 
 
-def pins_of(problem: Any) -> list[Pin]:
+def pins_of(problem: Problem) -> list[Pin]:
     fields = problem.pins.model_dump()
-    return [Pin(name, value if name != "stages" else tuple(tuple(r) for r in value)) for name, value in fields.items() if value is not None]
+    return [
+        Pin(name, value if name != "stages" else tuple(tuple(r) for r in value))
+        for name, value in fields.items()
+        if value is not None
+    ]

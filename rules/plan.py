@@ -1,28 +1,29 @@
 """A plan: the problem it answers, the layout chosen, and what the cost model predicts for it.
 
-Rules check plans; the solver returns them. The prediction is the solver's, produced by the cost
-model (``solver.cost``), stored here as plain data so rules can read it without importing the
-solver.
+Rules check plans; the solver returns them. The prediction (``rules/prediction.py``) and the expert
+placement (``rules/expert_placement.py``) are the solver's, produced by the cost model and the placer,
+and stored here as plain data so rules can read them without importing the solver.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from shardplan.rules.expert_placement import PlanPlacement
 from shardplan.rules.layout import Layout
+from shardplan.rules.prediction import Prediction
 from shardplan.rules.problem import Problem
 
 
 class Plan(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    # ``experts`` is a frozen dataclass: pydantic takes an instance as it is, without rebuilding it.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     problem: Problem
     layout: Layout
-    prediction: Any = Field(description="solver.cost.Prediction of the layout")
+    prediction: Prediction = Field(description="the cost model's prediction of the layout")
     status: str = Field(description="optimal | feasible | evaluated")
     objective_value: int | None = Field(default=None, description="the solver's integer objective")
     bound: float | None = Field(default=None, description="best bound the solver proved")
     solve_time_s: float | None = None
-    experts: Any | None = Field(default=None, description="expert placement, when decided")
+    experts: PlanPlacement | None = Field(default=None, description="expert placement, when decided")

@@ -12,6 +12,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from shardplan.hardware import ClusterSpec
+from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile
@@ -101,15 +102,37 @@ class Problem(BaseModel):
         if moe is None and (self.expert_load is not None or self.redundant_slots):
             field = "load-profile" if self.expert_load is not None else "redundant-slots"
             raise SpecError(field, f"{self.model.name} has no MoE layers")
-        if self.expert_load is not None:
+        if self.expert_load is not None and moe is not None:  # without moe, a profile was refused above
             load = self.expert_load
             if load.num_experts != moe.num_experts:
-                raise SpecError("load-profile", f"{load.num_experts} experts per layer; the model has {moe.num_experts}")
+                raise SpecError(
+                    "load-profile", f"{load.num_experts} experts per layer; the model has {moe.num_experts}"
+                )
             if load.layers != moe.layers:
                 missing = sorted(set(moe.layers) - set(load.layers))
                 what = f"missing layer {missing[0]}" if missing else "layers that are not MoE layers of the model"
-                raise SpecError("load-profile", f"{what} (the model's MoE layers are {moe.layers[0]}..{moe.layers[-1]})")
+                ours = f"{moe.layers[0]}..{moe.layers[-1]}"
+                raise SpecError("load-profile", f"{what} (the model's MoE layers are {ours})")
         return self
 
     def allows(self, switch: str) -> bool:
         return switch in self.allow
+
+
+def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile:
+    """The profile to price with: an explicit one (the fitter passes candidates), else the
+    problem's named profile, else the GPU's default."""
+    if profile is not None:
+        return profile
+    return get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
+
+
+def memory_limit_gib(problem: Problem, profile: Profile) -> float:
+    """Per-GPU memory a plan may use: the user's cap, else capacity x the usable fraction.
+
+    The one definition: the cost model reports it (``MemoryReport.limit_gib``), the solver's tables
+    bound stage memory by it, and MEM-001 quotes it.
+    """
+    if problem.mem_cap_gib is not None:
+        return problem.mem_cap_gib
+    return problem.cluster.gpu.hbm_gib * profile.usable_memory_fraction

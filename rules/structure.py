@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardplan.rules.base import Diagnostic, Kind, Rule, ShapeRule, stage_gpus
+from shardplan.rules.base import Diagnostic, Kind, Rule, ShapeRule, StageDegrees, stage_gpus
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 
 
 class GpuCount(Rule):
@@ -18,11 +20,11 @@ class GpuCount(Rule):
     def post(self, enc: Any, enforce: Any) -> None:
         enc.cp.Add(enc.gpus_used <= enc.num_gpus).OnlyEnforceIf(enforce)
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         used, have = plan.layout.num_gpus, plan.problem.cluster.num_gpus
         return [self.error(f"uses {used} GPUs; the cluster has {have}")] if used > have else []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         return f"the cluster has {problem.cluster.num_gpus} GPUs"
 
 
@@ -43,7 +45,7 @@ class StagesContiguous(Rule):
             enc.cp.Add(enc.layers[s] >= 1).OnlyEnforceIf([enforce, exists])
             enc.cp.Add(enc.layers[s] == 0).OnlyEnforceIf([enforce, exists.Not()])
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         stages, n = plan.layout.stages, plan.problem.model.num_layers
         expected = 0
         for i, (start, end) in enumerate(stages):
@@ -54,23 +56,25 @@ class StagesContiguous(Rule):
             return [self.error(f"stages end at layer {expected}; the model has {n}")]
         return []
 
-    def conflict_message(self, problem: Any) -> str:
+    def conflict_message(self, problem: Problem) -> str:
         return f"{problem.model.num_layers} layers must split into contiguous non-empty stages"
 
 
 class StageAlignment(ShapeRule):
     id = "ALN-001"
     name = "stage-straddles-domain"
-    statement = "a stage's GPUs sit inside one scale-up domain or fill whole domains, so every stage sees the same links"
+    statement = (
+        "a stage's GPUs sit inside one scale-up domain or fill whole domains, so every stage sees the same links"
+    )
     source = "DESIGN.md topology; 003 §6 (hardware decides structure)"
     example_bad = "3 GPUs per stage on 8-GPU nodes"
     example_good = "4 or 16 GPUs per stage on 8-GPU nodes"
 
-    def forbids(self, problem: Any, o: Any) -> bool:
+    def forbids(self, problem: Problem, o: StageDegrees) -> bool:
         domain, gpus = problem.cluster.scaleup_domain_gpus, stage_gpus(o)
         return domain % gpus != 0 and gpus % domain != 0
 
-    def violation(self, problem: Any, o: Any) -> str:
+    def violation(self, problem: Problem, o: StageDegrees) -> str:
         return f"{stage_gpus(o)} GPUs per stage straddle {problem.cluster.scaleup_domain_gpus}-GPU domains"
 
 
@@ -85,13 +89,13 @@ class DataParallelOutside(ShapeRule):
     example_bad = "attention groups=2 for Llama-3.1-70B"
     example_good = "dp=2 for Llama-3.1-70B; attention groups=8 for DeepSeek-V3"
 
-    def applies(self, problem: Any) -> bool:
+    def applies(self, problem: Problem) -> bool:
         return not problem.model.is_moe
 
-    def forbids(self, problem: Any, o: Any) -> bool:
+    def forbids(self, problem: Problem, o: StageDegrees) -> bool:
         return o.attn_dp > 1
 
-    def violation(self, problem: Any, o: Any) -> str:
+    def violation(self, problem: Problem, o: StageDegrees) -> str:
         return f"{o.attn_dp} attention groups in a dense model; use replicas"
 
 
@@ -104,7 +108,7 @@ class DataParallelLatency(Rule):
     example_bad = "dp=4 chosen to cut latency"
     example_good = "dp=4 for throughput"
 
-    def check(self, plan: Any) -> list[Diagnostic]:
+    def check(self, plan: Plan) -> list[Diagnostic]:
         if plan.problem.objective.value == "latency" and plan.layout.dp > 1:
             return [self.error(f"dp={plan.layout.dp} does not lower latency; it serves more requests at once")]
         return []

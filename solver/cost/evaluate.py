@@ -30,32 +30,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
+from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.rules.problem import Problem
+from shardplan.rules.problem import memory_limit_gib as memory_limit_gib  # re-exported; MEM-001 quotes it too
+from shardplan.rules.problem import resolve_profile as resolve_profile
 from shardplan.solver.cost.memory import GIB, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
 NS = 1e9
-
-
-def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile:
-    """The profile to price with: an explicit one (the fitter passes candidates), else the
-    problem's named profile, else the GPU's default."""
-    if profile is not None:
-        return profile
-    return get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
-
-
-def memory_limit_gib(problem: Problem, profile: Profile) -> float:
-    """Per-GPU memory a plan may use: the user's cap, else capacity x the usable fraction."""
-    if problem.mem_cap_gib is not None:
-        return problem.mem_cap_gib
-    return problem.cluster.gpu.hbm_gib * profile.usable_memory_fraction
 
 
 def kind_counts(model: ModelSpec, layers: range) -> Counter[LayerKind]:

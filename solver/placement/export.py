@@ -27,8 +27,10 @@ Engines read narrower formats, produced by the two helpers below:
 
 from __future__ import annotations
 
+from typing import Any
+
 from shardplan.models.errors import SpecError
-from shardplan.solver.placement.result import ExpertPlacement
+from shardplan.rules.expert_placement import ExpertPlacement, PlanPlacement
 
 FORMAT = "shardplan.expert_placement/1"
 
@@ -78,3 +80,24 @@ def trtllm_initial_assignments(placement: ExpertPlacement) -> dict:
             raise SpecError("slots_per_gpu", f"layer {placed.layer} has empty slots; TensorRT-LLM needs every slot mapped")
         assignments[placed.layer] = row
     return {"num_slots": placement.num_gpus * slots, "initial_global_assignments": assignments}
+
+
+def plan_placement_to_json(experts: PlanPlacement) -> dict[str, Any]:
+    """The full map for ``--experts-out``: ``placement_to_json`` over every MoE layer of the model
+    (one row per MoE layer, one entry per physical slot, slot ``g * S + i`` = slot ``i`` of EP
+    rank ``g`` of the layer's stage), plus where each stage's EP ranks are."""
+    whole = experts.whole()
+    doc = placement_to_json(whole)
+    ratios = experts.max_over_mean()
+    doc.update({
+        "routing": experts.routing,
+        "method": experts.method,
+        "redundant_slots": experts.redundant_slots,
+        "max_over_mean": [ratios[p.layer] for p in whole.layers],
+        "stage_of_layer": [experts.stage_of(p.layer).index for p in whole.layers],
+        "stages": [{"index": st.index, "ep_rank_gpus": [list(g) for g in st.ep_rank_gpus]} for st in experts.stages],
+        "replicas": experts.replicas,
+        "gpus_per_replica": experts.gpus_per_replica,
+        "replica_gpu_offset": "replica r runs the same map on GPU ids + r * gpus_per_replica",
+    })
+    return doc

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile
+from shardplan.rules.expert_placement import ExpertPlacement, LayerPlacement
 from shardplan.solver.placement import cpsat
 from shardplan.solver.placement.bounds import layer_lower_bound
 from shardplan.solver.placement.covering import cover_split
 from shardplan.solver.placement.fill import Pieces, fill_group, fits_in_one_group
 from shardplan.solver.placement.greedy import greedy_layer
 from shardplan.solver.placement.groups import best_lpt_groups, improve, pair_cover, realize, reallocate
-from shardplan.solver.placement.result import ExpertPlacement, LayerPlacement
 from shardplan.solver.placement.shares import reshare
 
 OPTIMAL_TOLERANCE = 1e-6  # relative: a layer within this of its bound counts as optimal

@@ -46,10 +46,11 @@ def test_check_finds_violations(zipf):
     layer = good.layers[0]
     broken = LayerPlacement(layer.layer, ((layer.gpu_experts[0][0],) * 2,) + layer.gpu_experts[1:-1])  # 7 GPUs
     bad = ExpertPlacement(8, 4, (broken,) + good.layers[1:], good.lower_bounds, good.status, 0.0)
-    found = "\n".join(check_placement(bad, zipf))
-    assert "twice" in found and "not hosted" in found and "sum to" in found and "7 GPUs" in found
+    found = {(d.rule, word) for d in check_placement(bad, zipf)
+             for word in ("twice", "not hosted", "sum to", "7 GPUs") if word in d.message}
+    assert found == {("EXP-003", "twice"), ("EXP-001", "not hosted"), ("EXP-003", "sum to"), ("EXP-002", "7 GPUs")}
     crowded = ExpertPlacement(8, 3, good.layers, good.lower_bounds, good.status, 0.0)
-    assert any("more than 3 slots" in v for v in check_placement(crowded, zipf))
+    assert any(d.rule == "EXP-002" and "more than 3 slots" in d.message for d in check_placement(crowded, zipf))
 
 
 def test_json_for_engines(zipf):

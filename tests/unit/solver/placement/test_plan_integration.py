@@ -13,6 +13,8 @@ from shardplan.models.derived import layer_bytes
 from shardplan.models.errors import InfeasibleError, SpecError
 from shardplan.models.load_profile import zipf_profile
 from shardplan.rules.catalog import ALL_RULES, CATALOG, check_plan, errors_of, get_rule
+from shardplan.rules.expert_placement import LayerPlacement
+from shardplan.rules.experts import check_plan_placement
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import main
@@ -21,7 +23,6 @@ from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
 from shardplan.solver.placement import greedy_placement, place_experts
 from shardplan.solver.placement.plan import place_and_price, place_for_layout
-from shardplan.solver.placement.result import LayerPlacement
 from tests.factory import problem
 
 EXP = ("EXP-001", "EXP-002", "EXP-003")
@@ -118,7 +119,7 @@ def test_solved_plan_carries_a_placement_that_passes_the_exp_rules(model, cluste
     moe = p.model.moe
     assert experts is not None and errors_of(check_plan(plan)) == []
     assert all(get_rule(rule).check(plan) == [] for rule in EXP)
-    assert experts.violations(plan) == []
+    assert check_plan_placement(experts, plan.problem, plan.layout) == []
     placed = sorted(pl.layer for st in experts.stages for pl in st.placement.layers)
     assert placed == list(moe.layers)
     for st in experts.stages:  # each stage places its own MoE layers over its own GPUs
