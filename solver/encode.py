@@ -41,22 +41,22 @@ class Encoding:
 
         # shape[o]: stage shape o is chosen.
         self.shapes = space.shapes
-        self.shape = {o: cp.NewBoolVar(f"shape[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp}]") for o in self.shapes}
-        cp.AddExactlyOne(self.shape.values())
+        self.shape = {o: cp.new_bool_var(f"shape[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp}]") for o in self.shapes}
+        cp.add_exactly_one(self.shape.values())
         # pp[S]: the replica has S stages.
-        self.pp = {S: cp.NewBoolVar(f"pp[{S}]") for S in space.stage_values}
-        cp.AddExactlyOne(self.pp.values())
-        self.stages = cp.NewIntVar(1, Smax, "stages")
-        cp.Add(self.stages == sum(S * lit for S, lit in self.pp.items()))
-        self.gpus_per_stage = cp.NewIntVar(1, N, "G")
-        cp.Add(self.gpus_per_stage == sum(o.gpus * lit for o, lit in self.shape.items()))
-        self.dp = cp.NewIntVar(1, N, "dp")
+        self.pp = {S: cp.new_bool_var(f"pp[{S}]") for S in space.stage_values}
+        cp.add_exactly_one(self.pp.values())
+        self.stages = cp.new_int_var(1, Smax, "stages")
+        cp.add(self.stages == sum(S * lit for S, lit in self.pp.items()))
+        self.gpus_per_stage = cp.new_int_var(1, N, "G")
+        cp.add(self.gpus_per_stage == sum(o.gpus * lit for o, lit in self.shape.items()))
+        self.dp = cp.new_int_var(1, N, "dp")
         # ep: tied to the shape by EP-001 alone, so a pinned ep the shapes cannot give is named.
-        self.ep = cp.NewIntVar(1, max(N, problem.pins.ep or 1), "ep")
-        self.gpus_per_replica = cp.NewIntVar(1, N * Smax, "S*G")
-        cp.AddMultiplicationEquality(self.gpus_per_replica, [self.stages, self.gpus_per_stage])
-        self.gpus_used = cp.NewIntVar(1, N * N * Smax, "GPUs")
-        cp.AddMultiplicationEquality(self.gpus_used, [self.dp, self.gpus_per_replica])
+        self.ep = cp.new_int_var(1, max(N, problem.pins.ep or 1), "ep")
+        self.gpus_per_replica = cp.new_int_var(1, N * Smax, "S*G")
+        cp.add_multiplication_equality(self.gpus_per_replica, [self.stages, self.gpus_per_stage])
+        self.gpus_used = cp.new_int_var(1, N * N * Smax, "GPUs")
+        cp.add_multiplication_equality(self.gpus_used, [self.dp, self.gpus_per_replica])
 
         self._post_batch_options()
         self._post_boundaries()
@@ -70,32 +70,32 @@ class Encoding:
         for o in self.shapes:
             lits = []
             for option in space.batch_options(o):
-                lit = cp.NewBoolVar(f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}]")
+                lit = cp.new_bool_var(f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}]")
                 self.pair[(o, option)] = lit
                 lits.append(lit)
-            cp.Add(sum(lits) == self.shape[o])
+            cp.add(sum(lits) == self.shape[o])
         if space.decides_batch:
             # q[v]: v sequences per attention group per microbatch, whatever the shape.
-            self.q = {v: cp.NewBoolVar(f"q[{v}]") for v in space.q_values}
-            cp.AddExactlyOne(self.q.values())
+            self.q = {v: cp.new_bool_var(f"q[{v}]") for v in space.q_values}
+            cp.add_exactly_one(self.q.values())
             for v, lit in self.q.items():
-                cp.Add(sum(p for (o, opt), p in self.pair.items() if opt.q == v) == lit)
+                cp.add(sum(p for (o, opt), p in self.pair.items() if opt.q == v) == lit)
             qmax = max(space.q_values)
-            self.q_value = cp.NewIntVar(1, qmax, "q")
-            cp.Add(self.q_value == sum(v * lit for v, lit in self.q.items()))
+            self.q_value = cp.new_int_var(1, qmax, "q")
+            cp.add(self.q_value == sum(v * lit for v, lit in self.q.items()))
             # Sequences a GPU holds (S microbatches of q per group), at most what the engine
             # schedules at once; the replica's batch is S x attn_dp x q.
-            self.seqs_per_gpu = cp.NewIntVar(1, qmax, "S*q")
-            cp.AddMultiplicationEquality(self.seqs_per_gpu, [self.stages, self.q_value])
-            self.micro = cp.NewIntVar(1, self.num_gpus * qmax, "micro")
-            cp.Add(self.micro == sum(opt.micro * p for (o, opt), p in self.pair.items()))
-            self.batch = cp.NewIntVar(1, self.num_gpus * qmax, "batch")
-            cp.AddMultiplicationEquality(self.batch, [self.stages, self.micro])
+            self.seqs_per_gpu = cp.new_int_var(1, qmax, "S*q")
+            cp.add_multiplication_equality(self.seqs_per_gpu, [self.stages, self.q_value])
+            self.micro = cp.new_int_var(1, self.num_gpus * qmax, "micro")
+            cp.add(self.micro == sum(opt.micro * p for (o, opt), p in self.pair.items()))
+            self.batch = cp.new_int_var(1, self.num_gpus * qmax, "batch")
+            cp.add_multiplication_equality(self.batch, [self.stages, self.micro])
         else:
             # The microbatch follows from the number of stages: ceil(b / min(S, b)).
             for (o, opt), p in self.pair.items():
                 fitting = [lit for S, lit in self.pp.items() if space.micro_for_stages(S) == opt.micro]
-                cp.AddBoolOr(fitting).OnlyEnforceIf(p) if fitting else cp.Add(p == 0)
+                cp.add_bool_or(fitting).only_enforce_if(p) if fitting else cp.add(p == 0)
             b = space.fixed_batch
             self.batch = b
             # ceil(b / attn_dp) sequences per GPU: a constant per shape.
@@ -105,22 +105,22 @@ class Encoding:
     def _post_boundaries(self) -> None:
         cp, L, Smax = self.cp, self.num_layers, self.max_stages
         # bound[s]: first layer of slot s; bound[Smax] = L. Slots at or past S hold no layer.
-        self.bound = [cp.NewIntVar(0, L, f"bound[{s}]") for s in range(Smax + 1)]
-        cp.Add(self.bound[0] == 0)
-        cp.Add(self.bound[Smax] == L)
+        self.bound = [cp.new_int_var(0, L, f"bound[{s}]") for s in range(Smax + 1)]
+        cp.add(self.bound[0] == 0)
+        cp.add(self.bound[Smax] == L)
         # active[s]: slot s is a real stage (s < S).
         self.active = [sum(lit for S, lit in self.pp.items() if S > s) for s in range(Smax)]
         self.is_last = [self.pp.get(s + 1) for s in range(Smax)]  # slot s is the last stage
-        self.layers = [cp.NewIntVar(0, L, f"layers[{s}]") for s in range(Smax)]
+        self.layers = [cp.new_int_var(0, L, f"layers[{s}]") for s in range(Smax)]
         for s in range(Smax):
-            cp.Add(self.layers[s] == self.bound[s + 1] - self.bound[s])
+            cp.add(self.layers[s] == self.bound[s + 1] - self.bound[s])
         # count[s][k]: layers of kind k in slot s, read from prefix tables.
         self.prefix_at = []
         for s in range(Smax + 1):
             row = {}
             for k in self.kinds:
-                var = cp.NewIntVar(0, L, f"prefix[{s},{k.label}]")
-                cp.AddElement(self.bound[s], self.tables.prefix[k], var)
+                var = cp.new_int_var(0, L, f"prefix[{s},{k.label}]")
+                cp.add_element(self.bound[s], self.tables.prefix[k], var)
                 row[k] = var
             self.prefix_at.append(row)
         self.count = [{k: self.prefix_at[s + 1][k] - self.prefix_at[s][k] for k in self.kinds} for s in range(Smax)]
@@ -144,12 +144,12 @@ class Encoding:
         self.send_decode, self.send_prefill = [], []
         for s in range(Smax - 1):
             for name, attr, out in (("send_decode", "send_decode", self.send_decode), ("send_prefill", "send_prefill", self.send_prefill)):
-                var = cp.NewIntVar(0, big, f"{name}[{s}]")
-                cp.Add(var == self._table_sum(lambda e, o, j, s=s, attr=attr: getattr(e, attr)[s])).OnlyEnforceIf(self.pp_at_least(s + 2))
-                cp.Add(var == 0).OnlyEnforceIf(self.pp_at_least(s + 2).Not())
+                var = cp.new_int_var(0, big, f"{name}[{s}]")
+                cp.add(var == self._table_sum(lambda e, o, j, s=s, attr=attr: getattr(e, attr)[s])).only_enforce_if(self.pp_at_least(s + 2))
+                cp.add(var == 0).only_enforce_if(~self.pp_at_least(s + 2))
                 out.append(var)
-        self.send_decode.append(cp.NewConstant(0))
-        self.send_prefill.append(cp.NewConstant(0))
+        self.send_decode.append(cp.new_constant(0))
+        self.send_prefill.append(cp.new_constant(0))
         L_k = {k: t.layers_of(k) for k in self.kinds}
         # Sums over all stages: independent of the boundaries.
         self.ttft = self._new(
@@ -158,46 +158,46 @@ class Encoding:
         self.decode_sum = self._new(
             "decode_sum", sum(L_k[k] * self.tau_decode[k] for k in self.kinds) + first_d + last_d + sum(self.send_decode)
         )
-        self.round = cp.NewIntVar(0, self.round_hi, "round")
-        cp.Add(self.round >= self.decode_sum)
+        self.round = cp.new_int_var(0, self.round_hi, "round")
+        cp.add(self.round >= self.decode_sum)
         if not self._needs_stage_times():
-            cp.Add(self.round == self.decode_sum)
+            cp.add(self.round == self.decode_sum)
             return
         # Per-stage times: layer counts times per-layer times, plus the ends.
         self.stage_decode, self.stage_prefill = [], []
-        slowest_decode = cp.NewIntVar(0, big, "slowest_decode")
-        self.slowest_prefill = cp.NewIntVar(0, big, "slowest_prefill")
+        slowest_decode = cp.new_int_var(0, big, "slowest_decode")
+        self.slowest_prefill = cp.new_int_var(0, big, "slowest_prefill")
         for s in range(Smax):
             d = self._stage_time(s, self.tau_decode, first_d, last_d, "decode")
             p = self._stage_time(s, self.tau_prefill, first_p, last_p, "prefill")
-            cp.Add(slowest_decode >= d + self.send_decode[s])
-            cp.Add(self.slowest_prefill >= p + self.send_prefill[s])
+            cp.add(slowest_decode >= d + self.send_decode[s])
+            cp.add(self.slowest_prefill >= p + self.send_prefill[s])
             self.stage_decode.append(d)
             self.stage_prefill.append(p)
         # round >= microbatches x slowest stage, microbatches = min(S, batch).
         b = self.batch
         micro_count = self.stages if self.space.decides_batch else sum(min(S, b) * lit for S, lit in self.pp.items())
         mu = self._new("microbatches", micro_count, hi=Smax)
-        busiest = cp.NewIntVar(0, self.round_hi, "mu*slowest")
-        cp.AddMultiplicationEquality(busiest, [mu, slowest_decode])
+        busiest = cp.new_int_var(0, self.round_hi, "mu*slowest")
+        cp.add_multiplication_equality(busiest, [mu, slowest_decode])
         # round = max(decode_sum, busiest): both are lower bounds, and no objective rewards a
         # longer round, so the optimum sits at the maximum.
-        cp.Add(self.round >= busiest)
+        cp.add(self.round >= busiest)
 
     def _stage_time(self, s: int, tau, first, last_expr, label: str):
         cp, big = self.cp, self.hi
         parts = []
         for k in self.kinds:
-            z = cp.NewIntVar(0, big, f"{label}[{s},{k.label}]")
-            cp.AddMultiplicationEquality(z, [self.prefix_at[s + 1][k] - self.prefix_at[s][k], tau[k]])
+            z = cp.new_int_var(0, big, f"{label}[{s},{k.label}]")
+            cp.add_multiplication_equality(z, [self.prefix_at[s + 1][k] - self.prefix_at[s][k], tau[k]])
             parts.append(z)
-        end = cp.NewIntVar(0, big, f"{label}_last[{s}]")
+        end = cp.new_int_var(0, big, f"{label}_last[{s}]")
         last_lit = self.is_last[s]
         if last_lit is not None:
-            cp.Add(end == last_expr).OnlyEnforceIf(last_lit)
-            cp.Add(end == 0).OnlyEnforceIf(last_lit.Not())
+            cp.add(end == last_expr).only_enforce_if(last_lit)
+            cp.add(end == 0).only_enforce_if(~last_lit)
         else:
-            cp.Add(end == 0)
+            cp.add(end == 0)
         return self._new(f"{label}_stage[{s}]", sum(parts) + (first if s == 0 else 0) + end)
 
     def _needs_stage_times(self) -> bool:
@@ -206,8 +206,8 @@ class Encoding:
         return self.space.decides_batch or self.space.fixed_batch > 1 or self.problem.objective.value == "throughput"
 
     def _new(self, name: str, expr, hi: int | None = None):
-        var = self.cp.NewIntVar(0, self.hi if hi is None else hi, name)
-        self.cp.Add(var == expr)
+        var = self.cp.new_int_var(0, self.hi if hi is None else hi, name)
+        self.cp.add(var == expr)
         return var
 
     # --- helpers the rules and objectives use -----------------------------------------------
@@ -215,8 +215,8 @@ class Encoding:
         """A literal: the replica has at least n stages."""
         key = ("pp_at_least", n)
         if key not in self._cache:
-            lit = self.cp.NewBoolVar(f"pp>={n}")
-            self.cp.Add(sum(l for S, l in self.pp.items() if S >= n) == lit)
+            lit = self.cp.new_bool_var(f"pp>={n}")
+            self.cp.add(sum(l for S, l in self.pp.items() if S >= n) == lit)
             self._cache[key] = lit
         return self._cache[key]
 
@@ -227,7 +227,7 @@ class Encoding:
     def forbid_shapes(self, predicate, enforce) -> None:
         """No shape satisfying ``predicate`` may be chosen while ``enforce`` holds."""
         for lit in self.shapes_where(predicate):
-            self.cp.AddImplication(enforce, lit.Not())
+            self.cp.add_implication(enforce, ~lit)
 
     def stage_memory(self, s: int, o: Shape):
         """Bytes on one GPU of slot s if the shape is o (a linear expression)."""
@@ -276,7 +276,7 @@ class Encoding:
         """Layers of kind k in slot s times the sequences each GPU holds (a product variable)."""
         key = ("held", s, k)
         if key not in self._cache:
-            var = self.cp.NewIntVar(0, self.num_layers * max(self.space.q_values), f"held[{s},{k.label}]")
-            self.cp.AddMultiplicationEquality(var, [self.count[s][k], self.seqs_per_gpu])
+            var = self.cp.new_int_var(0, self.num_layers * max(self.space.q_values), f"held[{s},{k.label}]")
+            self.cp.add_multiplication_equality(var, [self.count[s][k], self.seqs_per_gpu])
             self._cache[key] = var
         return self._cache[key]

@@ -105,10 +105,10 @@ def _best_of_pair(problem: Problem, deadline: Deadline) -> Layout | None:
         if out.tokens is None:
             return None
         final = terms.gain(cp, out.tokens, out.cycle) >= 0
-    step = cp.Clone()
-    step.Add(final)
+    step = cp.clone()
+    step.add(final)
     solver = parameters(deadline.remaining())
-    if solver.Solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if solver.solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return read_layout(enc, solver)
 

@@ -48,15 +48,15 @@ def explain(problem, tables=None) -> list[tuple[str, str]]:
     if direct:
         return direct
     enc, rules, literals = model.enc, model.rules, model.literals
-    index = {lit.Index(): i for i, lit in enumerate(literals)}
+    index = {lit.index: i for i, lit in enumerate(literals)}
 
     def infeasible(subset: list[int]) -> bool | None:
-        enc.cp.ClearAssumptions()
-        enc.cp.AddAssumptions([literals[i] for i in subset])
+        enc.cp.clear_assumptions()
+        enc.cp.add_assumptions([literals[i] for i in subset])
         solver = parameters(30.0, presolve=False)
-        status = solver.Solve(enc.cp)
+        status = solver.solve(enc.cp)
         if status == cp_model.INFEASIBLE:
-            core = solver.SufficientAssumptionsForInfeasibility()
+            core = solver.sufficient_assumptions_for_infeasibility()
             unknown = [c for c in core if c not in index]
             if unknown:  # OR-Tools #5141: a literal that is not an assumption means a bug here
                 raise ShardplanError(f"infeasibility core holds non-assumption literals {unknown}")

@@ -64,7 +64,7 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
     rules = rules_for(problem)
     literals = []
     for rule in rules:
-        lit = enc.cp.NewBoolVar(f"rule[{rule.id}]")
+        lit = enc.cp.new_bool_var(f"rule[{rule.id}]")
         rule.post(enc, lit)
         literals.append(lit)
     return Model(enc, rules, literals)
@@ -73,7 +73,7 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
 def enforce_all(model: Model) -> None:
     """Turn every rule on for optimisation (explanations build their own copy with assumptions)."""
     for lit in model.literals:
-        model.enc.cp.Add(lit == 1)
+        model.enc.cp.add(lit == 1)
 
 
 def parameters(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
@@ -110,36 +110,36 @@ def throughput_terms(enc: Encoding):
     cp, hi = enc.cp, enc.hi
     osl = enc.problem.workload.osl
     fixed = isinstance(enc.batch, int)
-    batch = cp.NewConstant(enc.batch) if fixed else enc.batch
+    batch = cp.new_constant(enc.batch) if fixed else enc.batch
     # dp x S x attn_dp <= N GPUs and S x q <= the engine's batch limit, so the cluster holds at
     # most N x q_max sequences (N x b for a fixed batch b).
     tokens_hi = enc.num_gpus * (enc.batch if fixed else max(enc.space.q_values))
     batch_hi = enc.batch if fixed else enc.num_gpus * max(enc.space.q_values)
-    tokens = cp.NewIntVar(1, tokens_hi, "tokens")
-    cp.AddMultiplicationEquality(tokens, [enc.dp, batch])
+    tokens = cp.new_int_var(1, tokens_hi, "tokens")
+    cp.add_multiplication_equality(tokens, [enc.dp, batch])
     chunks = [enc.tables.time[key].chunk for key in enc.pair]
-    chunk_osl = cp.NewIntVar(osl * min(chunks), osl * max(chunks), "osl*chunk")
-    cp.Add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
+    chunk_osl = cp.new_int_var(osl * min(chunks), osl * max(chunks), "osl*chunk")
+    cp.add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
     share_hi = batch_hi * hi // (osl * min(chunks)) + 1
-    share = cp.NewIntVar(0, share_hi, "prefill_share")
-    lhs = cp.NewIntVar(0, osl * max(chunks) * share_hi, "osl*chunk*share")
-    cp.AddMultiplicationEquality(lhs, [chunk_osl, share])
-    rhs = cp.NewIntVar(0, batch_hi * hi, "batch*slowest_prefill")
-    cp.AddMultiplicationEquality(rhs, [batch, enc.slowest_prefill])
-    cp.Add(lhs >= rhs)
-    cp.Add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
+    share = cp.new_int_var(0, share_hi, "prefill_share")
+    lhs = cp.new_int_var(0, osl * max(chunks) * share_hi, "osl*chunk*share")
+    cp.add_multiplication_equality(lhs, [chunk_osl, share])
+    rhs = cp.new_int_var(0, batch_hi * hi, "batch*slowest_prefill")
+    cp.add_multiplication_equality(rhs, [batch, enc.slowest_prefill])
+    cp.add(lhs >= rhs)
+    cp.add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
     if not fixed:
         # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant
         # per (shape, batch option) pair; and the slowest prefill stage takes at least 1/S of all
         # prefill work while batch = S x micro, so the prefill share is at least micro x (all
         # prefill layers) / (OSL x chunk).
-        cp.Add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
-        cp.Add(share >= sum(
+        cp.add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
+        cp.add(share >= sum(
             lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
             for key, lit in enc.pair.items()
         ))
-    cycle = cp.NewIntVar(1, enc.round_hi + share_hi, "cycle")
-    cp.Add(cycle == enc.round + share)
+    cycle = cp.new_int_var(1, enc.round_hi + share_hi, "cycle")
+    cp.add(cycle == enc.round + share)
     return Ratio(tokens, cycle, tokens_hi)
 
 
@@ -159,8 +159,8 @@ class Ratio:
         if a == 0:
             return self.tokens
         hi = c * self.tokens_hi // a + 1
-        bounded = cp.NewIntVar(0, hi, "cycle_bounded")
-        cp.Add(bounded == self.cycle)
+        bounded = cp.new_int_var(0, hi, "cycle_bounded")
+        cp.add(bounded == self.cycle)
         return c * self.tokens - a * bounded
 
 
@@ -175,19 +175,19 @@ def _improve(cp: cp_model.CpModel, better, objective, deadline: Deadline, minimi
     ``objective`` as the step's budget allows — ``proven`` when the step itself proved that plan
     optimal — or None when CP-SAT proves no such plan exists. Raises SolverLimitError when time
     runs out undecided."""
-    step = cp.Clone()
+    step = cp.clone()
     for constraint in better:
-        step.Add(constraint)
+        step.add(constraint)
     if objective is not None:
-        step.Minimize(objective) if minimise else step.Maximize(objective)
+        step.minimize(objective) if minimise else step.maximize(objective)
     solver = parameters(deadline.step())
-    status = solver.Solve(step)
+    status = solver.solve(step)
     proven = objective is not None and status == cp_model.OPTIMAL
     if status == cp_model.UNKNOWN:
         # Nothing better within the step's budget: settle the question without an objective.
-        step.ClearObjective()
+        step.clear_objective()
         solver = parameters(deadline.remaining())
-        status = solver.Solve(step)
+        status = solver.solve(step)
     if status == cp_model.INFEASIBLE:
         return None
     if status == cp_model.UNKNOWN:
@@ -209,7 +209,7 @@ def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, be
         if solver is None:
             break
         solver, optimal = solver
-        best = solver.Value(e2e)
+        best = solver.value(e2e)
         if optimal:
             break  # the step proved it
     return Outcome(proven=proven, e2e=best)
@@ -218,7 +218,7 @@ def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, be
 def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: Deadline, a: int, c: int) -> Outcome:
     found, proven = a > 0, True
     while True:
-        step = cp.Clone()
+        step = cp.clone()
         gain = terms.gain(step, a, c)
         try:
             solver = _improve(step, [gain >= 1], gain, deadline, minimise=False)
@@ -230,7 +230,7 @@ def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: De
         if solver is None:
             break
         solver = solver[0]
-        a, c, found = solver.Value(terms.tokens), solver.Value(terms.cycle), True
+        a, c, found = solver.value(terms.tokens), solver.value(terms.cycle), True
     return Outcome(proven=proven, tokens=a if found else None, cycle=c)
 
 
@@ -246,19 +246,19 @@ def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
         out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
         if out.e2e is None:
             _raise_infeasible(problem, enc.tables)
-        cp.Add(e2e_expr(enc) == out.e2e)
+        cp.add(e2e_expr(enc) == out.e2e)
         value = out.e2e
     else:
         terms = throughput_terms(enc)
         if problem.pins.dp is None:
             # Dominance: replicas multiply throughput and change nothing else, so an optimum
             # runs as many as fit; another one must not fit. Cuts the dp dimension away.
-            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
         a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
         if out.tokens is None:
             _raise_infeasible(problem, enc.tables)
-        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
+        cp.add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
         value = round(out.tokens * 1e9 / out.cycle)
     layout = tie_break(enc, cp, deadline)
     return decode(problem, layout, "optimal" if out.proven else "feasible", value, time.perf_counter() - started)
@@ -274,26 +274,26 @@ def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout
     """Among plans as good as the optimum: fewest GPUs, then fewest stages, then smallest shape."""
     ranks = {o: i for i, o in enumerate(enc.shapes)}
     n = len(enc.shapes)
-    step = cp.Clone()
-    step.Minimize(
+    step = cp.clone()
+    step.minimize(
         enc.gpus_used * (enc.max_stages + 1) * n
         + enc.stages * n
         + sum(ranks[o] * lit for o, lit in enc.shape.items())
     )
     solver = parameters(deadline.remaining())
-    status = solver.Solve(step)
+    status = solver.solve(step)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverLimitError(f"tie-breaking ended with status {solver.StatusName(status)}")
+        raise SolverLimitError(f"tie-breaking ended with status {solver.status_name(status)}")
     return read_layout(enc, solver)
 
 
 def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:
-    shape = next(o for o, lit in enc.shape.items() if solver.Value(lit))
-    stages = solver.Value(enc.stages)
-    bounds = [solver.Value(enc.bound[s]) for s in range(stages)] + [enc.num_layers]
-    batch = enc.batch if isinstance(enc.batch, int) else solver.Value(enc.batch)
+    shape = next(o for o, lit in enc.shape.items() if solver.value(lit))
+    stages = solver.value(enc.stages)
+    bounds = [solver.value(enc.bound[s]) for s in range(stages)] + [enc.num_layers]
+    batch = enc.batch if isinstance(enc.batch, int) else solver.value(enc.batch)
     return Layout(
-        dp=solver.Value(enc.dp),
+        dp=solver.value(enc.dp),
         tp=shape.tp,
         sp=shape.sp,
         attn_dp=shape.attn_dp,

@@ -268,7 +268,7 @@ def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
     enforce_all(model)
     shape = Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp)
     if shape in enc.shape and lay.pp in enc.pp:
-        cp.AddBoolOr([enc.shape[shape].Not(), enc.pp[lay.pp].Not()])
+        cp.add_bool_or([~enc.shape[shape], ~enc.pp[lay.pp]])
 
     class Without(Oracle):
         def stage_counts(self, o):
@@ -281,17 +281,17 @@ def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
         out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
         if out.e2e is None:
             return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
-        cp.Add(e2e_expr(enc) == out.e2e)
+        cp.add(e2e_expr(enc) == out.e2e)
         value = out.e2e
     else:
         terms = throughput_terms(enc)
         if problem.pins.dp is None:  # as solve: an optimum runs as many replicas as fit
-            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
         a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
         if out.tokens is None:
             return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
-        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)
+        cp.add(terms.gain(cp, out.tokens, out.cycle) >= 0)
         value = round(out.tokens * 1e9 / out.cycle)
     layout = tie_break(enc, cp, deadline)
     elapsed = time.perf_counter() - started
