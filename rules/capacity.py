@@ -28,11 +28,11 @@ class MemoryFits(Rule):
         for s in range(enc.max_stages):
             exists = enc.pp_at_least(s + 1)
             for o, lit in enc.shape.items():
-                enc.cp.Add(enc.stage_memory(s, o) <= limit).OnlyEnforceIf([enforce, lit, exists])
+                enc.cp.add(enc.stage_memory(s, o) <= limit).only_enforce_if([enforce, lit, exists])
         # Implied by the above, stated over all stages at once so the LP relaxation sees it:
         # the whole replica's memory fits in S x the limit.
         for o, lit in enc.shape.items():
-            enc.cp.Add(enc.replica_memory_lower_bound(o) <= limit * enc.stages).OnlyEnforceIf([enforce, lit])
+            enc.cp.add(enc.replica_memory_lower_bound(o) <= limit * enc.stages).only_enforce_if([enforce, lit])
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         out = []
@@ -67,7 +67,7 @@ class TtftLimit(Rule):
         return problem.workload.ttft_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
-        enc.cp.Add(enc.ttft <= round(enc.problem.workload.ttft_ms * 1e6)).OnlyEnforceIf(enforce)
+        enc.cp.add(enc.ttft <= round(enc.problem.workload.ttft_ms * 1e6)).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.ttft_ms
@@ -92,7 +92,7 @@ class TpotLimit(Rule):
         return problem.workload.tpot_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
-        enc.cp.Add(enc.round <= round(enc.problem.workload.tpot_ms * 1e6)).OnlyEnforceIf(enforce)
+        enc.cp.add(enc.round <= round(enc.problem.workload.tpot_ms * 1e6)).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.tpot_ms

@@ -137,7 +137,7 @@ class ExpertParallelWidth(Rule):
 
     def post(self, enc: Any, enforce: Any) -> None:
         for o, lit in enc.shape.items():
-            enc.cp.Add(enc.ep == self.ep_of(enc.problem, o)).OnlyEnforceIf([enforce, lit])
+            enc.cp.add(enc.ep == self.ep_of(enc.problem, o)).only_enforce_if([enforce, lit])
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         lay, problem = plan.layout, plan.problem

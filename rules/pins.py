@@ -26,16 +26,16 @@ class Pin(Rule):
         if self.field in _SHAPE_FIELDS:
             enc.forbid_shapes(lambda o: getattr(o, self.field) != v, enforce)
         elif self.field == "pp":
-            cp.Add(enc.stages == v).OnlyEnforceIf(enforce)
+            cp.add(enc.stages == v).only_enforce_if(enforce)
         elif self.field == "dp":
-            cp.Add(enc.dp == v).OnlyEnforceIf(enforce)
+            cp.add(enc.dp == v).only_enforce_if(enforce)
         elif self.field == "ep":
-            cp.Add(enc.ep == v).OnlyEnforceIf(enforce)
+            cp.add(enc.ep == v).only_enforce_if(enforce)
         elif self.field == "stages":
-            cp.Add(enc.stages == len(v)).OnlyEnforceIf(enforce)
+            cp.add(enc.stages == len(v)).only_enforce_if(enforce)
             for s, (start, _end) in enumerate(v):
-                cp.Add(enc.bound[s] == start).OnlyEnforceIf(enforce)
-            cp.Add(enc.bound[len(v)] == v[-1][1]).OnlyEnforceIf(enforce)
+                cp.add(enc.bound[s] == start).only_enforce_if(enforce)
+            cp.add(enc.bound[len(v)] == v[-1][1]).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         lay = plan.layout

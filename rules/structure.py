@@ -18,7 +18,7 @@ class GpuCount(Rule):
     example_good = "dp=1 pp=1 tp=8 on 8xH100"
 
     def post(self, enc: Any, enforce: Any) -> None:
-        enc.cp.Add(enc.gpus_used <= enc.num_gpus).OnlyEnforceIf(enforce)
+        enc.cp.add(enc.gpus_used <= enc.num_gpus).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         used, have = plan.layout.num_gpus, plan.problem.cluster.num_gpus
@@ -42,8 +42,8 @@ class StagesContiguous(Rule):
     def post(self, enc: Any, enforce: Any) -> None:
         for s in range(enc.max_stages):
             exists = enc.pp_at_least(s + 1)
-            enc.cp.Add(enc.layers[s] >= 1).OnlyEnforceIf([enforce, exists])
-            enc.cp.Add(enc.layers[s] == 0).OnlyEnforceIf([enforce, exists.Not()])
+            enc.cp.add(enc.layers[s] >= 1).only_enforce_if([enforce, exists])
+            enc.cp.add(enc.layers[s] == 0).only_enforce_if([enforce, ~exists])
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         stages, n = plan.layout.stages, plan.problem.model.num_layers

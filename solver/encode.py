@@ -11,16 +11,35 @@ What is decided:
 Costs enter as the integer tables of ``tables.py``. The sum over stages of any per-layer cost
 does not depend on where the boundaries fall, so TTFT and the decode sum are linear; per-stage
 times (needed for pipelined rounds) multiply a layer count by a shape-dependent per-layer time,
-one ``AddMultiplicationEquality`` per slot and layer kind. No rule lives here: rules post their
-constraints through the helpers at the bottom.
+one ``add_multiplication_equality`` per slot and layer kind. No rule lives here: rules post their
+constraints through the helpers at the bottom of ``Encoding``. ``build_model`` posts every rule in
+force under its own enforcement literal, and ``new_solver`` is the one solver configuration every
+search on an encoding uses; the searches themselves are ``optimise.py`` and ``explain.py``.
 """
 
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from shardplan.solver.space import BatchOption, Shape
-from shardplan.solver.tables import Tables
+from ortools.sat.python import cp_model
+from ortools.sat.python.cp_model import IntVar, LinearExpr, LiteralT
+
+from shardplan.models.errors import SpecError
+from shardplan.rules.base import Rule
+from shardplan.rules.catalog import SWITCHES, rules_for, unknown_switches
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.cost.operators import LayerKind
+from shardplan.solver.space import BatchOption, SearchSpace, Shape
+from shardplan.solver.tables import Tables, TimeEntry, build_tables
+
+SEED = 20261122  # one worker and a fixed seed keep every search reproducible
+
+PairKey = tuple[Shape, BatchOption]
+# A linear expression over the encoding's variables, or a constant (an empty sum is 0). Narrower than
+# ortools' Expr, whose numpy integers the stubs cannot add to an expression.
+Expr = LinearExpr | int
 
 
 class Encoding:
@@ -33,7 +52,10 @@ class Encoding:
         self.num_gpus = N = space.num_gpus
         self.max_stages = Smax = space.max_stages
         self.kinds = tables.kinds
-        self._cache: dict = {}  # helper variables created on first use, keyed by what they stand for
+        # Helper variables created on first use, keyed by what they stand for.
+        self._pp_at_least: dict[int, IntVar] = {}
+        self._held_vars: dict[tuple[int, LayerKind], IntVar] = {}
+        self._chunk_activation: IntVar | None = None
         # Stage times live in [0, hi], rounds and sums in [0, round_hi]: sized from the tables,
         # so products and objectives stay in 64 bits.
         self.hi = tables.time_bound_ns()
@@ -41,22 +63,24 @@ class Encoding:
 
         # shape[o]: stage shape o is chosen.
         self.shapes = space.shapes
-        self.shape = {o: cp.NewBoolVar(f"shape[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp}]") for o in self.shapes}
-        cp.AddExactlyOne(self.shape.values())
+        self.shape: dict[Shape, IntVar] = {
+            o: cp.new_bool_var(f"shape[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp}]") for o in self.shapes
+        }
+        cp.add_exactly_one(self.shape.values())
         # pp[S]: the replica has S stages.
-        self.pp = {S: cp.NewBoolVar(f"pp[{S}]") for S in space.stage_values}
-        cp.AddExactlyOne(self.pp.values())
-        self.stages = cp.NewIntVar(1, Smax, "stages")
-        cp.Add(self.stages == sum(S * lit for S, lit in self.pp.items()))
-        self.gpus_per_stage = cp.NewIntVar(1, N, "G")
-        cp.Add(self.gpus_per_stage == sum(o.gpus * lit for o, lit in self.shape.items()))
-        self.dp = cp.NewIntVar(1, N, "dp")
+        self.pp: dict[int, IntVar] = {S: cp.new_bool_var(f"pp[{S}]") for S in space.stage_values}
+        cp.add_exactly_one(self.pp.values())
+        self.stages = cp.new_int_var(1, Smax, "stages")
+        cp.add(self.stages == sum(S * lit for S, lit in self.pp.items()))
+        self.gpus_per_stage = cp.new_int_var(1, N, "G")
+        cp.add(self.gpus_per_stage == sum(o.gpus * lit for o, lit in self.shape.items()))
+        self.dp = cp.new_int_var(1, N, "dp")
         # ep: tied to the shape by EP-001 alone, so a pinned ep the shapes cannot give is named.
-        self.ep = cp.NewIntVar(1, max(N, problem.pins.ep or 1), "ep")
-        self.gpus_per_replica = cp.NewIntVar(1, N * Smax, "S*G")
-        cp.AddMultiplicationEquality(self.gpus_per_replica, [self.stages, self.gpus_per_stage])
-        self.gpus_used = cp.NewIntVar(1, N * N * Smax, "GPUs")
-        cp.AddMultiplicationEquality(self.gpus_used, [self.dp, self.gpus_per_replica])
+        self.ep = cp.new_int_var(1, max(N, problem.pins.ep or 1), "ep")
+        self.gpus_per_replica = cp.new_int_var(1, N * Smax, "S*G")
+        cp.add_multiplication_equality(self.gpus_per_replica, [self.stages, self.gpus_per_stage])
+        self.gpus_used = cp.new_int_var(1, N * N * Smax, "GPUs")
+        cp.add_multiplication_equality(self.gpus_used, [self.dp, self.gpus_per_replica])
 
         self._post_batch_options()
         self._post_boundaries()
@@ -66,38 +90,39 @@ class Encoding:
     def _post_batch_options(self) -> None:
         cp, space = self.cp, self.space
         # pair[(o, j)]: shape o with batch option j.
-        self.pair: dict[tuple[Shape, BatchOption], cp_model.IntVar] = {}
+        self.pair: dict[PairKey, IntVar] = {}
+        self.batch: int | IntVar  # a variable when the search decides the batch
+        self.seqs_per_gpu: IntVar | None  # likewise; a fixed batch gives a constant per shape
         for o in self.shapes:
-            lits = []
+            lits: list[IntVar] = []
             for option in space.batch_options(o):
-                lit = cp.NewBoolVar(f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}]")
+                lit = cp.new_bool_var(f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}]")
                 self.pair[(o, option)] = lit
                 lits.append(lit)
-            cp.Add(sum(lits) == self.shape[o])
+            cp.add(sum(lits) == self.shape[o])
         if space.decides_batch:
             # q[v]: v sequences per attention group per microbatch, whatever the shape.
-            self.q = {v: cp.NewBoolVar(f"q[{v}]") for v in space.q_values}
-            cp.AddExactlyOne(self.q.values())
+            self.q: dict[int, IntVar] = {v: cp.new_bool_var(f"q[{v}]") for v in space.q_values}
+            cp.add_exactly_one(self.q.values())
             for v, lit in self.q.items():
-                cp.Add(sum(p for (o, opt), p in self.pair.items() if opt.q == v) == lit)
+                cp.add(sum(p for (o, opt), p in self.pair.items() if opt.q == v) == lit)
             qmax = max(space.q_values)
-            self.q_value = cp.NewIntVar(1, qmax, "q")
-            cp.Add(self.q_value == sum(v * lit for v, lit in self.q.items()))
+            self.q_value = cp.new_int_var(1, qmax, "q")
+            cp.add(self.q_value == sum(v * lit for v, lit in self.q.items()))
             # Sequences a GPU holds (S microbatches of q per group), at most what the engine
             # schedules at once; the replica's batch is S x attn_dp x q.
-            self.seqs_per_gpu = cp.NewIntVar(1, qmax, "S*q")
-            cp.AddMultiplicationEquality(self.seqs_per_gpu, [self.stages, self.q_value])
-            self.micro = cp.NewIntVar(1, self.num_gpus * qmax, "micro")
-            cp.Add(self.micro == sum(opt.micro * p for (o, opt), p in self.pair.items()))
-            self.batch = cp.NewIntVar(1, self.num_gpus * qmax, "batch")
-            cp.AddMultiplicationEquality(self.batch, [self.stages, self.micro])
+            self.seqs_per_gpu = cp.new_int_var(1, qmax, "S*q")
+            cp.add_multiplication_equality(self.seqs_per_gpu, [self.stages, self.q_value])
+            self.micro = cp.new_int_var(1, self.num_gpus * qmax, "micro")
+            cp.add(self.micro == sum(opt.micro * p for (o, opt), p in self.pair.items()))
+            self.batch = cp.new_int_var(1, self.num_gpus * qmax, "batch")
+            cp.add_multiplication_equality(self.batch, [self.stages, self.micro])
         else:
             # The microbatch follows from the number of stages: ceil(b / min(S, b)).
-            for (o, opt), p in self.pair.items():
+            for (_shape, opt), p in self.pair.items():
                 fitting = [lit for S, lit in self.pp.items() if space.micro_for_stages(S) == opt.micro]
-                cp.AddBoolOr(fitting).OnlyEnforceIf(p) if fitting else cp.Add(p == 0)
-            b = space.fixed_batch
-            self.batch = b
+                cp.add_bool_or(fitting).only_enforce_if(p) if fitting else cp.add(p == 0)
+            self.batch = space.fixed_batch
             # ceil(b / attn_dp) sequences per GPU: a constant per shape.
             self.seqs_per_gpu = None
 
@@ -105,99 +130,120 @@ class Encoding:
     def _post_boundaries(self) -> None:
         cp, L, Smax = self.cp, self.num_layers, self.max_stages
         # bound[s]: first layer of slot s; bound[Smax] = L. Slots at or past S hold no layer.
-        self.bound = [cp.NewIntVar(0, L, f"bound[{s}]") for s in range(Smax + 1)]
-        cp.Add(self.bound[0] == 0)
-        cp.Add(self.bound[Smax] == L)
+        self.bound = [cp.new_int_var(0, L, f"bound[{s}]") for s in range(Smax + 1)]
+        cp.add(self.bound[0] == 0)
+        cp.add(self.bound[Smax] == L)
         # active[s]: slot s is a real stage (s < S).
-        self.active = [sum(lit for S, lit in self.pp.items() if S > s) for s in range(Smax)]
-        self.is_last = [self.pp.get(s + 1) for s in range(Smax)]  # slot s is the last stage
-        self.layers = [cp.NewIntVar(0, L, f"layers[{s}]") for s in range(Smax)]
+        self.active: list[Expr] = [sum(lit for S, lit in self.pp.items() if S > s) for s in range(Smax)]
+        self.is_last: list[IntVar | None] = [self.pp.get(s + 1) for s in range(Smax)]  # slot s is the last stage
+        self.layers = [cp.new_int_var(0, L, f"layers[{s}]") for s in range(Smax)]
         for s in range(Smax):
-            cp.Add(self.layers[s] == self.bound[s + 1] - self.bound[s])
+            cp.add(self.layers[s] == self.bound[s + 1] - self.bound[s])
         # count[s][k]: layers of kind k in slot s, read from prefix tables.
-        self.prefix_at = []
+        self.prefix_at: list[dict[LayerKind, IntVar]] = []
         for s in range(Smax + 1):
-            row = {}
+            row: dict[LayerKind, IntVar] = {}
             for k in self.kinds:
-                var = cp.NewIntVar(0, L, f"prefix[{s},{k.label}]")
-                cp.AddElement(self.bound[s], self.tables.prefix[k], var)
+                var = cp.new_int_var(0, L, f"prefix[{s},{k.label}]")
+                cp.add_element(self.bound[s], self.tables.prefix[k], var)
                 row[k] = var
             self.prefix_at.append(row)
-        self.count = [{k: self.prefix_at[s + 1][k] - self.prefix_at[s][k] for k in self.kinds} for s in range(Smax)]
+        self.count: list[dict[LayerKind, Expr]] = [
+            {k: self.prefix_at[s + 1][k] - self.prefix_at[s][k] for k in self.kinds} for s in range(Smax)
+        ]
 
     # --- costs -------------------------------------------------------------------------------
-    def _table_sum(self, value) -> cp_model.LinearExpr:
-        """sum over (shape, option) pairs of pair * value(entry, shape, option)."""
-        return sum(value(self.tables.time[key], key[0], key[1]) * lit for key, lit in self.pair.items())
+    def _pair_sum(self, coefficient: dict[PairKey, int]) -> Expr:
+        """sum over (shape, option) pairs of pair * coefficient[pair]: the chosen pair's number."""
+        return sum(coefficient[key] * lit for key, lit in self.pair.items())
+
+    def _table_sum(self, value: Callable[[TimeEntry], int]) -> Expr:
+        """The chosen pair's ``value(time entry)``."""
+        return self._pair_sum({key: value(entry) for key, entry in self.tables.time.items()})
 
     def _post_costs(self) -> None:
         cp, t, Smax = self.cp, self.tables, self.max_stages
         big = self.hi
         # Per-layer times of each kind, for the chosen shape and microbatch.
-        self.tau_decode = {k: self._new(f"tau_decode[{k.label}]", self._table_sum(lambda e, o, j, k=k: e.decode[k])) for k in self.kinds}
-        self.tau_prefill = {k: self._new(f"tau_prefill[{k.label}]", self._table_sum(lambda e, o, j, k=k: e.prefill[k])) for k in self.kinds}
-        first_d = self._table_sum(lambda e, o, j: e.first_decode)
-        first_p = self._table_sum(lambda e, o, j: e.first_prefill)
-        last_d = self._new("last_decode", self._table_sum(lambda e, o, j: e.last_decode))
-        last_p = self._new("last_prefill", self._table_sum(lambda e, o, j: e.last_prefill))
+        self.tau_decode = {
+            k: self._new(f"tau_decode[{k.label}]", self._pair_sum({key: e.decode[k] for key, e in t.time.items()}))
+            for k in self.kinds
+        }
+        self.tau_prefill = {
+            k: self._new(f"tau_prefill[{k.label}]", self._pair_sum({key: e.prefill[k] for key, e in t.time.items()}))
+            for k in self.kinds
+        }
+        first_d = self._table_sum(lambda e: e.first_decode)
+        first_p = self._table_sum(lambda e: e.first_prefill)
+        last_d = self._new("last_decode", self._table_sum(lambda e: e.last_decode))
+        last_p = self._new("last_prefill", self._table_sum(lambda e: e.last_prefill))
         # send[s]: activations from slot s to s+1, paid only if slot s+1 is a stage.
-        self.send_decode, self.send_prefill = [], []
+        self.send_decode: list[IntVar] = []
+        self.send_prefill: list[IntVar] = []
         for s in range(Smax - 1):
-            for name, attr, out in (("send_decode", "send_decode", self.send_decode), ("send_prefill", "send_prefill", self.send_prefill)):
-                var = cp.NewIntVar(0, big, f"{name}[{s}]")
-                cp.Add(var == self._table_sum(lambda e, o, j, s=s, attr=attr: getattr(e, attr)[s])).OnlyEnforceIf(self.pp_at_least(s + 2))
-                cp.Add(var == 0).OnlyEnforceIf(self.pp_at_least(s + 2).Not())
+            sends = {
+                "send_decode": (self.send_decode, {key: e.send_decode[s] for key, e in t.time.items()}),
+                "send_prefill": (self.send_prefill, {key: e.send_prefill[s] for key, e in t.time.items()}),
+            }
+            for name, (out, send_ns) in sends.items():
+                var = cp.new_int_var(0, big, f"{name}[{s}]")
+                cp.add(var == self._pair_sum(send_ns)).only_enforce_if(self.pp_at_least(s + 2))
+                cp.add(var == 0).only_enforce_if(~self.pp_at_least(s + 2))
                 out.append(var)
-        self.send_decode.append(cp.NewConstant(0))
-        self.send_prefill.append(cp.NewConstant(0))
+        self.send_decode.append(cp.new_constant(0))
+        self.send_prefill.append(cp.new_constant(0))
         L_k = {k: t.layers_of(k) for k in self.kinds}
         # Sums over all stages: independent of the boundaries.
         self.ttft = self._new(
             "ttft", sum(L_k[k] * self.tau_prefill[k] for k in self.kinds) + first_p + last_p + sum(self.send_prefill)
         )
         self.decode_sum = self._new(
-            "decode_sum", sum(L_k[k] * self.tau_decode[k] for k in self.kinds) + first_d + last_d + sum(self.send_decode)
+            "decode_sum",
+            sum(L_k[k] * self.tau_decode[k] for k in self.kinds) + first_d + last_d + sum(self.send_decode),
         )
-        self.round = cp.NewIntVar(0, self.round_hi, "round")
-        cp.Add(self.round >= self.decode_sum)
+        self.round = cp.new_int_var(0, self.round_hi, "round")
+        cp.add(self.round >= self.decode_sum)
         if not self._needs_stage_times():
-            cp.Add(self.round == self.decode_sum)
+            cp.add(self.round == self.decode_sum)
             return
         # Per-stage times: layer counts times per-layer times, plus the ends.
-        self.stage_decode, self.stage_prefill = [], []
-        slowest_decode = cp.NewIntVar(0, big, "slowest_decode")
-        self.slowest_prefill = cp.NewIntVar(0, big, "slowest_prefill")
+        self.stage_decode: list[IntVar] = []
+        self.stage_prefill: list[IntVar] = []
+        slowest_decode = cp.new_int_var(0, big, "slowest_decode")
+        self.slowest_prefill = cp.new_int_var(0, big, "slowest_prefill")
         for s in range(Smax):
             d = self._stage_time(s, self.tau_decode, first_d, last_d, "decode")
             p = self._stage_time(s, self.tau_prefill, first_p, last_p, "prefill")
-            cp.Add(slowest_decode >= d + self.send_decode[s])
-            cp.Add(self.slowest_prefill >= p + self.send_prefill[s])
+            cp.add(slowest_decode >= d + self.send_decode[s])
+            cp.add(self.slowest_prefill >= p + self.send_prefill[s])
             self.stage_decode.append(d)
             self.stage_prefill.append(p)
         # round >= microbatches x slowest stage, microbatches = min(S, batch).
-        b = self.batch
+        b = self.space.fixed_batch
         micro_count = self.stages if self.space.decides_batch else sum(min(S, b) * lit for S, lit in self.pp.items())
         mu = self._new("microbatches", micro_count, hi=Smax)
-        busiest = cp.NewIntVar(0, self.round_hi, "mu*slowest")
-        cp.AddMultiplicationEquality(busiest, [mu, slowest_decode])
+        busiest = cp.new_int_var(0, self.round_hi, "mu*slowest")
+        cp.add_multiplication_equality(busiest, [mu, slowest_decode])
         # round = max(decode_sum, busiest): both are lower bounds, and no objective rewards a
         # longer round, so the optimum sits at the maximum.
-        cp.Add(self.round >= busiest)
+        cp.add(self.round >= busiest)
 
-    def _stage_time(self, s: int, tau, first, last_expr, label: str):
+    def _stage_time(
+        self, s: int, tau: dict[LayerKind, IntVar], first: Expr, last_expr: Expr, label: str
+    ) -> IntVar:
         cp, big = self.cp, self.hi
-        parts = []
+        parts: list[IntVar] = []
         for k in self.kinds:
-            z = cp.NewIntVar(0, big, f"{label}[{s},{k.label}]")
-            cp.AddMultiplicationEquality(z, [self.prefix_at[s + 1][k] - self.prefix_at[s][k], tau[k]])
+            z = cp.new_int_var(0, big, f"{label}[{s},{k.label}]")
+            cp.add_multiplication_equality(z, [self.prefix_at[s + 1][k] - self.prefix_at[s][k], tau[k]])
             parts.append(z)
-        end = cp.NewIntVar(0, big, f"{label}_last[{s}]")
+        end = cp.new_int_var(0, big, f"{label}_last[{s}]")
         last_lit = self.is_last[s]
         if last_lit is not None:
-            cp.Add(end == last_expr).OnlyEnforceIf(last_lit)
-            cp.Add(end == 0).OnlyEnforceIf(last_lit.Not())
+            cp.add(end == last_expr).only_enforce_if(last_lit)
+            cp.add(end == 0).only_enforce_if(~last_lit)
         else:
-            cp.Add(end == 0)
+            cp.add(end == 0)
         return self._new(f"{label}_stage[{s}]", sum(parts) + (first if s == 0 else 0) + end)
 
     def _needs_stage_times(self) -> bool:
@@ -205,35 +251,34 @@ class Encoding:
         or when the throughput objective prices the slowest prefill stage."""
         return self.space.decides_batch or self.space.fixed_batch > 1 or self.problem.objective.value == "throughput"
 
-    def _new(self, name: str, expr, hi: int | None = None):
-        var = self.cp.NewIntVar(0, self.hi if hi is None else hi, name)
-        self.cp.Add(var == expr)
+    def _new(self, name: str, expr: Expr, hi: int | None = None) -> IntVar:
+        var = self.cp.new_int_var(0, self.hi if hi is None else hi, name)
+        self.cp.add(var == expr)
         return var
 
     # --- helpers the rules and objectives use -----------------------------------------------
-    def pp_at_least(self, n: int):
+    def pp_at_least(self, n: int) -> IntVar:
         """A literal: the replica has at least n stages."""
-        key = ("pp_at_least", n)
-        if key not in self._cache:
-            lit = self.cp.NewBoolVar(f"pp>={n}")
-            self.cp.Add(sum(l for S, l in self.pp.items() if S >= n) == lit)
-            self._cache[key] = lit
-        return self._cache[key]
+        if n not in self._pp_at_least:
+            lit = self.cp.new_bool_var(f"pp>={n}")
+            self.cp.add(sum(at for S, at in self.pp.items() if S >= n) == lit)
+            self._pp_at_least[n] = lit
+        return self._pp_at_least[n]
 
-    def shapes_where(self, predicate) -> list:
+    def shapes_where(self, predicate: Callable[[Shape], bool]) -> list[IntVar]:
         """Literals of the shapes for which ``predicate(shape)`` holds."""
         return [lit for o, lit in self.shape.items() if predicate(o)]
 
-    def forbid_shapes(self, predicate, enforce) -> None:
+    def forbid_shapes(self, predicate: Callable[[Shape], bool], enforce: LiteralT) -> None:
         """No shape satisfying ``predicate`` may be chosen while ``enforce`` holds."""
         for lit in self.shapes_where(predicate):
-            self.cp.AddImplication(enforce, lit.Not())
+            self.cp.add_implication(enforce, ~lit)
 
-    def stage_memory(self, s: int, o: Shape):
+    def stage_memory(self, s: int, o: Shape) -> Expr:
         """Bytes on one GPU of slot s if the shape is o (a linear expression)."""
         m = self.tables.memory[o]
-        expr = sum(self.count[s][k] * m.weights[k] for k in self.kinds)
-        if self.space.decides_batch:
+        expr: Expr = sum(self.count[s][k] * m.weights[k] for k in self.kinds)
+        if self.seqs_per_gpu is not None:  # the search decides the batch
             expr += sum(self._held(s, k) * m.kv_per_seq[k] for k in self.kinds)
             expr += self.seqs_per_gpu * m.logits_per_seq
         else:
@@ -249,13 +294,13 @@ class Encoding:
             expr += (m.last_with_first if s == 0 else m.last) * last
         return expr
 
-    def replica_memory_lower_bound(self, o: Shape):
+    def replica_memory_lower_bound(self, o: Shape) -> Expr:
         """A linear lower bound on the memory of all stages of a replica together (one GPU per
         stage): every layer's weights and KV cache, both ends, each stage's fixed overhead."""
         t, m = self.tables, self.tables.memory[o]
-        expr = sum(t.layers_of(k) * m.weights[k] for k in self.kinds) + m.first + m.last_with_first
+        expr: Expr = sum(t.layers_of(k) * m.weights[k] for k in self.kinds) + m.first + m.last_with_first
         expr += m.fixed * self.stages
-        if self.space.decides_batch:
+        if self.seqs_per_gpu is not None:  # the search decides the batch
             expr += sum(t.layers_of(k) * m.kv_per_seq[k] for k in self.kinds) * self.seqs_per_gpu
         else:
             seqs = self.space.fixed_seqs_per_gpu(o)
@@ -263,20 +308,59 @@ class Encoding:
         return expr
 
     @property
-    def chunk_activation(self):
+    def chunk_activation(self) -> IntVar:
         """Activation bytes of the chosen prefill chunk: one variable shared by every memory row."""
-        if "chunk_activation" not in self._cache:
+        if self._chunk_activation is None:
             t = self.tables
-            self._cache["chunk_activation"] = self._new(
-                "chunk_activation", sum(t.chunk_activation[key] * lit for key, lit in self.pair.items()), hi=10**15
-            )
-        return self._cache["chunk_activation"]
+            self._chunk_activation = self._new("chunk_activation", self._pair_sum(t.chunk_activation), hi=10**15)
+        return self._chunk_activation
 
-    def _held(self, s: int, k):
-        """Layers of kind k in slot s times the sequences each GPU holds (a product variable)."""
-        key = ("held", s, k)
-        if key not in self._cache:
-            var = self.cp.NewIntVar(0, self.num_layers * max(self.space.q_values), f"held[{s},{k.label}]")
-            self.cp.AddMultiplicationEquality(var, [self.count[s][k], self.seqs_per_gpu])
-            self._cache[key] = var
-        return self._cache[key]
+    def _held(self, s: int, k: LayerKind) -> IntVar:
+        """Layers of kind k in slot s times the sequences each GPU holds (a product variable);
+        only a decided batch asks for it."""
+        key = (s, k)
+        if key not in self._held_vars:
+            assert self.seqs_per_gpu is not None, "a fixed batch holds a constant number of sequences"
+            var = self.cp.new_int_var(0, self.num_layers * max(self.space.q_values), f"held[{s},{k.label}]")
+            self.cp.add_multiplication_equality(var, [self.count[s][k], self.seqs_per_gpu])
+            self._held_vars[key] = var
+        return self._held_vars[key]
+
+
+@dataclass
+class Model:
+    """An encoding with every rule in force posted under its own enforcement literal."""
+
+    enc: Encoding
+    rules: list[Rule]
+    literals: list[IntVar]  # literals[i] enforces rules[i]
+
+
+def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None = None) -> Model:
+    """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another.
+    ``only_pins`` narrows the search space to the pinned values (enumeration pins each candidate)."""
+    bad = unknown_switches(problem.allow)
+    if bad:
+        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+    if tables is None:
+        tables = build_tables(problem, SearchSpace(problem, resolve_profile(problem), only_pins=only_pins))
+    enc = Encoding(tables)
+    rules = rules_for(problem)
+    literals = []
+    for rule in rules:
+        lit = enc.cp.new_bool_var(f"rule[{rule.id}]")
+        rule.post(enc, lit)
+        literals.append(lit)
+    return Model(enc, rules, literals)
+
+
+def new_solver(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
+    """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
+    two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = SEED
+    solver.parameters.cp_model_presolve = presolve
+    if time_limit_s is not None:
+        solver.parameters.max_time_in_seconds = time_limit_s
+    return solver

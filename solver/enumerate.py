@@ -5,8 +5,10 @@ throughput.
 Every candidate (stage shape, stage count) of the search space gets a small CP-SAT model of its
 own, every rule on and the pair pinned: infeasible proves the pair has no plan; otherwise the
 model's optimum under the problem's objective, with one replica, gives the pair's best
-boundaries and batch, found the way ``solve`` finds an optimum. Replicas only multiply
-throughput, so every replica count that fits the cluster is a layout of its own. (One model
+boundaries and batch, found by ``solve``'s own driver (``optimise``). Replicas only multiply
+throughput, so every replica count that fits the cluster is a layout of its own, and each is
+decoded as ``solve`` decodes its plan: experts placed and priced, every check run. A layout whose
+placement's imbalance breaks a TTFT or TPOT limit is not feasible and is left out. (One model
 per pair beat "solve, forbid that pair, repeat" on the full model by 10-50x: each small model
 presolves in milliseconds. ``enumerate_all_solutions`` would count auxiliary variables too and
 cannot take an objective — CPSAT-NOTES.) Stage boundaries themselves are not enumerated: their
@@ -18,25 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
-from shardplan.rules.catalog import check_plan, errors_of
+from shardplan.models.errors import InfeasibleError
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.cost.evaluate import evaluate, resolve_profile
-from shardplan.solver.optimise import (
-    Deadline,
-    build_model,
-    e2e_expr,
-    enforce_all,
-    maximise_throughput,
-    minimise_latency,
-    parameters,
-    read_layout,
-    throughput_terms,
-)
-from shardplan.solver.oracle import Oracle
+from shardplan.rules.problem import Pins, Problem
+from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
+from shardplan.solver.oracle import Candidate, Oracle
+from shardplan.solver.placement.plan import PlanPlacement, place_for_layout
 from shardplan.solver.space import SearchSpace, Shape
 
 
@@ -64,9 +55,8 @@ def enumerate_plans(
     pairs = candidate_pairs(problem)
     emitted = 0
     for done, (shape, stages) in enumerate(pairs, 1):
-        pins = problem.pins.model_copy(
-            update=dict(tp=shape.tp, sp=shape.sp, attn_dp=shape.attn_dp, expert_tp=shape.expert_tp, pp=stages, dp=problem.pins.dp or 1)
-        )
+        degrees = dict(tp=shape.tp, sp=shape.sp, attn_dp=shape.attn_dp, expert_tp=shape.expert_tp, pp=stages)
+        pins = problem.pins.model_copy(update={**degrees, "dp": problem.pins.dp or 1})
         if _conflicts_with_user_pins(problem, pins):
             continue
         layout = _best_of_pair(problem.model_copy(update={"pins": pins}), deadline)
@@ -75,50 +65,40 @@ def enumerate_plans(
         if layout is None:
             continue
         top = problem.cluster.num_gpus // (stages * shape.gpus)
+        experts = place_for_layout(problem, layout)  # every replica count shares the first replica's placement
         for dp in ([problem.pins.dp] if problem.pins.dp else range(1, top + 1)):
-            yield _plan(problem, layout.model_copy(update={"dp": dp}))
+            plan = _plan(problem, layout.model_copy(update={"dp": dp}), experts)
+            if plan is None:
+                continue
+            yield plan
             emitted += 1
             if limit is not None and emitted >= limit:
                 return
 
 
-def _conflicts_with_user_pins(problem: Problem, pins) -> bool:
+def _conflicts_with_user_pins(problem: Problem, pins: Pins) -> bool:
     user = problem.pins
     return any(getattr(user, f) not in (None, getattr(pins, f)) for f in ("tp", "sp", "attn_dp", "expert_tp", "pp"))
 
 
 def _best_of_pair(problem: Problem, deadline: Deadline) -> Layout | None:
-    """The best plan of a problem whose shape and stage count are pinned, or None."""
-    model = build_model(problem, only_pins=True)
-    enc, cp = model.enc, model.enc.cp
-    enforce_all(model)
-    incumbent = Oracle(enc.tables).optimum(exact=False)
-    if problem.objective is Objective.LATENCY:
-        out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
-        if out.e2e is None:
-            return None
-        final = e2e_expr(enc) == out.e2e
-    else:
-        terms = throughput_terms(enc)
-        a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
-        out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None:
-            return None
-        final = terms.gain(cp, out.tokens, out.cycle) >= 0
-    step = cp.Clone()
-    step.Add(final)
-    solver = parameters(deadline.remaining())
-    if solver.Solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    """The best layout of a problem whose shape and stage count are pinned, or None."""
+    result = optimise(problem, deadline, only_pins=True, seed=_even_stage_optimum)
+    return None if isinstance(result, NoPlan) else result.layout
+
+
+def _even_stage_optimum(oracle: Oracle) -> Candidate | None:
+    """The seed of one pair's search: the oracle's best with even stages, every batch option tried
+    (one pair has few, so they are all cheap)."""
+    return oracle.optimum(exact=False)
+
+
+def _plan(problem: Problem, layout: Layout, experts: PlanPlacement | None) -> Plan | None:
+    """``solve``'s decoding of one layout, or None when its expert placement breaks a limit."""
+    try:
+        return decode(problem, layout, "feasible", experts=experts)
+    except InfeasibleError:
         return None
-    return read_layout(enc, solver)
-
-
-def _plan(problem: Problem, layout: Layout) -> Plan:
-    plan = Plan(problem=problem, layout=layout, prediction=evaluate(problem, layout), status="feasible")
-    violations = errors_of(check_plan(plan))
-    if violations:
-        raise AssertionError("enumeration produced a plan that breaks " + "; ".join(map(str, violations)))
-    return plan
 
 
 def pareto_front(plans: list[Plan]) -> list[bool]:

@@ -11,22 +11,29 @@ from __future__ import annotations
 from ortools.sat.python import cp_model
 
 from shardplan.models.errors import ShardplanError
+from shardplan.rules.base import ShapeRule
+from shardplan.rules.pins import Pin
+from shardplan.rules.problem import Problem
+from shardplan.solver.encode import Model, build_model, new_solver
+from shardplan.solver.tables import Tables
 
 
-def pin_conflicts(model) -> list[tuple[str, str]]:
+def pin_conflicts(model: Model) -> list[tuple[str, str]]:
     """Pins that a shape rule rejects on their own: every candidate shape with the pinned value
     breaks the rule (``--tp 3`` and TP-001). These are reported with the rule's numbers."""
-    from shardplan.rules.base import ShapeRule
-
     problem, shapes = model.enc.problem, model.enc.shapes
+    families = {"tp": "TP-", "sp": "SP-", "attn_dp": "DP-", "expert_tp": "EP-"}  # the rules of each shape pin
     out: list[tuple[str, str]] = []
-    for pin in (r for r in model.rules if r.id.startswith("PIN-") and r.field in ("tp", "sp", "attn_dp", "expert_tp")):
+    for pin in (r for r in model.rules if isinstance(r, Pin) and r.field in families):
         pinned = [o for o in shapes if getattr(o, pin.field) == pin.value]
         if not pinned:  # no stage with that value fits the cluster at all
             out.append((pin.id, pin.statement))
-            out.append(("GPU-001", f"a stage with {pin.field}={pin.value} needs more than the cluster's {problem.cluster.num_gpus} GPUs"))
+            out.append((
+                "GPU-001",
+                f"a stage with {pin.field}={pin.value} needs more than the cluster's {problem.cluster.num_gpus} GPUs",
+            ))
             continue
-        family = {"tp": "TP-", "sp": "SP-", "attn_dp": "DP-", "expert_tp": "EP-"}[pin.field]
+        family = families[pin.field]
         broken = [
             rule for rule in model.rules
             if isinstance(rule, ShapeRule) and pinned and all(rule.forbids(problem, o) for o in pinned)
@@ -38,25 +45,25 @@ def pin_conflicts(model) -> list[tuple[str, str]]:
     return out
 
 
-def explain(problem, tables=None) -> list[tuple[str, str]]:
+def explain(problem: Problem, tables: Tables | None = None) -> list[tuple[str, str]]:
     """(rule id, message with the numbers) for a minimal conflicting set of the problem's rules;
-    pins that a rule rejects outright are named with every rule they break."""
-    from shardplan.solver.optimise import build_model, parameters
-
+    pins that a rule rejects outright are named with every rule they break. ``tables`` may be the
+    ones a failed search built (pure data, reused)."""
     model = build_model(problem, tables=tables)  # the optimiser's copy has every literal fixed
     direct = pin_conflicts(model)
     if direct:
         return direct
     enc, rules, literals = model.enc, model.rules, model.literals
-    index = {lit.Index(): i for i, lit in enumerate(literals)}
+    index = {lit.index: i for i, lit in enumerate(literals)}
 
-    def infeasible(subset: list[int]) -> bool | None:
-        enc.cp.ClearAssumptions()
-        enc.cp.AddAssumptions([literals[i] for i in subset])
-        solver = parameters(30.0, presolve=False)
-        status = solver.Solve(enc.cp)
+    def infeasible(subset: list[int]) -> list[int] | None:
+        """Indices of the rules in an infeasibility core of ``subset`` assumed, or None if feasible."""
+        enc.cp.clear_assumptions()
+        enc.cp.add_assumptions([literals[i] for i in subset])
+        solver = new_solver(30.0, presolve=False)
+        status = solver.solve(enc.cp)
         if status == cp_model.INFEASIBLE:
-            core = solver.SufficientAssumptionsForInfeasibility()
+            core = solver.sufficient_assumptions_for_infeasibility()
             unknown = [c for c in core if c not in index]
             if unknown:  # OR-Tools #5141: a literal that is not an assumption means a bug here
                 raise ShardplanError(f"infeasibility core holds non-assumption literals {unknown}")

@@ -4,43 +4,46 @@
 - throughput: maximise dp x batch / cycle, a ratio, solved exactly by Dinkelbach's method: given
   the best ratio a/c so far, look for a plan with ``c x tokens - a x cycle >= 1``; none proves a/c
   optimal.
-Both start from the best even-staged plan (the oracle's quick mode, the same integer tables) and
-then ask CP-SAT for strictly better plans until it proves there is none; asked without an
-objective, that last question is usually settled in presolve. Ties are broken in a final pass
-with the objective fixed: fewer GPUs, then fewer stages, then the lexicographically smallest
-shape. One worker and a fixed seed keep the output reproducible.
+Both start from an incumbent of the oracle (by default its quick mode: the best even-staged plan, on
+the same integer tables) and then ask CP-SAT for strictly better plans until it proves there is none;
+asked without an objective, that last question is usually settled in presolve. Ties are broken in a
+final pass with the objective fixed: fewer GPUs, then fewer stages, then the lexicographically
+smallest shape. One worker and a fixed seed keep the output reproducible.
+
+``optimise`` is that search, the one driver: ``solve`` runs it on the problem, ``enumerate`` on each
+pinned (shape, stage count) pair, the report's runner-up with the winner's pair excluded. ``decode``
+turns its layout into a priced, checked Plan, the experts placed, for all three.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
+from ortools.sat.python.cp_model import BoundedLinearExpression, IntVar
 
-from shardplan.models.errors import InfeasibleError, SolverLimitError, SpecError
-from shardplan.rules.catalog import SWITCHES, Rule, check_plan, errors_of, rules_for, unknown_switches
+from shardplan.models.errors import InfeasibleError, SolverLimitError
+from shardplan.rules.base import Diagnostic
+from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.cost.evaluate import evaluate, resolve_profile
-from shardplan.solver.encode import Encoding
-from shardplan.solver.oracle import Oracle
-from shardplan.solver.placement.plan import place_and_price
-from shardplan.solver.space import SearchSpace
-from shardplan.solver.tables import Tables, build_tables
+from shardplan.solver.cost.evaluate import evaluate
+from shardplan.solver.encode import Encoding, Expr, Model, PairKey, build_model, new_solver
+from shardplan.solver.explain import explain
+from shardplan.solver.oracle import Candidate, Oracle
+from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
+from shardplan.solver.space import Shape
+from shardplan.solver.tables import Tables
 
-SEED = 20261122
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
 
-
-@dataclass
-class Model:
-    """An encoding with every rule posted under its own enforcement literal."""
-
-    enc: Encoding
-    rules: list[Rule]
-    literals: list  # literals[i] enforces rules[i]
+# A constraint as the stubs type it: ortools builds a BoundedLinearExpression, typed as bool.
+Constraint = BoundedLinearExpression | bool
+# Where the improvement loop starts: an oracle's candidate on the encoding's tables, or None.
+Seed = Callable[[Oracle], Candidate | None]
 
 
 @dataclass
@@ -53,37 +56,27 @@ class Outcome:
     cycle: int | None = None
 
 
-def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None = None) -> Model:
-    """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another."""
-    bad = unknown_switches(problem.allow)
-    if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
-    if tables is None:
-        tables = build_tables(problem, SearchSpace(problem, resolve_profile(problem), only_pins=only_pins))
-    enc = Encoding(tables)
-    rules = rules_for(problem)
-    literals = []
-    for rule in rules:
-        lit = enc.cp.NewBoolVar(f"rule[{rule.id}]")
-        rule.post(enc, lit)
-        literals.append(lit)
-    return Model(enc, rules, literals)
+@dataclass(frozen=True)
+class Optimum:
+    """The layout a search settled on, whether it is proven optimal, and the objective it reached:
+    e2e ns for latency, output tokens/s (rounded) for throughput."""
+
+    layout: Layout
+    proven: bool
+    objective_value: int
+
+
+@dataclass(frozen=True)
+class NoPlan:
+    """No layout keeps every rule (and the exclusions); the tables searched, for ``explain``."""
+
+    tables: Tables
 
 
 def enforce_all(model: Model) -> None:
     """Turn every rule on for optimisation (explanations build their own copy with assumptions)."""
     for lit in model.literals:
-        model.enc.cp.Add(lit == 1)
-
-
-def parameters(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = SEED
-    solver.parameters.cp_model_presolve = presolve
-    if time_limit_s is not None:
-        solver.parameters.max_time_in_seconds = time_limit_s
-    return solver
+        model.enc.cp.add(lit == 1)
 
 
 class Deadline:
@@ -98,49 +91,8 @@ class Deadline:
         return STEP_LIMIT_S if left is None else min(STEP_LIMIT_S, left)
 
 
-def e2e_expr(enc: Encoding):
+def e2e_expr(enc: Encoding) -> Expr:
     return enc.ttft + enc.problem.workload.osl * enc.round
-
-
-def throughput_terms(enc: Encoding):
-    """(output tokens per round over all replicas, ns per round) as CP-SAT variables.
-
-    cycle = round + ceil(batch x slowest prefill stage / (OSL x chunk)), as ``evaluate``.
-    """
-    cp, hi = enc.cp, enc.hi
-    osl = enc.problem.workload.osl
-    fixed = isinstance(enc.batch, int)
-    batch = cp.NewConstant(enc.batch) if fixed else enc.batch
-    # dp x S x attn_dp <= N GPUs and S x q <= the engine's batch limit, so the cluster holds at
-    # most N x q_max sequences (N x b for a fixed batch b).
-    tokens_hi = enc.num_gpus * (enc.batch if fixed else max(enc.space.q_values))
-    batch_hi = enc.batch if fixed else enc.num_gpus * max(enc.space.q_values)
-    tokens = cp.NewIntVar(1, tokens_hi, "tokens")
-    cp.AddMultiplicationEquality(tokens, [enc.dp, batch])
-    chunks = [enc.tables.time[key].chunk for key in enc.pair]
-    chunk_osl = cp.NewIntVar(osl * min(chunks), osl * max(chunks), "osl*chunk")
-    cp.Add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
-    share_hi = batch_hi * hi // (osl * min(chunks)) + 1
-    share = cp.NewIntVar(0, share_hi, "prefill_share")
-    lhs = cp.NewIntVar(0, osl * max(chunks) * share_hi, "osl*chunk*share")
-    cp.AddMultiplicationEquality(lhs, [chunk_osl, share])
-    rhs = cp.NewIntVar(0, batch_hi * hi, "batch*slowest_prefill")
-    cp.AddMultiplicationEquality(rhs, [batch, enc.slowest_prefill])
-    cp.Add(lhs >= rhs)
-    cp.Add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
-    if not fixed:
-        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant
-        # per (shape, batch option) pair; and the slowest prefill stage takes at least 1/S of all
-        # prefill work while batch = S x micro, so the prefill share is at least micro x (all
-        # prefill layers) / (OSL x chunk).
-        cp.Add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
-        cp.Add(share >= sum(
-            lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
-            for key, lit in enc.pair.items()
-        ))
-    cycle = cp.NewIntVar(1, enc.round_hi + share_hi, "cycle")
-    cp.Add(cycle == enc.round + share)
-    return Ratio(tokens, cycle, tokens_hi)
 
 
 @dataclass(frozen=True)
@@ -148,46 +100,95 @@ class Ratio:
     """Throughput as tokens per round over ns per round (bounds kept in Python: reading a
     variable's proto while the model grows crashed OR-Tools 9.15, CPSAT-NOTES)."""
 
-    tokens: cp_model.IntVar
-    cycle: cp_model.IntVar
+    tokens: IntVar
+    cycle: IntVar
     tokens_hi: int
 
-    def gain(self, cp: cp_model.CpModel, a: int, c: int):
+    def gain(self, cp: cp_model.CpModel, a: int, c: int) -> Expr:
         """``c x tokens - a x cycle``, positive for plans better than a/c. The cycle is copied
         into a variable bounded by c x tokens_max / a, which every plan at least as good as a/c
         respects, so a x cycle cannot overflow 64 bits on large clusters."""
         if a == 0:
             return self.tokens
         hi = c * self.tokens_hi // a + 1
-        bounded = cp.NewIntVar(0, hi, "cycle_bounded")
-        cp.Add(bounded == self.cycle)
+        bounded = cp.new_int_var(0, hi, "cycle_bounded")
+        cp.add(bounded == self.cycle)
         return c * self.tokens - a * bounded
 
 
-def _pair_prefill_ns(enc: Encoding, key) -> int:
+def throughput_terms(enc: Encoding) -> Ratio:
+    """(output tokens per round over all replicas, ns per round) as CP-SAT variables.
+
+    cycle = round + ceil(batch x slowest prefill stage / (OSL x chunk)), as ``evaluate``.
+    """
+    cp, hi = enc.cp, enc.hi
+    osl = enc.problem.workload.osl
+    # dp x S x attn_dp <= N GPUs and S x q <= the engine's batch limit, so the cluster holds at
+    # most N x q_max sequences (N x b for a fixed batch b).
+    fixed = isinstance(enc.batch, int)
+    if isinstance(enc.batch, int):
+        batch = cp.new_constant(enc.batch)
+        tokens_hi, batch_hi = enc.num_gpus * enc.batch, enc.batch
+    else:
+        batch = enc.batch
+        tokens_hi = batch_hi = enc.num_gpus * max(enc.space.q_values)
+    tokens = cp.new_int_var(1, tokens_hi, "tokens")
+    cp.add_multiplication_equality(tokens, [enc.dp, batch])
+    chunks = [enc.tables.time[key].chunk for key in enc.pair]
+    chunk_osl = cp.new_int_var(osl * min(chunks), osl * max(chunks), "osl*chunk")
+    cp.add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
+    share_hi = batch_hi * hi // (osl * min(chunks)) + 1
+    share = cp.new_int_var(0, share_hi, "prefill_share")
+    lhs = cp.new_int_var(0, osl * max(chunks) * share_hi, "osl*chunk*share")
+    cp.add_multiplication_equality(lhs, [chunk_osl, share])
+    rhs = cp.new_int_var(0, batch_hi * hi, "batch*slowest_prefill")
+    cp.add_multiplication_equality(rhs, [batch, enc.slowest_prefill])
+    cp.add(lhs >= rhs)
+    cp.add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
+    if not fixed:
+        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant
+        # per (shape, batch option) pair; and the slowest prefill stage takes at least 1/S of all
+        # prefill work while batch = S x micro, so the prefill share is at least micro x (all
+        # prefill layers) / (OSL x chunk).
+        cp.add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
+        cp.add(share >= sum(
+            lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
+            for key, lit in enc.pair.items()
+        ))
+    cycle = cp.new_int_var(1, enc.round_hi + share_hi, "cycle")
+    cp.add(cycle == enc.round + share)
+    return Ratio(tokens, cycle, tokens_hi)
+
+
+def _pair_prefill_ns(enc: Encoding, key: PairKey) -> int:
     """Prefill ns of every layer and both ends for a (shape, batch option) pair, no sends."""
     e = enc.tables.time[key]
     return sum(enc.tables.layers_of(k) * e.prefill[k] for k in enc.kinds) + e.first_prefill + e.last_prefill
 
 
-def _improve(cp: cp_model.CpModel, better, objective, deadline: Deadline, minimise: bool):
+def _improve(
+    cp: cp_model.CpModel, better: Sequence[Constraint], objective: Expr | None, deadline: Deadline, minimise: bool
+) -> tuple[cp_model.CpSolver, bool] | None:
     """One step: (solver, proven) for a plan satisfying ``better``, pushed as far along
     ``objective`` as the step's budget allows — ``proven`` when the step itself proved that plan
     optimal — or None when CP-SAT proves no such plan exists. Raises SolverLimitError when time
     runs out undecided."""
-    step = cp.Clone()
+    step = cp.clone()
     for constraint in better:
-        step.Add(constraint)
+        step.add(constraint)
     if objective is not None:
-        step.Minimize(objective) if minimise else step.Maximize(objective)
-    solver = parameters(deadline.step())
-    status = solver.Solve(step)
+        if minimise:
+            step.minimize(objective)
+        else:
+            step.maximize(objective)
+    solver = new_solver(deadline.step())
+    status = solver.solve(step)
     proven = objective is not None and status == cp_model.OPTIMAL
     if status == cp_model.UNKNOWN:
         # Nothing better within the step's budget: settle the question without an objective.
-        step.ClearObjective()
-        solver = parameters(deadline.remaining())
-        status = solver.Solve(step)
+        step.clear_objective()  # type: ignore[no-untyped-call]  # ortools 9.15 leaves this method unannotated
+        solver = new_solver(deadline.remaining())
+        status = solver.solve(step)
     if status == cp_model.INFEASIBLE:
         return None
     if status == cp_model.UNKNOWN:
@@ -200,100 +201,119 @@ def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, be
     proven = True
     while True:
         try:
-            solver = _improve(cp, [e2e <= best - 1] if best is not None else [], e2e, deadline, minimise=True)
+            step = _improve(cp, [e2e <= best - 1] if best is not None else [], e2e, deadline, minimise=True)
         except SolverLimitError:
             if best is None:
                 raise
             proven = False
             break
-        if solver is None:
+        if step is None:
             break
-        solver, optimal = solver
-        best = solver.Value(e2e)
+        solver, optimal = step
+        best = solver.value(e2e)
         if optimal:
             break  # the step proved it
     return Outcome(proven=proven, e2e=best)
 
 
-def maximise_throughput(enc: Encoding, cp: cp_model.CpModel, terms, deadline: Deadline, a: int, c: int) -> Outcome:
+def maximise_throughput(
+    enc: Encoding, cp: cp_model.CpModel, terms: Ratio, deadline: Deadline, a: int, c: int
+) -> Outcome:
     found, proven = a > 0, True
     while True:
-        step = cp.Clone()
-        gain = terms.gain(step, a, c)
+        model = cp.clone()
+        gain = terms.gain(model, a, c)
         try:
-            solver = _improve(step, [gain >= 1], gain, deadline, minimise=False)
+            step = _improve(model, [gain >= 1], gain, deadline, minimise=False)
         except SolverLimitError:
             if not found:
                 raise
             proven = False
             break
-        if solver is None:
+        if step is None:
             break
-        solver = solver[0]
-        a, c, found = solver.Value(terms.tokens), solver.Value(terms.cycle), True
+        solver = step[0]
+        a, c, found = solver.value(terms.tokens), solver.value(terms.cycle), True
     return Outcome(proven=proven, tokens=a if found else None, cycle=c)
 
 
-def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
-    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
-    started = time.perf_counter()
-    deadline = Deadline(time_limit_s)
-    model = build_model(problem)
+def optimise(
+    problem: Problem,
+    deadline: Deadline,
+    *,
+    only_pins: bool = False,
+    excluded: Collection[tuple[Shape, int]] = (),
+    seed: Seed = Oracle.incumbent,
+) -> Optimum | NoPlan:
+    """The best layout of ``problem`` under its objective, tie-broken; ``NoPlan`` if none keeps every rule.
+
+    ``only_pins`` narrows the search space to the pinned values (enumeration pins each pair);
+    ``excluded`` lists (stage shape, stage count) pairs no plan may use, in the model and in the
+    oracle that seeds it; ``seed`` picks the oracle's incumbent. Raises SolverLimitError when the
+    deadline passes before any plan is found.
+    """
+    model = build_model(problem, only_pins=only_pins)
     enc, cp = model.enc, model.enc.cp
     enforce_all(model)
-    incumbent = Oracle(enc.tables).incumbent()
+    for shape, stages in excluded:
+        if shape in enc.shape and stages in enc.pp:
+            cp.add_bool_or([~enc.shape[shape], ~enc.pp[stages]])
+    incumbent = seed(Oracle(enc.tables, excluded))
     if problem.objective is Objective.LATENCY:
         out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
         if out.e2e is None:
-            _raise_infeasible(problem, enc.tables)
-        cp.Add(e2e_expr(enc) == out.e2e)
+            return NoPlan(enc.tables)
+        cp.add(e2e_expr(enc) == out.e2e)
         value = out.e2e
     else:
         terms = throughput_terms(enc)
         if problem.pins.dp is None:
             # Dominance: replicas multiply throughput and change nothing else, so an optimum
             # runs as many as fit; another one must not fit. Cuts the dp dimension away.
-            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
         a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None:
-            _raise_infeasible(problem, enc.tables)
-        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
+        if out.tokens is None or out.cycle is None:
+            return NoPlan(enc.tables)
+        cp.add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
         value = round(out.tokens * 1e9 / out.cycle)
-    layout = tie_break(enc, cp, deadline)
-    return decode(problem, layout, "optimal" if out.proven else "feasible", value, time.perf_counter() - started)
+    return Optimum(tie_break(enc, cp, deadline), out.proven, value)
 
 
-def _raise_infeasible(problem: Problem, tables: Tables) -> None:
-    from shardplan.solver.explain import explain
-
-    raise InfeasibleError(explain(problem, tables))
+def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
+    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
+    started = time.perf_counter()
+    result = optimise(problem, Deadline(time_limit_s))
+    if isinstance(result, NoPlan):
+        raise InfeasibleError(explain(problem, result.tables))
+    status = "optimal" if result.proven else "feasible"
+    return decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
 
 
 def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout:
     """Among plans as good as the optimum: fewest GPUs, then fewest stages, then smallest shape."""
     ranks = {o: i for i, o in enumerate(enc.shapes)}
     n = len(enc.shapes)
-    step = cp.Clone()
-    step.Minimize(
+    step = cp.clone()
+    step.minimize(
         enc.gpus_used * (enc.max_stages + 1) * n
         + enc.stages * n
         + sum(ranks[o] * lit for o, lit in enc.shape.items())
     )
-    solver = parameters(deadline.remaining())
-    status = solver.Solve(step)
+    solver = new_solver(deadline.remaining())
+    status = solver.solve(step)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverLimitError(f"tie-breaking ended with status {solver.StatusName(status)}")
+        raise SolverLimitError(f"tie-breaking ended with status {solver.status_name(status)}")
     return read_layout(enc, solver)
 
 
 def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:
-    shape = next(o for o, lit in enc.shape.items() if solver.Value(lit))
-    stages = solver.Value(enc.stages)
-    bounds = [solver.Value(enc.bound[s]) for s in range(stages)] + [enc.num_layers]
-    batch = enc.batch if isinstance(enc.batch, int) else solver.Value(enc.batch)
+    shape = next(o for o, lit in enc.shape.items() if solver.value(lit))
+    stages = solver.value(enc.stages)
+    bounds = [solver.value(enc.bound[s]) for s in range(stages)] + [enc.num_layers]
+    batch = enc.batch if isinstance(enc.batch, int) else solver.value(enc.batch)
     return Layout(
-        dp=solver.Value(enc.dp),
+        dp=solver.value(enc.dp),
         tp=shape.tp,
         sp=shape.sp,
         attn_dp=shape.attn_dp,
@@ -303,21 +323,32 @@ def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:
     )
 
 
-def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: float) -> Plan:
+def decode(
+    problem: Problem,
+    layout: Layout,
+    status: str,
+    value: int | None = None,
+    elapsed_s: float | None = None,
+    experts: PlanPlacement | None = None,
+) -> Plan:
     """The plan with the cost model's prediction; every rule's check must pass.
 
     For a MoE model the experts are placed for the chosen layout (``solver/placement/plan.py``) and
     the prediction prices each MoE layer at its placement's max/mean load: the search priced them all
     at the layers' mean, so ``metrics`` may differ from ``objective_value`` when the routing is skewed.
+    ``experts``: the layout's placement when the caller has it already (it is the same for every
+    replica count, so enumeration places once per layout and decodes each replica count with it).
     """
-    placed, prediction, experts = place_and_price(problem, layout)
+    if experts is None:
+        experts = place_for_layout(problem, layout)
+    placed, prediction = priced(problem, layout, experts)
     plan = Plan(
         problem=problem,
         layout=placed,
         prediction=prediction,
         status=status,
         objective_value=value,
-        solve_time_s=elapsed,
+        solve_time_s=elapsed_s,
         experts=experts,
     )
     violations = errors_of(check_plan(plan))
@@ -326,7 +357,7 @@ def decode(problem: Problem, layout: Layout, status: str, value: int, elapsed: f
     return plan
 
 
-def _reject(problem: Problem, layout: Layout, violations: list, placed: bool) -> None:
+def _reject(problem: Problem, layout: Layout, violations: list[Diagnostic], placed: bool) -> None:
     """A plan that breaks a check: a bug, unless only the placement's per-layer imbalance, priced in after
     the search's per-EP mean, broke a limit the search kept (a TPOT or TTFT limit) — then the user hears so."""
     bare = Plan(problem=problem, layout=layout, prediction=evaluate(problem, layout), status="evaluated")

@@ -10,9 +10,10 @@ simple, and slow on large spaces: that is what the benchmark compares the solver
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cmp_to_key
+from typing import NamedTuple
 
 from shardplan.rules.base import ShapeRule
 from shardplan.rules.catalog import rules_for
@@ -41,9 +42,32 @@ class Candidate:
         return self.tokens * other.cycle_ns > other.tokens * self.cycle_ns
 
 
+# (slowest decode stage ns, slowest prefill stage ns, stage boundaries) of one split of the layers.
+SplitPoint = tuple[int, int, tuple[int, ...]]
+
+
+class Split(NamedTuple):
+    """The best split of one (shape, batch option, stage count) combination, scored at one replica."""
+
+    candidate: Candidate
+    bounds: tuple[int, ...]
+    dmax: int  # slowest decode stage, ns
+    pmax: int  # slowest prefill stage, ns
+    shape: Shape
+    option: BatchOption
+    stages: int
+
+
+# A combination scored by ``_ranked``: its candidate, and (shape, batch option, stages, replicas).
+Ranked = tuple[Candidate, tuple[Shape, BatchOption, int, int]]
+
+
 class Oracle:
-    def __init__(self, tables: Tables):
+    """``excluded``: (shape, stage count) pairs no candidate may use (the runner-up's search)."""
+
+    def __init__(self, tables: Tables, excluded: Collection[tuple[Shape, int]] = ()):
         self.t = tables
+        self.excluded = frozenset(excluded)
         self.problem = p = tables.problem
         self.space = tables.space
         in_force = rules_for(p)
@@ -66,7 +90,7 @@ class Oracle:
     def stage_counts(self, o: Shape) -> Iterator[int]:
         pinned = len(self.pins.stages) if self.pins.stages else self.pins.pp
         for S in self.space.stage_values:
-            if pinned and S != pinned:
+            if (pinned and S != pinned) or (o, S) in self.excluded:
                 continue
             if S * o.gpus <= self.space.num_gpus and S <= self.problem.model.num_layers:
                 yield S
@@ -92,7 +116,7 @@ class Oracle:
     def seqs_per_gpu(self, o: Shape, opt: BatchOption, S: int) -> int:
         return S * opt.q if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
 
-    def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int):
+    def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int) -> tuple[int, int, int]:
         """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
         t, e, m = self.t, self.t.time[(o, opt)], self.t.memory[o]
         counts = {k: t.prefix[k][j] - t.prefix[k][i] for k in t.kinds}
@@ -107,19 +131,19 @@ class Oracle:
         mem += first * m.first + last * (m.last_with_first if S == 1 else m.last)
         return d, p, mem
 
-    def fronts(self, o: Shape, opt: BatchOption, S: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    def fronts(self, o: Shape, opt: BatchOption, S: int) -> list[SplitPoint]:
         """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
         memory-feasible split of the layers into S contiguous non-empty stages."""
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
         # front[j]: splits of layers [0, j) into the stages placed so far.
-        front: dict[int, list] = {0: [(0, 0, (0,))]}
+        front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
         for s in range(S):
-            nxt: dict[int, list] = {}
+            nxt: dict[int, list[SplitPoint]] = {}
             lo_end = s + 1
             hi_end = L - (S - 1 - s)
             ends = [L] if s == S - 1 else range(lo_end, hi_end + 1)
             for j in ends:
-                cands = []
+                cands: list[SplitPoint] = []
                 for i, entries in front.items():
                     if i >= j:
                         continue
@@ -135,7 +159,10 @@ class Oracle:
                 return []
         return front.get(L, [])
 
-    def evaluate_combo(self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int) -> Candidate:
+    def evaluate_combo(
+        self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
+    ) -> tuple[Candidate, int, int]:
+        """(the candidate, its TTFT ns, its decode round ns)."""
         t, e = self.t, self.t.time[(o, opt)]
         L_k = {k: t.layers_of(k) for k in t.kinds}
         sends_d = sum(e.send_decode[: S - 1])
@@ -162,19 +189,20 @@ class Oracle:
     def feasible(self, exact: bool = True) -> Iterator[Candidate]:
         """Every feasible layout: each (shape, stage count) with its best batch option and
         boundaries, at every replica count that fits."""
+        objective = self.problem.objective
         for o in self.shapes():
             for S in self.stage_counts(o):
-                best = None
+                best: Split | None = None
                 for opt in self.options(o, S):
                     split = self._best_split(o, opt, S, exact)
-                    if split is not None and (best is None or split[0].better_than(best[0], self.problem.objective)):
+                    if split is not None and (best is None or split.candidate.better_than(best.candidate, objective)):
                         best = split
                 if best is None:
                     continue
                 for dp in self.replicas(o, S):
                     yield from self._with_dp(best, dp)
 
-    def _best_split(self, o, opt, S, exact):
+    def _best_split(self, o: Shape, opt: BatchOption, S: int, exact: bool) -> Split | None:
         """The split of this combination that the objective prefers (dp does not change it)."""
         if self.pins.stages is not None:
             bounds = tuple(r[0] for r in self.pins.stages) + (self.pins.stages[-1][1],)
@@ -183,22 +211,21 @@ class Oracle:
             entries = self.fronts(o, opt, S)
         else:
             entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
-        best = None
+        best: Split | None = None
         for dmax, pmax, bounds in entries:
             cand, ttft, rnd = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
             if not self.within_limits(ttft, rnd):
                 continue
-            if best is None or cand.better_than(best[0], self.problem.objective) or (
-                not best[0].better_than(cand, self.problem.objective) and bounds < best[1]
+            if best is None or cand.better_than(best.candidate, self.problem.objective) or (
+                not best.candidate.better_than(cand, self.problem.objective) and bounds < best.bounds
             ):
-                best = (cand, bounds, dmax, pmax, o, opt, S)
+                best = Split(cand, bounds, dmax, pmax, o, opt, S)
         return best
 
-    def _with_dp(self, best, dp):
-        cand, bounds, dmax, pmax, o, opt, S = best
-        yield self.evaluate_combo(o, opt, S, dp, bounds, dmax, pmax)[0]
+    def _with_dp(self, best: Split, dp: int) -> Iterator[Candidate]:
+        yield self.evaluate_combo(best.shape, best.option, best.stages, dp, best.bounds, best.dmax, best.pmax)[0]
 
-    def _score_fixed(self, o, opt, S, bounds):
+    def _score_fixed(self, o: Shape, opt: BatchOption, S: int, bounds: tuple[int, ...]) -> list[SplitPoint]:
         if len(bounds) != S + 1 or bounds[0] != 0 or bounds[-1] != self.problem.model.num_layers:
             return []
         dmax = pmax = 0
@@ -231,12 +258,12 @@ class Oracle:
                         best = cand
         return best
 
-    def _ranked(self, exact: bool, largest_batch_only: bool = False) -> list:
+    def _ranked(self, exact: bool, largest_batch_only: bool = False) -> list[Ranked]:
         """(candidate, (shape, option, stages, dp)) for every feasible combination, best first.
         ``largest_batch_only`` (a heuristic for seeding) keeps, per shape and stage count, only
         the largest batch that fits: throughput nearly always grows with the batch."""
         throughput = self.problem.objective is Objective.THROUGHPUT
-        found = []
+        found: list[Ranked] = []
         for o in self.shapes():
             for S in self.stage_counts(o):
                 dps = self.replicas(o, S)
@@ -254,17 +281,18 @@ class Oracle:
                             break
         objective = self.problem.objective
 
-        def order(x, y) -> int:  # exact: throughput ratios compared by cross-multiplication
+        def order(x: Ranked, y: Ranked) -> int:  # exact: throughput ratios compared by cross-multiplication
             return -1 if x[0].better_than(y[0], objective) else (1 if y[0].better_than(x[0], objective) else 0)
 
         found.sort(key=cmp_to_key(order))  # stable: equal plans keep the enumeration's order
         return found
 
 
-def _pareto(points: list[tuple[int, int, tuple[int, ...]]]) -> list[tuple[int, int, tuple[int, ...]]]:
+def _pareto(points: list[SplitPoint]) -> list[SplitPoint]:
     """Non-dominated (a, b) points, each kept with its lexicographically smallest boundaries."""
     points.sort(key=lambda x: (x[0], x[1], x[2]))
-    out, best_b = [], math.inf
+    out: list[SplitPoint] = []
+    best_b: float = math.inf
     for a, b, bounds in points:
         if b < best_b:
             out.append((a, b, bounds))

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from functools import cache
 
+from shardplan.hardware.profile import Profile
+from shardplan.models.load_profile import uniform_profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import (
     NS,
@@ -22,7 +24,8 @@ from shardplan.solver.cost.evaluate import (
 )
 from shardplan.solver.cost.memory import GIB, activation_bytes, end_weight_bytes, layer_kv_bytes, layer_weight_bytes
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
-from shardplan.solver.cost.stage import shape_of
+from shardplan.solver.cost.stage import StageShape, shape_of
+from shardplan.solver.placement.plan import best_placement
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 
 
@@ -115,11 +118,13 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
                 load_factor[shape.ep] = search_load_factor(problem, shape.ep)
             load = load_factor[shape.ep]
             dec, pre = phase_table(ctx, dec_step, kinds, load), phase_table(ctx, pre_step, kinds, load)
-            sends_d, sends_p = [], []
+            sends_d: list[int] = []
+            sends_p: list[int] = []
             for s in range(space.max_stages - 1):
                 src, dst = s * shape.gpus, (s + 1) * shape.gpus
-                if dst >= cluster.num_gpus:
-                    sends_d.append(0), sends_p.append(0)  # no such boundary fits in the cluster
+                if dst >= cluster.num_gpus:  # no such boundary fits in the cluster
+                    sends_d.append(0)
+                    sends_p.append(0)
                     continue
                 sends_d.append(round(ctx.send_recv(dec_step, src, dst) * NS))
                 sends_p.append(round(ctx.send_recv(pre_step, src, dst) * NS))
@@ -147,8 +152,6 @@ def search_load_factor(problem: Problem, ep: int) -> float:
         return 1.0
     if problem.expert_load is None:
         return _uniform_factor(moe.num_experts, moe.layers[0], ep, problem.redundant_slots)
-    from shardplan.solver.placement.plan import best_placement
-
     profile = problem.expert_load
     placed = best_placement(profile, ep, math.ceil(moe.num_experts / ep) + problem.redundant_slots)
     factors = placed.max_over_mean(profile)
@@ -157,24 +160,24 @@ def search_load_factor(problem: Problem, ep: int) -> float:
 
 @cache
 def _uniform_factor(experts: int, layer: int, ep: int, redundant: int) -> float:
-    from shardplan.models.load_profile import uniform_profile
-    from shardplan.solver.placement.plan import best_placement
-
     profile = uniform_profile(experts, (layer,), float(experts))
     placed = best_placement(profile, ep, math.ceil(experts / ep) + redundant)
     return max(1.0, placed.imbalance(profile, layer))
 
 
-def _memory_entry(problem, profile, stage, kinds, kind_of_layer) -> MemoryEntry:
-    model, wl = problem.model, problem.workload
-    representative = {k: kind_of_layer.index(k) for k in kinds}
+def _memory_entry(
+    problem: Problem, profile: Profile, stage: StageShape, kinds: list[LayerKind], kind_of_layer: list[LayerKind]
+) -> MemoryEntry:
+    model, context, redundant = problem.model, problem.workload.context, problem.redundant_slots
+    layer_of = {k: kind_of_layer.index(k) for k in kinds}  # a representative layer of each kind
+    last_bytes = math.ceil(end_weight_bytes(model, stage, first=False, last=True))
     return MemoryEntry(
         # Redundant expert slots are memory the search must price, as evaluate() does.
-        weights={k: math.ceil(layer_weight_bytes(model, i, stage, problem.redundant_slots)) for k, i in representative.items()},
-        kv_per_seq={k: math.ceil(layer_kv_bytes(model, i, stage, stage.attn_dp, wl.context)) for k, i in representative.items()},
+        weights={k: math.ceil(layer_weight_bytes(model, i, stage, redundant)) for k, i in layer_of.items()},
+        kv_per_seq={k: math.ceil(layer_kv_bytes(model, i, stage, stage.attn_dp, context)) for k, i in layer_of.items()},
         first=math.ceil(end_weight_bytes(model, stage, first=True, last=False)),
-        last=math.ceil(end_weight_bytes(model, stage, first=False, last=True)),
-        last_with_first=0 if model.tie_word_embeddings else math.ceil(end_weight_bytes(model, stage, first=False, last=True)),
+        last=last_bytes,
+        last_with_first=0 if model.tie_word_embeddings else last_bytes,
         fixed=math.ceil((profile.runtime_overhead_gib + (profile.comm_buffer_gib if stage.gpus > 1 else 0.0)) * GIB),
         logits_per_seq=math.ceil(activation_bytes(model, stage, profile, stage.attn_dp, 0)),
     )

@@ -20,7 +20,8 @@ import time
 from shardplan.rules.problem import Objective
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 from shardplan.solver.cost.evaluate import resolve_profile
-from shardplan.solver.optimise import build_model, solve
+from shardplan.solver.encode import build_model
+from shardplan.solver.optimise import solve
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables

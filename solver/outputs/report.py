@@ -26,6 +26,10 @@ from typing import Any
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
+from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
+from shardplan.solver.outputs.plan_json import degrees
+from shardplan.solver.space import Shape
 
 STATUS_ORDER = ("binds", "tight", "pinned", "slack")
 TIGHT = 0.05  # a limit with less than this share left is "tight"
@@ -99,8 +103,6 @@ def binding_constraints(plan: Plan) -> list[Finding]:
     if it would have raised throughput. The rest is slack: memory left on the fullest GPU, SLA margin,
     GPUs used against the cluster's.
     """
-    from shardplan.solver.cost.evaluate import evaluate, resolve_profile
-
     p, lay, pred = plan.problem, plan.layout, plan.prediction
     m = pred.metrics
     out: list[Finding] = []
@@ -213,8 +215,6 @@ class RunnerUp:
     lines: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        from shardplan.solver.outputs.plan_json import degrees
-
         if self.plan is None:
             return {"found": False, "proven": self.proven, "seconds": round(self.seconds, 3), "why": list(self.lines)}
         m = self.plan.prediction.metrics
@@ -247,56 +247,16 @@ def runner_up(plan: Plan, time_limit_s: float = 10.0) -> RunnerUp:
 
 
 def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
-    """``solve``'s steps (solver/optimise.py), with one more constraint and its own seed."""
-    from shardplan.solver.optimise import (
-        Deadline,
-        build_model,
-        decode,
-        e2e_expr,
-        enforce_all,
-        maximise_throughput,
-        minimise_latency,
-        throughput_terms,
-        tie_break,
-    )
-    from shardplan.solver.oracle import Oracle
-    from shardplan.solver.space import Shape
-
-    problem, lay = plan.problem, plan.layout
-    model = build_model(problem)
-    enc, cp = model.enc, model.enc.cp
-    enforce_all(model)
-    shape = Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp)
-    if shape in enc.shape and lay.pp in enc.pp:
-        cp.AddBoolOr([enc.shape[shape].Not(), enc.pp[lay.pp].Not()])
-
-    class Without(Oracle):
-        def stage_counts(self, o):
-            return (S for S in super().stage_counts(o) if (o, S) != (shape, lay.pp))
-
-    oracle = Without(enc.tables)
-    incumbent = oracle.incumbent() if hasattr(oracle, "incumbent") else oracle.optimum(exact=False)
-    deadline = Deadline(time_limit_s)
-    if problem.objective is Objective.LATENCY:
-        out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
-        if out.e2e is None:
-            return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
-        cp.Add(e2e_expr(enc) == out.e2e)
-        value = out.e2e
-    else:
-        terms = throughput_terms(enc)
-        if problem.pins.dp is None:  # as solve: an optimum runs as many replicas as fit
-            cp.Add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
-        a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
-        out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None:
-            return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
-        cp.Add(terms.gain(cp, out.tokens, out.cycle) >= 0)
-        value = round(out.tokens * 1e9 / out.cycle)
-    layout = tie_break(enc, cp, deadline)
+    """``solve``'s search (``optimise``) with the winner's (shape, stage count) excluded."""
+    lay = plan.layout
+    winner = (Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp), lay.pp)
+    result = optimise(plan.problem, Deadline(time_limit_s), excluded=[winner])
+    if isinstance(result, NoPlan):
+        return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
     elapsed = time.perf_counter() - started
-    other = decode(problem, layout, "optimal" if out.proven else "feasible", value, elapsed)
-    return RunnerUp(other, out.proven, elapsed, tuple(compare(plan, other)))
+    status = "optimal" if result.proven else "feasible"
+    other = decode(plan.problem, result.layout, status, result.objective_value, elapsed)
+    return RunnerUp(other, result.proven, elapsed, tuple(compare(plan, other)))
 
 
 def shape_text(plan: Plan) -> str:
@@ -321,13 +281,16 @@ def compare(winner: Plan, other: Plan) -> list[str]:
         tied = math.isclose(a.e2e_ms, b.e2e_ms, rel_tol=1e-9)
     else:
         lines.append(
-            f"{b.output_tokens_per_s:,.0f} tok/s vs {a.output_tokens_per_s:,.0f} ({_pct(b.output_tokens_per_s, a.output_tokens_per_s)}), "
+            f"{b.output_tokens_per_s:,.0f} tok/s vs {a.output_tokens_per_s:,.0f} "
+            f"({_pct(b.output_tokens_per_s, a.output_tokens_per_s)}), "
             f"{b.output_tokens_per_s_per_gpu:,.1f} vs {a.output_tokens_per_s_per_gpu:,.1f} per GPU"
         )
         lines.append(_round_compare(winner, other))
         tied = math.isclose(a.output_tokens_per_s, b.output_tokens_per_s, rel_tol=1e-9)
     if tied:
-        lines.append("the objective ties; the tie-break (fewer GPUs, then fewer stages, then the smaller shape) chose the winner")
+        lines.append(
+            "the objective ties; the tie-break (fewer GPUs, then fewer stages, then the smaller shape) chose the winner"
+        )
     if winner.problem.objective is Objective.LATENCY:
         for phase, what in (("decode", "per output token"), ("prefill", "prefill")):
             diffs = _op_deltas(winner, other, phase, busiest=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -18,9 +19,8 @@ def test_solve_json_is_byte_identical_across_runs():
 
 
 def test_infeasible_json_carries_the_conflict():
-    import json
-
-    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--model", "deepseek-v3", "--cluster", "8xH100", "--json"]
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--model", "deepseek-v3", "--cluster", "8xH100",
+           "--json"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 1
     data = json.loads(result.stdout)

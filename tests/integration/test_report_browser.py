@@ -33,7 +33,8 @@ pytestmark = pytest.mark.skipif(
 
 def shardplan(*args: str) -> str:
     """Run the CLI as a user would (stdout piped: plain text) and return what it printed."""
-    done = subprocess.run([sys.executable, "-m", "shardplan.solver.cli", *args], capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 
 from shardplan.rules.catalog import check_plan, errors_of
+from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
-from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.enumerate import enumerate_plans
 from shardplan.solver.optimise import solve
 from shardplan.solver.oracle import Oracle
+from shardplan.solver.outputs.plan_json import plan_dict
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
 from tests.factory import problem
@@ -64,8 +66,6 @@ def test_enumeration_equals_brute_force(scenario):
 
 
 def test_solve_is_deterministic():
-    from shardplan.solver.outputs.plan_json import plan_dict
-
     p = problem(model="mixtral-8x7b", cluster="8xH100", objective="throughput")
     outputs = []
     for _ in range(3):
@@ -84,9 +84,6 @@ def test_pinned_degrees_and_boundaries_are_kept():
 def test_uneven_stages_when_they_pay():
     # DeepSeek-V3's first three layers are dense (cheaper than MoE), and the last stage carries
     # the LM head: the optimum cuts the 61 layers unevenly and beats the even cut of its degrees.
-    from shardplan.rules.layout import Layout
-    from shardplan.solver.cost.evaluate import evaluate
-
     p = problem(model="deepseek-v3", cluster="4x8xH200", objective="throughput")
     plan = solve(p)
     lay = plan.layout
