@@ -140,21 +140,8 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(components)
 
 
-# The one circle on main when this test was written: solve hands an infeasible problem to explain,
-# which rebuilds the model with optimise's build_model. Branch `driver` (issue 11's one optimise()
-# driver) removes it; when that lands, the xfail below turns into a failure (strict): delete this entry
-# and the mark.
-KNOWN_CYCLES = [["shardplan.solver.explain", "shardplan.solver.optimise"]]
-
-
-@pytest.mark.xfail(strict=True, reason="solver.optimise <-> solver.explain; removed on branch `driver`")
 def test_no_import_cycles():
     assert import_cycles(GRAPH) == []
-
-
-def test_no_import_cycle_beyond_the_known_one():
-    # Catches a new circle while the known one is still xfailed above.
-    assert [cycle for cycle in import_cycles(GRAPH) if cycle not in KNOWN_CYCLES] == []
 
 
 def test_the_cycle_finder_finds_direct_and_longer_circles():
