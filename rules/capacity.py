@@ -67,7 +67,8 @@ class TtftLimit(Rule):
         return problem.workload.ttft_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
-        enc.cp.add(enc.ttft <= round(enc.problem.workload.ttft_ms * 1e6)).only_enforce_if(enforce)
+        # Clamped to the variable's own bound, which it cannot pass: ms x 1e6 may not fit in 64 bits.
+        enc.cp.add(enc.ttft <= min(round(enc.problem.workload.ttft_ms * 1e6), enc.hi)).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.ttft_ms
@@ -92,7 +93,8 @@ class TpotLimit(Rule):
         return problem.workload.tpot_ms is not None
 
     def post(self, enc: Any, enforce: Any) -> None:
-        enc.cp.add(enc.round <= round(enc.problem.workload.tpot_ms * 1e6)).only_enforce_if(enforce)
+        limit_ns = min(round(enc.problem.workload.tpot_ms * 1e6), enc.round_hi)  # within 64 bits, as TTFT's
+        enc.cp.add(enc.round <= limit_ns).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
         limit = plan.problem.workload.tpot_ms

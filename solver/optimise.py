@@ -193,6 +193,10 @@ def _improve(
         return None
     if status == cp_model.UNKNOWN:
         raise SolverLimitError("the time limit ended the search")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # MODEL_INVALID carries no solution: reading a value would read past the response's end
+        # (the SIGSEGV of issue 14). The encoding keeps every row inside 2^62, so this is a bug.
+        raise AssertionError(f"CP-SAT returned {solver.status_name(status)}: {step.validate()}")
     return solver, proven
 
 

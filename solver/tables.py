@@ -72,6 +72,20 @@ class Tables:
     def layers_of(self, kind: LayerKind) -> int:
         return self.prefix[kind][-1]
 
+    def memory_bound_bytes(self) -> int:
+        """An upper bound on any one stage's memory in the encoding: every layer, both ends, the most
+        sequences and the largest chunk on one GPU. A cap above it binds nothing, so the limit is
+        clamped to it and the memory rows stay far inside CP-SAT's 2^62 (a --mem-cap-gib of 1e9 times
+        the stage count overflowed it, made the model invalid, and reading its empty solution crashed)."""
+        space, worst = self.space, 1
+        for o, m in self.memory.items():
+            seqs = max(space.q_values) if space.decides_batch else space.fixed_seqs_per_gpu(o)
+            whole = sum(self.layers_of(k) * (m.weights[k] + m.kv_per_seq[k] * seqs) for k in self.kinds)
+            whole += seqs * m.logits_per_seq + m.fixed + m.first + max(m.last, m.last_with_first)
+            whole += max((v for (s, _), v in self.chunk_activation.items() if s == o), default=0)
+            worst = max(worst, whole)
+        return worst
+
     def time_bound_ns(self) -> int:
         """An upper bound on any one stage step: the whole model on one stage in the slowest
         entry, plus every send. Variable domains are sized from it (a round is at most
@@ -137,6 +151,7 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
             tables.chunk_activation[(shape, option)] = math.ceil(
                 activation_bytes(model, stage, profile, 0, chunk * wl.isl)
             )
+    tables.limit_bytes = min(tables.limit_bytes, tables.memory_bound_bytes())
     return tables
 
 
