@@ -81,7 +81,9 @@ def emit_sglang(plan: Plan, expert_location: str = "expert_location.json") -> Em
         lambda u, k, n, head: ["--nnodes", str(n), "--node-rank", str(k), "--dist-init-addr", f"{head}:{20000 + u}"],
         env,
     )
-    return Emitted("sglang", ENGINE_VERSIONS["sglang"], s.summary("sglang"), launches, tuple(files), tuple(s.notes), heads)
+    return Emitted(
+        "sglang", ENGINE_VERSIONS["sglang"], s.summary("sglang"), launches, tuple(files), tuple(s.notes), heads
+    )
 
 
 def _per_replica(

@@ -27,15 +27,18 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml") ->
         args += ["--ep_size", str(s.ep)]
     if s.sp > 1:
         args += ["--cp_size", str(s.sp)]
-        s.notes.append(f"sp={s.sp}: --cp_size {s.sp} needs a cp_config (cp_type) that supports this model in both phases")
-    args += ["--gpus_per_node", str(s.per_node), "--max_batch_size", str(batch_per_rank), "--max_seq_len", str(s.max_len)]
+        s.notes.append(
+            f"sp={s.sp}: --cp_size {s.sp} needs a cp_config (cp_type) that supports this model in both phases"
+        )
+    args += ["--gpus_per_node", str(s.per_node), "--max_batch_size", str(batch_per_rank)]
+    args += ["--max_seq_len", str(s.max_len)]
     if adp:
         s.notes.append(f"--max_batch_size is per attention-DP rank: the plan's batch of {s.batch} over {s.G} ranks")
     args += ["--extra_llm_api_options", options_file]
     if s.mem_fraction() is not None:
         s.notes.append(
-            f"the plan's memory cap of {s.plan.problem.mem_cap_gib:g} GiB per GPU is not passed: TensorRT-LLM sizes its KV "
-            "cache from --kv_cache_free_gpu_memory_fraction of the memory left after weights"
+            f"the plan's memory cap of {s.plan.problem.mem_cap_gib:g} GiB per GPU is not passed: "
+            "TensorRT-LLM sizes its KV cache from --kv_cache_free_gpu_memory_fraction of the memory left after weights"
         )
     s.weights_note("trtllm", None)
 
@@ -49,10 +52,14 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml") ->
     placement = s.placement()
     if placement is not None:
         balancer = trtllm_initial_assignments(placement)
-        yaml += ["moe_config:", "  load_balancer:", f"    num_slots: {balancer['num_slots']}", "    initial_global_assignments:"]
-        yaml += [f"      {layer}: [{', '.join(map(str, row))}]" for layer, row in balancer["initial_global_assignments"].items()]
+        yaml += ["moe_config:", "  load_balancer:", f"    num_slots: {balancer['num_slots']}"]
+        yaml.append("    initial_global_assignments:")
+        assignments = balancer["initial_global_assignments"].items()
+        yaml += [f"      {layer}: [{', '.join(map(str, row))}]" for layer, row in assignments]
     if s.dp > 1:
-        s.notes.append(f"{s.dp} replicas: {s.dp} separate trtllm-serve servers; put a load balancer in front of their ports")
+        s.notes.append(
+            f"{s.dp} replicas: {s.dp} separate trtllm-serve servers; put a load balancer in front of their ports"
+        )
 
     def base(u: int) -> list[str]:
         return ["trtllm-serve", s.model] + args + (["--port", str(8000 + u)] if s.dp > 1 else [])
@@ -68,7 +75,8 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml") ->
             names = ", ".join(str(n) for n, _ in nodes)
             launches.append(Launch(
                 f"replica {u}: nodes {names}, one MPI rank per GPU ({len(gpus)} ranks), e.g. "
-                f"srun -N {len(nodes)} --ntasks-per-node={len(nodes[0][1])} --mpi=pmix trtllm-llmapi-launch <this command>",
+                f"srun -N {len(nodes)} --ntasks-per-node={len(nodes[0][1])} --mpi=pmix "
+                "trtllm-llmapi-launch <this command>",
                 tuple(base(u)),
             ))
     notes = tuple(s.notes)

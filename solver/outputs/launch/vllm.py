@@ -50,13 +50,14 @@ def emit_vllm(plan: Plan) -> Emitted:
         else:
             args.append("--enable-expert-parallel")
             s.notes.append(
-                f"expert-tp={s.expert_tp}: vLLM shards experts either over all {s.G} GPUs of a stage or tensor-parallel, "
-                f"not {s.ep} groups of {s.expert_tp}; emitted expert parallelism over all {s.G}"
+                f"expert-tp={s.expert_tp}: vLLM shards experts either over all {s.G} GPUs of a stage or "
+                f"tensor-parallel, not {s.ep} groups of {s.expert_tp}; emitted expert parallelism over all {s.G}"
             )
         if s.attn_dp > 1 and s.pp > 1:
             s.notes.append(
-                "vLLM places each data-parallel rank's pipeline stages on consecutive GPUs; the plan puts stage s of every "
-                "attention group side by side, so a stage's expert-parallel group may span more nodes than planned"
+                "vLLM places each data-parallel rank's pipeline stages on consecutive GPUs; the plan puts stage s "
+                "of every attention group side by side, so a stage's expert-parallel group may span more nodes "
+                "than planned"
             )
     args += ["--max-num-seqs", str(s.batch if not s.moe else per_rank(s.batch, s.attn_dp))]
     args += ["--max-model-len", str(s.max_len)]
@@ -76,7 +77,9 @@ def emit_vllm(plan: Plan) -> Emitted:
         )
     env = [("VLLM_PP_LAYER_PARTITION", s.partition)] if s.pp > 1 else []
     if s.moe and s.dp > 1:
-        s.notes.append(f"{s.dp} replicas: {s.dp} separate vLLM deployments; put a load balancer in front of their ports")
+        s.notes.append(
+            f"{s.dp} replicas: {s.dp} separate vLLM deployments; put a load balancer in front of their ports"
+        )
 
     launches: list[Launch] = []
     units = s.units(per_unit)
@@ -101,7 +104,8 @@ def emit_vllm(plan: Plan) -> Emitted:
                          "--data-parallel-rpc-port", str(13345 + u)]
                 if k > 0:
                     extra = ["--headless", "--data-parallel-start-rank", str(k * local_ranks)] + extra
-                launches.append(Launch(node_label(u, node, k, nodes), tuple(base + extra), tuple(env) + s.visible(local)))
+                label = node_label(u, node, k, nodes)
+                launches.append(Launch(label, tuple(base + extra), tuple(env) + s.visible(local)))
         elif dp_ranks == 1:
             # One rank spans nodes: torch.distributed over the nodes (vLLM's --nnodes, workers headless).
             for k, (node, local) in enumerate(nodes):
@@ -109,12 +113,16 @@ def emit_vllm(plan: Plan) -> Emitted:
                          "--master-port", str(29501 + u)]
                 if k > 0:
                     extra = ["--headless"] + extra
-                launches.append(Launch(node_label(u, node, k, nodes), tuple(base + extra), tuple(env) + s.visible(local)))
+                label = node_label(u, node, k, nodes)
+                launches.append(Launch(label, tuple(base + extra), tuple(env) + s.visible(local)))
         else:
             s.notes.append(
-                f"deployment {u}: each of its {dp_ranks} data-parallel ranks spans nodes ({rank_gpus} GPUs); vLLM places "
-                f"such ranks through Ray: start a Ray cluster on nodes {', '.join(str(n) for n, _ in nodes)} first"
+                f"deployment {u}: each of its {dp_ranks} data-parallel ranks spans nodes ({rank_gpus} GPUs); "
+                f"vLLM places such ranks through Ray: start a Ray cluster on nodes "
+                f"{', '.join(str(n) for n, _ in nodes)} first"
             )
             launches.append(Launch(f"deployment {u}: on node {nodes[0][0]}, the Ray head",
                                    tuple(base + ["--data-parallel-backend", "ray"]), tuple(env)))
-    return Emitted("vllm", ENGINE_VERSIONS["vllm"], s.summary("vllm"), tuple(launches), (), tuple(s.notes), tuple(heads))
+    return Emitted(
+        "vllm", ENGINE_VERSIONS["vllm"], s.summary("vllm"), tuple(launches), (), tuple(s.notes), tuple(heads)
+    )
