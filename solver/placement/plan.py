@@ -48,7 +48,9 @@ from shardplan.solver.placement.result import ExpertPlacement, LayerPlacement
 PLACEMENT_TIME_LIMIT_S = 0.0
 FACTOR_DIGITS = 9  # load factors are rounded so that a balanced layer's 1.0000000000000002 reads as 1
 
-Placer = Callable[..., ExpertPlacement]  # place_experts or greedy_placement
+# A placer places a profile's layers on (EP ranks, slots per rank): best_placement, greedy_placement,
+# place_experts_in_budget. A time budget is the placer's own, not an argument.
+Placer = Callable[[ExpertLoadProfile, int, int], ExpertPlacement]
 
 
 @dataclass(frozen=True)
@@ -224,12 +226,13 @@ def best_placement(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int
     return place_experts(profile, num_gpus, slots_per_gpu, time_limit_s=time_limit_s)
 
 
-def place_for_layout(
-    problem: Problem,
-    layout: Layout,
-    placer: Placer = best_placement,
-    time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
-) -> PlanPlacement | None:
+def place_experts_in_budget(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int) -> ExpertPlacement:
+    """``place_experts`` within a plan's CP-SAT budget (``PLACEMENT_TIME_LIMIT_S``), never the greedy
+    shortcut of ``best_placement``: the placer to compare with ``greedy_placement``."""
+    return place_experts(profile, num_gpus, slots_per_gpu, time_limit_s=PLACEMENT_TIME_LIMIT_S)
+
+
+def place_for_layout(problem: Problem, layout: Layout, placer: Placer = best_placement) -> PlanPlacement | None:
     """Each stage's MoE layers placed over its ``ep`` ranks (None for a dense model)."""
     model = problem.model
     if model.moe is None:
@@ -248,7 +251,7 @@ def place_for_layout(
         gpus = tuple(layout.stage_gpus(0, s))
         etp = layout.expert_tp
         ranks = tuple(gpus[k * etp:(k + 1) * etp] for k in range(layout.ep))
-        placed = placer(sub, layout.ep, slots, time_limit_s=time_limit_s)
+        placed = placer(sub, layout.ep, slots)
         stages.append(StagePlacement(index=s, ep_rank_gpus=ranks, placement=placed, profile=sub))
     return PlanPlacement(
         profile=profile,
@@ -291,6 +294,7 @@ def write_experts(path: str | Path, experts: PlanPlacement | None) -> None:
 
 _METHODS = {
     best_placement: "place_experts (the greedy kept where it meets the proven bound)",
+    place_experts_in_budget: "place_experts",
     place_experts: "place_experts",
     greedy_placement: "greedy",
 }

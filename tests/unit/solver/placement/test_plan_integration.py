@@ -19,8 +19,8 @@ from shardplan.solver.cli import main
 from shardplan.solver.cli.inputs import layout_from_pins
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
-from shardplan.solver.placement import greedy_placement, place_experts
-from shardplan.solver.placement.plan import place_and_price, place_for_layout
+from shardplan.solver.placement import greedy_placement
+from shardplan.solver.placement.plan import place_and_price, place_experts_in_budget, place_for_layout
 from shardplan.solver.placement.result import LayerPlacement
 from tests.factory import problem
 
@@ -35,7 +35,7 @@ def test_greedy_and_solver_placements_give_tpot_in_the_order_of_their_max_loads(
     p = problem(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, zipf=1.0, redundant_slots=1)
     layout = layout_from_pins(p)
     greedy_layout, greedy, greedy_experts = place_and_price(p, layout, greedy_placement)
-    ours_layout, ours, ours_experts = place_and_price(p, layout, place_experts)
+    ours_layout, ours, ours_experts = place_and_price(p, layout, place_experts_in_budget)
     g_max, o_max = max(greedy_layout.moe_load_factor), max(ours_layout.moe_load_factor)
     assert o_max == pytest.approx(1.0, abs=1e-9)  # one spare slot per rank: ours balances exactly
     assert g_max > 1.005
