@@ -602,7 +602,7 @@ def _dag_html(plan: Plan) -> str:
             label = {"replica": "replica", "phase": "", "stage": "stage", "layer": "layer"}[key]
             title = f"{label} {value}".strip()
             if key == "layer":
-                kinds = {d.get("layer_kind") for _, d in _walk(child) if d.get("layer_kind")}
+                kinds: set[str] = {d["layer_kind"] for _, d in _walk(child) if d.get("layer_kind")}
                 title += f" ({', '.join(sorted(kinds))})" if kinds else ""
             opened = " open" if key in ("replica",) and value == 0 else ""
             html_parts.append(f'<details{opened}><summary>{e(title)} <span class="dim">({count} nodes)</span></summary>'

@@ -32,6 +32,7 @@ from typing import Any
 
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
+from shardplan.models.spec import MoE
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import Prediction
 from shardplan.rules.problem import Problem
@@ -104,7 +105,7 @@ class PlanPlacement:
         """Per MoE layer (global index): most-loaded EP rank over the mean, rounded."""
         out: dict[int, float] = {}
         for stage in self.stages:
-            for placed, ratio in zip(stage.placement.layers, stage.placement.max_over_mean(stage.profile)):
+            for placed, ratio in zip(stage.placement.layers, stage.placement.max_over_mean(stage.profile), strict=True):
                 out[placed.layer] = round(ratio, FACTOR_DIGITS)
         return out
 
@@ -131,7 +132,8 @@ class PlanPlacement:
                 if layer not in placed_stage:
                     found.append(("hosted", f"MoE layer {layer} has no placement: none of its experts is hosted"))
                 elif placed_stage[layer] != s:
-                    found.append(("hosted", f"MoE layer {layer} of stage {s} is placed on stage {placed_stage[layer]}'s GPUs"))
+                    found.append(("hosted", f"MoE layer {layer} of stage {s} is placed on stage "
+                                            f"{placed_stage[layer]}'s GPUs"))
         for stage in self.stages:
             where = f"stage {stage.index}"
             if not 0 <= stage.index < layout.pp:
@@ -139,7 +141,8 @@ class PlanPlacement:
                 continue
             placed = stage.placement
             if placed.num_gpus != layout.ep:
-                found.append(("slots", f"{where}: placed over {placed.num_gpus} EP ranks, the layout has ep={layout.ep}"))
+                found.append(("slots", f"{where}: placed over {placed.num_gpus} EP ranks, "
+                                       f"the layout has ep={layout.ep}"))
             if placed.slots_per_gpu > budget:
                 found.append(("slots", f"{where}: {placed.slots_per_gpu} expert slots per GPU, the budget is "
                                        f"ceil({moe.num_experts}/{layout.ep}) + {problem.redundant_slots} = {budget}"))
@@ -180,7 +183,9 @@ class PlanPlacement:
         (one row per MoE layer, one entry per physical slot, slot ``g * S + i`` = slot ``i`` of EP
         rank ``g`` of the layer's stage), plus where each stage's EP ranks are."""
         layers = sorted((p for st in self.stages for p in st.placement.layers), key=lambda p: p.layer)
-        bounds = {p.layer: b for st in self.stages for p, b in zip(st.placement.layers, st.placement.lower_bounds)}
+        # strict=False: a record with a bound missing is check_placement's to report (EXP-001), not ours
+        bounds = {p.layer: b for st in self.stages
+                  for p, b in zip(st.placement.layers, st.placement.lower_bounds, strict=False)}
         ep = self.stages[0].placement.num_gpus
         whole = ExpertPlacement(
             num_gpus=ep, slots_per_gpu=self.slots_per_gpu, layers=tuple(layers),
@@ -204,14 +209,14 @@ class PlanPlacement:
 
 def slot_budget(problem: Problem, layout: Layout) -> int:
     """Expert slots per EP rank: ``ceil(E / ep)`` plus the problem's redundant slots."""
-    return math.ceil(problem.model.moe.num_experts / layout.ep) + problem.redundant_slots
+    return math.ceil(_moe(problem).num_experts / layout.ep) + problem.redundant_slots
 
 
 def routing_profile(problem: Problem) -> ExpertLoadProfile:
     """The problem's profile, or uniform routing (one token per expert: only ratios matter)."""
     if problem.expert_load is not None:
         return problem.expert_load
-    moe = problem.model.moe
+    moe = _moe(problem)
     return uniform_profile(moe.num_experts, moe.layers, float(moe.num_experts))
 
 
@@ -268,7 +273,7 @@ def place_for_layout(problem: Problem, layout: Layout, placer: Placer = best_pla
 def priced(problem: Problem, layout: Layout, experts: PlanPlacement | None) -> tuple[Layout, Prediction]:
     """``layout`` carrying the placement's per-layer load factors, and its prediction."""
     if experts is not None:
-        layout = layout.model_copy(update={"moe_load_factor": experts.load_factors(problem.model.moe.layers)})
+        layout = layout.model_copy(update={"moe_load_factor": experts.load_factors(_moe(problem).layers)})
     return layout, evaluate(problem, layout)
 
 
@@ -292,12 +297,19 @@ def write_experts(path: str | Path, experts: PlanPlacement | None) -> None:
         raise SpecError("experts-out", f"cannot write {path}: {exc.strerror}") from None
 
 
-_METHODS = {
+_METHODS: dict[Placer, str] = {
     best_placement: "place_experts (the greedy kept where it meets the proven bound)",
     place_experts_in_budget: "place_experts",
     place_experts: "place_experts",
     greedy_placement: "greedy",
 }
+
+def _moe(problem: Problem) -> MoE:
+    """The model's MoE block: every caller here has a MoE model (a dense one has no placement)."""
+    if problem.model.moe is None:
+        raise SpecError("model", f"{problem.model.name} has no MoE layers: there is no expert placement")
+    return problem.model.moe
+
 
 # check_placement's messages by rule: hosted (EXP-001), slots (EXP-002), replicas (EXP-003).
 # Anything else (its bounds and status) is a fault of the placement record and reported as EXP-001.

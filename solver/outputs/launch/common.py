@@ -171,10 +171,11 @@ class PlanShape:
             )
             return None
         layers = sorted((p for st in experts.stages for p in st.placement.layers), key=lambda p: p.layer)
+        # strict=False: a record with a bound missing is check_placement's to report (EXP-001), not ours
         bounds = {
             p.layer: b
             for st in experts.stages
-            for p, b in zip(st.placement.layers, st.placement.lower_bounds, strict=True)
+            for p, b in zip(st.placement.layers, st.placement.lower_bounds, strict=False)
         }
         return ExpertPlacement(
             num_gpus=experts.stages[0].placement.num_gpus, slots_per_gpu=experts.slots_per_gpu,
