@@ -9,8 +9,8 @@ tokens/s; "uniform" is the same layout with uniform routing and no redundant slo
 from __future__ import annotations
 
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, layout_from_pins
-from shardplan.solver.placement import greedy_placement, place_experts
-from shardplan.solver.placement.plan import place_and_price
+from shardplan.solver.placement import greedy_placement
+from shardplan.solver.placement.plan import place_and_price, place_experts_in_budget
 
 ROWS = (  # (model, cluster, EP ranks, batch, redundant slots per GPU)
     ("deepseek-v3", "2x8xH200", 16, 4096, 1),
@@ -29,11 +29,11 @@ def main() -> None:
           f"{'TPOT uniform':>12} {'TPOT greedy':>11} {'TPOT ours':>10} {'tok/s greedy':>12} {'tok/s ours':>10}")
     for model, cluster, ep, batch, spare in ROWS:
         uniform = _problem(model, cluster, ep, batch)
-        reference = place_and_price(uniform, layout_from_pins(uniform), place_experts)[1]
+        reference = place_and_price(uniform, layout_from_pins(uniform), place_experts_in_budget)[1]
         problem = _problem(model, cluster, ep, batch, zipf=1.0, redundant_slots=spare)
         layout = layout_from_pins(problem)
         g_layout, greedy, _ = place_and_price(problem, layout, greedy_placement)
-        o_layout, ours, _ = place_and_price(problem, layout, place_experts)
+        o_layout, ours, _ = place_and_price(problem, layout, place_experts_in_budget)
         print(f"{model:16} {cluster:9} {ep:3d} {batch:6d} {spare:2d} {max(g_layout.moe_load_factor):7.4f} "
               f"{max(o_layout.moe_load_factor):7.4f} {reference.metrics.tpot_ms:9.3f} ms "
               f"{greedy.metrics.tpot_ms:8.3f} ms {ours.metrics.tpot_ms:7.3f} ms "

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
 from shardplan.hardware import parse_cluster
-from shardplan.models import DType, SpecError, get_model
+from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.layout import Layout
@@ -38,7 +39,7 @@ class ProblemArgs:
     kv_dtype: str | None = None
     profile: str | None = None
     allow: tuple[str, ...] = ()
-    pins: dict = field(default_factory=dict)
+    pins: dict[str, Any] = field(default_factory=dict)  # pins[degree]: the pinned value, None when free
     load_profile: str | None = None  # a .json or .csv file of tokens per expert per MoE layer
     zipf: float | None = None  # synthetic Zipf routing with this exponent
     redundant_slots: int = 0  # expert slots per GPU beyond ceil(experts / ep)
@@ -103,7 +104,7 @@ def build_problem(args: ProblemArgs) -> Problem:
         raise spec_error_from(exc) from None
 
 
-def build_expert_load(args: ProblemArgs, model) -> ExpertLoadProfile | None:
+def build_expert_load(args: ProblemArgs, model: ModelSpec) -> ExpertLoadProfile | None:
     """The routing profile: read from ``--load-profile``, or Zipf-shaped with ``--zipf``, or None
     (uniform routing). A file is checked against the model's expert count and MoE layers; every
     error names the option and the field, e.g. ``load-profile layers.3: ... expected 256 experts``."""
@@ -118,10 +119,12 @@ def build_expert_load(args: ProblemArgs, model) -> ExpertLoadProfile | None:
     try:
         if args.load_profile is not None:
             return load_profile(args.load_profile, moe.num_experts, moe.layers)
-        # Only ratios matter to a placement: one token per expert on average.
-        return zipf_profile(moe.num_experts, moe.layers, args.zipf, float(moe.num_experts), seed=ZIPF_SEED)
+        if args.zipf is not None:
+            # Only ratios matter to a placement: one token per expert on average.
+            return zipf_profile(moe.num_experts, moe.layers, args.zipf, float(moe.num_experts), seed=ZIPF_SEED)
     except SpecError as exc:
         raise SpecError(f"{option} {exc.field}", exc.reason) from None
+    return None
 
 
 def layout_from_pins(problem: Problem) -> Layout:
@@ -135,25 +138,28 @@ def layout_from_pins(problem: Problem) -> Layout:
     if attn_dp is None:
         # An --ep wider than the attention group means attention data parallelism fills the stage.
         attn_dp = max(1, (p.ep or 1) * expert_tp // (tp * sp)) if model.is_moe else 1
-    degrees = dict(dp=p.dp or 1, tp=tp, sp=sp, attn_dp=attn_dp, expert_tp=expert_tp, batch=problem.workload.batch or 1)
+    dp, batch = p.dp or 1, problem.workload.batch or 1
     try:
         if p.stages is not None:
-            layout = Layout(stages=p.stages, **degrees)
+            layout = Layout(stages=p.stages, dp=dp, tp=tp, sp=sp, attn_dp=attn_dp, expert_tp=expert_tp, batch=batch)
         else:
-            layout = Layout.even(model.num_layers, p.pp or 1, **degrees)
+            layout = Layout.even(model.num_layers, p.pp or 1, dp=dp, tp=tp, sp=sp, attn_dp=attn_dp,
+                                 expert_tp=expert_tp, batch=batch)
     except ValidationError as exc:
         raise spec_error_from(exc) from None
     if layout.num_layers != model.num_layers:
         raise SpecError("stages", f"cover {layout.num_layers} layers; the model has {model.num_layers}")
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
-        raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: ep = G / expert_tp = {layout.ep}")
+        raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: "
+                              f"ep = G / expert_tp = {layout.ep}")
     if p.ep not in (None, 1) and not model.is_moe:
         raise SpecError("ep", f"{problem.model.name} has no MoE layers")
     if layout.num_gpus > problem.cluster.num_gpus:
-        raise SpecError("cluster", f"the layout needs {layout.num_gpus} GPUs; the cluster has {problem.cluster.num_gpus}")
+        raise SpecError("cluster",
+                        f"the layout needs {layout.num_gpus} GPUs; the cluster has {problem.cluster.num_gpus}")
     return layout
 
 
-def _positive(name: str, value: int) -> None:
+def _positive(name: str, value: int | None) -> None:
     if value is None or value < 1:
         raise SpecError(name, f"must be a positive integer, got {value}")

@@ -10,48 +10,72 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.rules.catalog import LISTED_RULES, find_rule
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
 from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
+from shardplan.solver.cli.validate import validate
+from shardplan.solver.cost.calibration.fit import calibrate_to_file
+from shardplan.solver.dag.export import write_dag, writer_for
+from shardplan.solver.enumerate import enumerate_plans, pareto_front
+from shardplan.solver.explain import explain
+from shardplan.solver.optimise import solve as run_solve
+from shardplan.solver.outputs import report
+from shardplan.solver.outputs.launch import Emitted, emit
+from shardplan.solver.outputs.plan_json import plan_dict
+from shardplan.solver.placement.plan import place_and_price, write_experts
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-def problem_options(func: Callable) -> Callable:
+def problem_options(func: Command) -> Command:
     """The inputs solve, enumerate and evaluate share."""
     options = [
-        click.option("--model", default=DEFAULT_MODEL, show_default=True, help="preset id or alias, or a config.json path"),
+        click.option("--model", default=DEFAULT_MODEL, show_default=True,
+                     help="preset id or alias, or a config.json path"),
         click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="e.g. 8xH100, 4x8xH200, 72xGB200"),
         click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True),
         click.option("--isl", type=int, default=1024, show_default=True, help="input tokens per request"),
         click.option("--osl", type=int, default=256, show_default=True, help="output tokens per request"),
-        click.option("--batch", type=int, default=None, help="concurrent sequences per replica (default: 1 for latency, decided for throughput)"),
-        click.option("--mem-cap-gib", type=float, default=None, help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
+        click.option("--batch", type=int, default=None,
+                     help="concurrent sequences per replica (default: 1 for latency, decided for throughput)"),
+        click.option("--mem-cap-gib", type=float, default=None,
+                     help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
         click.option("--ttft-ms", type=float, default=None, help="limit on time to first token"),
         click.option("--tpot-ms", type=float, default=None, help="limit on time per output token"),
-        click.option("--weights-dtype", default=None, help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
+        click.option("--weights-dtype", default=None,
+                     help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
         click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),
         click.option("--profile", default=None, help="calibration profile (default: the GPU's)"),
-        click.option("--allow", multiple=True, help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
+        click.option("--allow", multiple=True,
+                     help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
         click.option("--dp", type=int, default=None, help="pin replicas"),
         click.option("--pp", type=int, default=None, help="pin pipeline stages"),
         click.option("--tp", type=int, default=None, help="pin tensor parallelism"),
         click.option("--sp", type=int, default=None, help="pin sequence parallelism"),
         click.option("--ep", type=int, default=None, help="pin expert parallelism (= GPUs per stage / expert-tp)"),
         click.option("--attn-dp", type=int, default=None, help="pin attention groups per stage"),
-        click.option("--expert-tp", type=int, default=None, help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
+        click.option("--expert-tp", type=int, default=None,
+                     help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
         click.option("--stages", default=None, help="pin stage boundaries, e.g. 0:30,30:61"),
-        click.option("--load-profile", default=None, help="tokens routed to each expert per MoE layer (.json or .csv; default: uniform routing)"),
-        click.option("--zipf", type=float, default=None, help="synthetic Zipf routing with this exponent (fixed seed) instead of a profile"),
-        click.option("--redundant-slots", type=int, default=0, show_default=True, help="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"),
+        click.option("--load-profile", default=None,
+                     help="tokens routed to each expert per MoE layer (.json or .csv; default: uniform routing)"),
+        click.option("--zipf", type=float, default=None,
+                     help="synthetic Zipf routing with this exponent (fixed seed) instead of a profile"),
+        click.option("--redundant-slots", type=int, default=0, show_default=True,
+                     help="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
     ]
     for option in reversed(options):
@@ -59,7 +83,7 @@ def problem_options(func: Callable) -> Callable:
     return func
 
 
-def infeasible_dict(problem: Any, exc: InfeasibleError) -> dict[str, Any]:
+def infeasible_dict(problem: Problem, exc: InfeasibleError) -> dict[str, Any]:
     """DESIGN.md's JSON for a problem with no plan: status, objective and the conflicting rules."""
     return {
         "status": "infeasible",
@@ -70,7 +94,7 @@ def infeasible_dict(problem: Any, exc: InfeasibleError) -> dict[str, Any]:
     }
 
 
-def problem_args(kw: dict) -> ProblemArgs:
+def problem_args(kw: dict[str, Any]) -> ProblemArgs:
     pins = {k: kw.pop(k) for k in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")}
     return ProblemArgs(pins=pins, **{k: kw.pop(k) for k in list(kw) if k in ProblemArgs.__dataclass_fields__})
 
@@ -121,9 +145,6 @@ experts_out_option = click.option(
 @experts_out_option
 def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
-    from shardplan.solver.outputs.plan_json import plan_dict
-    from shardplan.solver.placement.plan import place_and_price, write_experts
-
     problem = build_problem(problem_args(kw))
     layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
     if experts_out:
@@ -132,28 +153,29 @@ def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
     if as_json:
         emit_json(data)
     else:
-        from shardplan.rules.plan import Plan
-        from shardplan.solver.outputs.report import binding_constraints
-
         plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
-        cli_views.print_plan(data, plan, binding_constraints(plan))
+        cli_views.print_plan(data, plan, report.binding_constraints(plan))
 
 
 @cli.command()
 @click.argument("points", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(), help="profile JSON to write (a directory: every fitted profile)")
+@click.option("--out", required=True, type=click.Path(),
+              help="profile JSON to write (a directory: every fitted profile)")
 @click.option("--gpu", default=None, help="fit only this GPU's rows (preset name or alias)")
-@click.option("--software", default=None, help="fit only one software generation: trtllm, trtllm-0.14, trtllm-0.9, splitwise")
-@click.option("--ops", default=None, type=click.Path(exists=True, dir_okay=False), help="op_points.csv for the shared operator factors")
+@click.option("--software", default=None,
+              help="fit only one software generation: trtllm, trtllm-0.14, trtllm-0.9, splitwise")
+@click.option("--ops", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="op_points.csv for the shared operator factors")
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes fitting profiles in parallel")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool) -> None:
+def calibrate(
+    points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool
+) -> None:
     """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
-    from shardplan.solver.cost.calibration.fit import calibrate_to_file
-
     results = calibrate_to_file(points, out, gpu=gpu, software=software, op_csv=ops, jobs=jobs)
-    rows = [
-        {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows, "median_abs_error": round(r.median_abs_error, 4),
+    rows: list[dict[str, Any]] = [
+        {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows,
+         "median_abs_error": round(r.median_abs_error, 4),
          "fitted": {f: getattr(r.profile, f) for f in r.fields}}
         for r in results
     ]
@@ -169,7 +191,8 @@ def calibrate(points: str, out: str, gpu: str | None, software: str | None, ops:
 @cli.command()
 @problem_options
 @click.option("--time-limit", type=float, default=None, help="seconds; the best plan found is returned as 'feasible'")
-@click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False), help="write the execution DAG (.json, .graphml, .dot, .mmd)")
+@click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
+              help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
 @experts_out_option
 @click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
@@ -185,16 +208,11 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
     """
-    from shardplan.solver.optimise import solve as run_solve
-    from shardplan.solver.outputs.plan_json import plan_dict
-
     if time_limit is not None and not time_limit > 0:
         raise SpecError("time-limit", f"must be > 0, got {time_limit}")
     check_writable("report", report_path)
     problem = build_problem(problem_args(kw))
     if dag_path:  # an unknown extension is bad input: say so before solving
-        from shardplan.solver.dag.export import writer_for
-
         writer_for(dag_path)
     try:
         plan = run_solve(problem, time_limit_s=time_limit)
@@ -203,12 +221,8 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
             emit_json(infeasible_dict(problem, exc))
         raise
     if dag_path:
-        from shardplan.solver.dag.export import write_dag
-
         write_dag(plan, dag_path, detail)
     if experts_out:
-        from shardplan.solver.placement.plan import write_experts
-
         write_experts(experts_out, plan.experts)
     data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
                      experts=plan.experts, extra={"objective_value": plan.objective_value})
@@ -216,11 +230,9 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
               runner_up if runner_up is not None else not (as_json or emit_engine))
 
 
-def show_plan(plan: Any, data: dict, as_json: bool, emit_engine: str | None, report_path: str | None,
+def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str | None, report_path: str | None,
               with_runner_up: bool) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report."""
-    from shardplan.solver.outputs import report
-
     findings = report.binding_constraints(plan)
     runner, note = None, None
     if with_runner_up:
@@ -232,14 +244,13 @@ def show_plan(plan: Any, data: dict, as_json: bool, emit_engine: str | None, rep
     data = {**data, "binding": report.findings_dicts(findings)}
     if runner is not None:
         data["runner_up"] = runner.to_dict()
-    launch = None
+    launch: Emitted | None = None
     if emit_engine:
-        from shardplan.solver.outputs.launch import emit
-
         launch = emit(plan, emit_engine)
         data["launch"] = {"engine": emit_engine, "version": launch.version, "notes": list(launch.notes),
                           "files": dict(launch.files), "script": launch.script(),
-                          "commands": [{"label": l.label, "env": dict(l.env), "argv": list(l.argv)} for l in launch.launches]}
+                          "commands": [{"label": one.label, "env": dict(one.env), "argv": list(one.argv)}
+                                       for one in launch.launches]}
     if report_path:
         report.write_report(report_path, report.plan_report(plan, data, findings, runner, note))
     if as_json:
@@ -277,14 +288,12 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones."""
-    from shardplan.solver.enumerate import enumerate_plans, pareto_front
-    from shardplan.solver.outputs.plan_json import plan_dict
-
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_writable("report", report_path)
     problem = build_problem(problem_args(kw))
-    plans, rows = [], []
+    plans: list[Plan] = []
+    rows: list[dict[str, Any]] = []
     with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
         for plan in enumerate_plans(problem, limit=limit, progress=tick, time_limit_s=time_limit):
             row = plan_dict(problem, plan.layout, plan.prediction, status="feasible")
@@ -295,19 +304,15 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
             rows.append(row)
     if not plans:
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result.
-        from shardplan.solver.explain import explain
-
         raise InfeasibleError(explain(problem))
     marks = pareto_front(plans)
     frontier = [i for i, on in enumerate(marks) if on]
     if report_path:
-        from shardplan.solver.outputs import report
-
         report.write_report(report_path, report.enumeration_report(problem, plans, rows, marks))
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
     elif as_json:
-        for row, on in zip(rows, marks):
+        for row, on in zip(rows, marks, strict=True):
             row["pareto"] = on
         emit_json({"count": len(plans), "pareto": frontier, "plans": rows})
     else:
@@ -321,8 +326,6 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def rules(rule_id: str | None, as_json: bool) -> None:
     """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
-    from shardplan.rules.catalog import LISTED_RULES, find_rule
-
     selected = [find_rule(rule_id)] if rule_id else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
@@ -331,9 +334,7 @@ def rules(rule_id: str | None, as_json: bool) -> None:
         cli_views.print_rules(data, detailed=rule_id is not None)
 
 
-from shardplan.solver.cli.validate import validate  # noqa: E402 - `shardplan validate FILE.json` (solver/cli/validate.py)
-
-cli.add_command(validate)
+cli.add_command(validate)  # `shardplan validate FILE.json` (solver/cli/validate.py)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -362,7 +363,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line, the traceback only on request
         if os.environ.get("SHARDPLAN_DEBUG"):
             raise
-        click.echo(f"shardplan: internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", err=True)
+        click.echo(f"shardplan: internal error: {type(exc).__name__}: {exc} "
+                   "(SHARDPLAN_DEBUG=1 shows the traceback)", err=True)
         sys.exit(EXIT_INTERNAL)
 
 

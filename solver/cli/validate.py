@@ -11,20 +11,22 @@ import sys
 
 import click
 
+from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
+from shardplan.rules.dag.fix import Change, fix_dag
+from shardplan.solver.dag.export import read_json, write_graph, writer_for
+
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
 
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-@click.option("--fix", is_flag=True, help="repair what has one safe repair (missing collective, KV-cache or pipeline edge)")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="where --fix writes the repaired DAG (.json, .graphml, .dot, .mmd)")
+@click.option("--fix", is_flag=True,
+              help="repair what has one safe repair (missing collective, KV-cache or pipeline edge)")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="where --fix writes the repaired DAG (.json, .graphml, .dot, .mmd)")
 def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
     """Check an execution DAG (node-link JSON) against the DAG rules; --fix repairs what it safely can."""
-    from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
-    from shardplan.rules.dag.fix import fix_dag
-    from shardplan.solver.dag.export import read_json, write_graph, writer_for
-
     if out and not fix:
         raise click.UsageError("--out needs --fix")
     if fix and not out:
@@ -32,8 +34,8 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
     if out:
         writer_for(out)  # an unknown extension fails before any work
     dag = read_json(file)
-    changes = []
-    if fix:
+    changes: list[Change] = []
+    if out:  # that is, --fix: each needs the other (checked above)
         dag, changes, diagnostics = fix_dag(dag)
         write_graph(dag, out)
     else:
@@ -60,7 +62,8 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
         for d in diagnostics:
             click.echo(f"{d.rule} {d.node if d.node is not None else '-'}: {d.message}")
         summary = f"{file}: {dag.number_of_nodes()} nodes, {dag.number_of_edges()} edges, "
-        click.echo(summary + ("valid" if valid else f"{len(diagnostics)} violations of {', '.join(rule_ids(diagnostics))}"))
+        verdict = "valid" if valid else f"{len(diagnostics)} violations of {', '.join(rule_ids(diagnostics))}"
+        click.echo(summary + verdict)
     if not valid:
         # SystemExit, not click's Exit: the entry point runs click with standalone_mode=False, which
         # turns Exit into a return value.

@@ -6,14 +6,19 @@ Each ``*_rows`` function builds the data ``--json`` prints; each ``print_*`` sho
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from shardplan.hardware import list_gpus
 from shardplan.models import presets
 from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
+from shardplan.rules.plan import Plan
+from shardplan.solver.outputs.report import Finding, RunnerUp, layout_lines, metric_text
 
 # Piped output keeps a wide, fixed width so tables do not wrap and the bytes do not depend on the
 # terminal that happened to run the command.
@@ -97,15 +102,13 @@ def print_gpus(rows: list[dict[str, Any]]) -> None:
 
 def print_plan(
     data: dict[str, Any],
-    plan: Any = None,
-    findings: list | None = None,
-    runner: Any = None,
+    plan: Plan | None = None,
+    findings: list[Finding] | None = None,
+    runner: RunnerUp | None = None,
     runner_note: str | None = None,
 ) -> None:
     """A plan dict (``output.plan_dict``): layout, metrics, memory per GPU, binding constraints and, when
     given, why it beat the runner-up (``report.runner_up``)."""
-    from shardplan.solver.outputs.report import layout_lines, metric_text
-
     text = metric_text(data["metrics"])
     cluster = plan.problem.cluster if plan is not None else None
     short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
@@ -194,14 +197,16 @@ def print_rules(rows: list[dict[str, Any]], detailed: bool) -> None:
 
 
 def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
-    from shardplan.solver.outputs.report import metric_text
-
     front = sum(marks)
-    console.print(f"{len(rows)} feasible layouts; {front} on the Pareto frontier of end-to-end latency against throughput:")
+    console.print(
+        f"{len(rows)} feasible layouts; {front} on the Pareto frontier of end-to-end latency against throughput:"
+    )
     table = Table(title_justify="left")
-    for col in ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s", "tok/s/GPU"):
+    columns = ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s",
+               "tok/s/GPU")
+    for col in columns:
         table.add_column(col, justify="right")
-    for row, on in sorted(zip(rows, marks), key=lambda x: x[0]["metrics"]["e2e_ms"]):
+    for row, on in sorted(zip(rows, marks, strict=True), key=lambda x: x[0]["metrics"]["e2e_ms"]):
         if not on:
             continue
         d, text = row["degrees"], metric_text(row["metrics"])
@@ -222,20 +227,20 @@ class progress:
     """A progress bar on stderr while work runs, only on a terminal; yields a tick(done, total)."""
 
     def __init__(self, label: str, enabled: bool = True):
-        from rich.progress import Progress
-
         self.enabled = enabled and sys.stderr.isatty()
         self.bar = Progress(console=Console(stderr=True), transient=True) if self.enabled else None
         self.label = label
-        self.task = None
 
-    def __enter__(self):
-        if not self.bar:
+    def __enter__(self) -> Callable[[int, int | None], None]:
+        bar = self.bar
+        if bar is None:
             return lambda done, total: None
-        self.bar.start()
-        self.task = self.bar.add_task(self.label, total=None)
-        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+        bar.start()
+        task: TaskID = bar.add_task(self.label, total=None)
+        return lambda done, total: bar.update(task, completed=done, total=total)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
         if self.bar:
             self.bar.stop()

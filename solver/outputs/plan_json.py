@@ -10,6 +10,7 @@ from typing import Any
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import MemoryReport, Prediction
 from shardplan.rules.problem import Problem
+from shardplan.solver.placement.plan import PlanPlacement
 
 
 def degrees(problem: Problem, layout: Layout) -> dict[str, int]:
@@ -35,7 +36,7 @@ def memory_dict(m: MemoryReport) -> dict[str, float]:
     }
 
 
-def experts_dict(experts: Any) -> dict[str, Any] | None:
+def experts_dict(experts: PlanPlacement | dict[str, Any] | None) -> dict[str, Any] | None:
     """The plan's expert placement in compact form (``PlanPlacement.summary``): per stage its MoE
     layers, slots per GPU, max/mean load and lower bound per layer, status. None without one."""
     if experts is None or isinstance(experts, dict):
@@ -50,8 +51,8 @@ def plan_dict(
     *,
     status: str,
     solve_time_s: float | None = None,
-    experts: Any = None,
-    extra: dict | None = None,
+    experts: PlanPlacement | dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     worst = prediction.worst_memory
     m = prediction.metrics

@@ -10,7 +10,10 @@ Three parts:
   same TTFT, TPOT and tokens/s in the terminal and in the page;
 - the HTML: ``plan_report`` and ``enumeration_report`` fill ``report_template.html`` with plotly
   figures (plotly.js inlined once: the file opens with no network) and a collapsible outline of the
-  execution DAG when ``solver.dag`` is present.
+  execution DAG.
+
+plotly is imported inside the functions that draw, on purpose: only ``--report`` needs it, and its import
+adds about 0.1 s to every ``shardplan solve`` (measured with ``python -X importtime``, 2026-12).
 """
 
 from __future__ import annotations
@@ -19,17 +22,24 @@ import html
 import math
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
 
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import Objective
+from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
+from shardplan.solver.dag import build_dag
 from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
 from shardplan.solver.outputs.plan_json import degrees
 from shardplan.solver.space import Shape
+
+if TYPE_CHECKING:  # plotly itself is imported lazily (see the module docstring)
+    from plotly.graph_objects import Figure
 
 STATUS_ORDER = ("binds", "tight", "pinned", "slack")
 TIGHT = 0.05  # a limit with less than this share left is "tight"
@@ -70,7 +80,9 @@ def layout_lines(data: dict[str, Any], cluster_gpus: int, per_node: int) -> list
         start, end = s["layers"]
         nodes = sorted({g // per_node for g in s["gpus"]})
         where = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {nodes[0]}-{nodes[-1]}"
-        lines.append(f"stage {s['index']}: layers {start}-{end - 1} ({end - start}), GPUs {gpu_span(s['gpus'])} ({where})")
+        lines.append(
+            f"stage {s['index']}: layers {start}-{end - 1} ({end - start}), GPUs {gpu_span(s['gpus'])} ({where})"
+        )
     if d["dp"] > 1:
         per = data["num_gpus"] // d["dp"]
         which, each = ("replica 1", "") if d["dp"] == 2 else (f"replicas 1-{d['dp'] - 1}", f", {per} each")
@@ -130,7 +142,8 @@ def binding_constraints(plan: Plan) -> list[Finding]:
     # Memory on the fullest GPU.
     if not pred.fits:
         short = max(pred.memory, key=lambda r: r.short_gib)
-        out.append(Finding("memory", "binds", f"memory on stage {short.stage} is over the limit: {short.short_gib:.1f} GiB short"))
+        out.append(Finding("memory", "binds",
+                           f"memory on stage {short.stage} is over the limit: {short.short_gib:.1f} GiB short"))
     elif probe is not None and "memory" in probe_reasons and better:
         over = max(probe.memory, key=lambda r: r.total_gib - r.limit_gib)
         out.append(Finding(
@@ -139,11 +152,13 @@ def binding_constraints(plan: Plan) -> list[Finding]:
             f"{bigger} would need {over.total_gib:.1f} GiB on stage {over.stage}",
         ))
     elif free < TIGHT * worst.limit_gib:
-        out.append(Finding("memory", "tight", f"memory on stage {worst.stage} is nearly full: {free:.1f} GiB free of {worst.limit_gib:.1f}"))
+        out.append(Finding("memory", "tight", f"memory on stage {worst.stage} is nearly full: "
+                                              f"{free:.1f} GiB free of {worst.limit_gib:.1f}"))
     else:
         out.append(Finding(
             "memory", "slack",
-            f"memory: {free:.1f} GiB free on the fullest GPU (stage {worst.stage}, {worst.total_gib:.1f} of {worst.limit_gib:.1f} GiB)",
+            f"memory: {free:.1f} GiB free on the fullest GPU "
+            f"(stage {worst.stage}, {worst.total_gib:.1f} of {worst.limit_gib:.1f} GiB)",
         ))
 
     # The engine's batch limit, and whether a bigger batch would help at all.
@@ -157,7 +172,8 @@ def binding_constraints(plan: Plan) -> list[Finding]:
         elif "batch" in probe_reasons:
             out.append(Finding(
                 "batch", "binds",
-                f"the engine's batch limit binds: {seqs:,} sequences per GPU, the profile's max_batch is {profile.max_batch:,}",
+                f"the engine's batch limit binds: {seqs:,} sequences per GPU, "
+                f"the profile's max_batch is {profile.max_batch:,}",
             ))
 
     # Service-level limits.
@@ -170,11 +186,13 @@ def binding_constraints(plan: Plan) -> list[Finding]:
         label = name.upper()
         if probe is not None and name in probe_reasons and better:
             new = probe.metrics.ttft_ms if name == "ttft" else probe.metrics.tpot_ms
-            out.append(Finding(name, "binds", f"{label} limit binds: {bigger} would take {label} to {fmt.format(new)} ms > {limit:g} ms (now {fmt.format(value)} ms)"))
+            out.append(Finding(name, "binds", f"{label} limit binds: {bigger} would take {label} to "
+                                              f"{fmt.format(new)} ms > {limit:g} ms (now {fmt.format(value)} ms)"))
         elif limit - value < TIGHT * limit:
             out.append(Finding(name, "tight", f"{label} limit is nearly reached: {fmt.format(value)} of {limit:g} ms"))
         else:
-            out.append(Finding(name, "slack", f"{label} limit: {fmt.format(value)} of {limit:g} ms ({fmt.format(limit - value)} ms to spare)"))
+            out.append(Finding(name, "slack", f"{label} limit: {fmt.format(value)} of {limit:g} ms "
+                                              f"({fmt.format(limit - value)} ms to spare)"))
 
     # GPUs.
     used, total, per_replica = lay.num_gpus, p.cluster.num_gpus, lay.gpus_per_replica
@@ -192,7 +210,8 @@ def binding_constraints(plan: Plan) -> list[Finding]:
     elif plan.status == "evaluated":  # a layout the user gave: nothing was compared
         out.append(Finding("gpus", "slack", f"GPUs: {used} of {total} used"))
     else:
-        out.append(Finding("gpus", "slack", f"GPUs: {used} of {total} used; the other {total - used} would not lower latency"))
+        out.append(Finding("gpus", "slack",
+                           f"GPUs: {used} of {total} used; the other {total - used} would not lower latency"))
 
     # What the user fixed.
     pins = {k: v for k, v in p.pins.model_dump().items() if v is not None}
@@ -288,9 +307,8 @@ def compare(winner: Plan, other: Plan) -> list[str]:
         lines.append(_round_compare(winner, other))
         tied = math.isclose(a.output_tokens_per_s, b.output_tokens_per_s, rel_tol=1e-9)
     if tied:
-        lines.append(
-            "the objective ties; the tie-break (fewer GPUs, then fewer stages, then the smaller shape) chose the winner"
-        )
+        lines.append("the objective ties; the tie-break (fewer GPUs, then fewer stages, then the smaller shape) "
+                     "chose the winner")
     if winner.problem.objective is Objective.LATENCY:
         for phase, what in (("decode", "per output token"), ("prefill", "prefill")):
             diffs = _op_deltas(winner, other, phase, busiest=False)
@@ -359,13 +377,16 @@ def _template() -> str:
 
 
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # lazy: see the module docstring
 
-    return get_plotlyjs()
+    js: str = get_plotlyjs()
+    return js
 
 
-def _figure_div(fig, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False, "responsive": True})
+def _figure_div(fig: Figure, div_id: str) -> str:
+    div: str = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                           config={"displaylogo": False, "responsive": True})
+    return div
 
 
 def _page(title: str, body: str) -> str:
@@ -392,7 +413,7 @@ def plan_report(
     runner_note: str | None = None,
 ) -> str:
     """One self-contained HTML page describing a solved (or evaluated) plan."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: see the module docstring
 
     p = plan.problem
     text = metric_text(data["metrics"])
@@ -405,13 +426,16 @@ def plan_report(
         + f"; workload {p.workload.isl:,} tokens in, {p.workload.osl:,} out; profile {e(data['profile'])}</p>",
         '<section class="metrics">'
         + "".join(
-            f'<div class="metric"><div class="label">{label}</div><div class="value" id="metric-{key}">{e(text[key])}</div></div>'
+            f'<div class="metric"><div class="label">{label}</div>'
+            f'<div class="value" id="metric-{key}">{e(text[key])}</div></div>'
             for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "end-to-end"),
                                ("tokens_per_s", "throughput (cluster)"), ("tokens_per_s_per_gpu", "throughput per GPU"),
                                ("batch", "batch per replica"))
         )
         + "</section>",
-        "<h2>Layout</h2><ul>" + "".join(f"<li>{e(line)}</li>" for line in layout_lines(data, p.cluster.num_gpus, p.cluster.gpus_per_node)) + "</ul>",
+        "<h2>Layout</h2><ul>"
+        + "".join(f"<li>{e(line)}</li>" for line in layout_lines(data, p.cluster.num_gpus, p.cluster.gpus_per_node))
+        + "</ul>",
         "<h2>Binding constraints</h2>" + _table(
             ["constraint", "status", ""],
             [[e(f.constraint), f'<span class="st {f.status}">{e(f.status)}</span>', e(f.message)] for f in findings],
@@ -432,13 +456,15 @@ def plan_report(
                 hovertemplate="%{y}: %{x:.2f} GiB free<extra></extra>")
     limit = mem[0]["limit"]
     fig.add_vline(x=limit, line_dash="dash", line_color="#333", annotation_text=f"limit {limit:.1f} GiB")
-    fig.update_layout(barmode="stack", height=160 + 40 * len(mem), margin=dict(l=70, r=20, t=30, b=40), legend_traceorder="normal",
+    fig.update_layout(barmode="stack", height=160 + 40 * len(mem), margin=dict(l=70, r=20, t=30, b=40),
+                      legend_traceorder="normal",
                       xaxis_title="GiB per GPU (every GPU of a stage holds the same)", yaxis_autorange="reversed")
     parts.append("<h2>Memory per GPU</h2>" + _figure_div(fig, "fig-memory"))
     parts.append(_table(
         ["stage", "GPUs", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"],
         [[str(r["stage"]), gpu_span(data["stages"][r["stage"]]["gpus"]), f"{r['weights']:.2f}", f"{r['kv_cache']:.2f}",
-          f"{r['activations']:.2f}", f"{r['overhead']:.2f}", f"{r['total']:.2f}", f"{r['limit']:.1f}", f"{r['free']:.2f}"]
+          f"{r['activations']:.2f}", f"{r['overhead']:.2f}", f"{r['total']:.2f}", f"{r['limit']:.1f}",
+          f"{r['free']:.2f}"]
          for r in mem],
         "numbers",
     ))
@@ -449,7 +475,8 @@ def plan_report(
         parts.append(_figure_div(_time_figure(data["breakdown"], phase), f"fig-time-{phase}"))
     parts.append(
         '<p class="note">One step of each stage: prefill of a chunk of prompts, decode of one microbatch '
-        f"({data['microbatches']} in flight). TTFT sums the prefill steps and sends; TPOT is the pipelined decode round.</p>"
+        f"({data['microbatches']} in flight). TTFT sums the prefill steps and sends; "
+        "TPOT is the pipelined decode round.</p>"
     )
 
     parts.append("<h2>Execution DAG</h2>" + _dag_html(plan))
@@ -464,8 +491,8 @@ def _why_html(runner: RunnerUp | None, note: str | None) -> str:
     return head + "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in runner.lines) + "</ul>"
 
 
-def _time_figure(breakdown: list[dict[str, Any]], phase: str):
-    import plotly.graph_objects as go
+def _time_figure(breakdown: list[dict[str, Any]], phase: str) -> Figure:
+    import plotly.graph_objects as go  # lazy: see the module docstring
     from plotly.colors import qualitative
 
     stages = [f"stage {s['index']}" for s in breakdown]
@@ -475,7 +502,8 @@ def _time_figure(breakdown: list[dict[str, Any]], phase: str):
     for i, op in enumerate(ops):
         fig.add_bar(x=stages, y=[s[f"{phase}_ops_us"].get(op, 0.0) / 1e3 for s in breakdown], name=op,
                     marker_color=palette[i % len(palette)], hovertemplate="%{x} " + op + ": %{y:.3f} ms<extra></extra>")
-    fig.add_bar(x=stages, y=[s[f"send_{phase}_ms"] for s in breakdown], name="send to next stage", marker_color="#7f7f7f",
+    fig.add_bar(x=stages, y=[s[f"send_{phase}_ms"] for s in breakdown], name="send to next stage",
+                marker_color="#7f7f7f",
                 hovertemplate="%{x} send: %{y:.3f} ms<extra></extra>")
     fig.update_layout(barmode="stack", title=f"{phase}: one step per stage", yaxis_title="ms",
                       height=380, margin=dict(l=60, r=20, t=50, b=40), legend_traceorder="normal")
@@ -485,19 +513,17 @@ def _time_figure(breakdown: list[dict[str, Any]], phase: str):
 def _dag_html(plan: Plan) -> str:
     """Replica -> phase -> stage -> layer -> operator, as nested <details>; replica 0 in full."""
     try:
-        from shardplan.solver.dag import build_dag
-    except ImportError:
-        return '<p class="note">the execution DAG module is not available in this installation</p>'
-    try:
         dag = build_dag(plan, "logical")
     except Exception as exc:  # the DAG is a view here: a failure must not cost the whole report
-        return f'<p class="note">the execution DAG could not be built: {html.escape(type(exc).__name__)}: {html.escape(str(exc))}</p>'
-    import networkx as nx
+        return (f'<p class="note">the execution DAG could not be built: {html.escape(type(exc).__name__)}: '
+                f"{html.escape(str(exc))}</p>")
 
     order = {n: i for i, n in enumerate(nx.topological_sort(dag))}
-    tree: dict = {}
+    # tree[(key, value)]: the branch below, e.g. ("replica", 0) -> ("phase", "decode") -> ...; tree["_nodes"]:
+    # the (node, attributes) pairs that stop at this depth.
+    tree: dict[Any, Any] = {}
     for node, d in sorted(dag.nodes(data=True), key=lambda item: order[item[0]]):
-        path = []
+        path: list[tuple[str, Any]] = []
         for key in ("replica", "phase", "stage", "layer"):
             if key in d and d[key] is not None:
                 path.append((key, d[key]))
@@ -511,16 +537,17 @@ def _dag_html(plan: Plan) -> str:
     e = html.escape
     edges = dag.number_of_edges()
 
-    def node_li(node: str, d: dict) -> str:
+    def node_li(node: str, d: dict[str, Any]) -> str:
         ranks = d.get("ranks") or ()
         where = f" GPUs {gpu_span(list(ranks))}" if ranks else ""
         extra = f", {len(d['experts'])} experts" if d.get("experts") else ""
         us = d.get("est_us")
         timing = f" {us:,.1f} us" if us else ""
         op = f" {e(str(d['op']))}" if d.get("op") else ""
-        return f'<li><span class="kind">{e(str(d.get("kind")))}</span>{op}{timing}<span class="dim">{e(where)}{e(extra)} [{e(str(node))}]</span></li>'
+        return (f'<li><span class="kind">{e(str(d.get("kind")))}</span>{op}{timing}'
+                f'<span class="dim">{e(where)}{e(extra)} [{e(str(node))}]</span></li>')
 
-    def render(branch: dict, depth: int, replica0: bool) -> str:
+    def render(branch: dict[Any, Any], depth: int, replica0: bool) -> str:
         html_parts = []
         leaves = branch.get("_nodes", [])
         if leaves:
@@ -530,13 +557,14 @@ def _dag_html(plan: Plan) -> str:
             count = _count(child)
             if key == "replica" and value != 0:
                 gpus = sorted({r for _, d in _walk(child) for r in (d.get("ranks") or ())})
-                html_parts.append(f"<details><summary>replica {value}: as replica 0, on GPUs {gpu_span(gpus) if gpus else '-'} "
+                on_gpus = gpu_span(gpus) if gpus else "-"
+                html_parts.append(f"<details><summary>replica {value}: as replica 0, on GPUs {on_gpus} "
                                   f'<span class="dim">({count} nodes)</span></summary></details>')
                 continue
             label = {"replica": "replica", "phase": "", "stage": "stage", "layer": "layer"}[key]
             title = f"{label} {value}".strip()
             if key == "layer":
-                kinds = {d.get("layer_kind") for _, d in _walk(child) if d.get("layer_kind")}
+                kinds: set[str] = {d["layer_kind"] for _, d in _walk(child) if d.get("layer_kind")}
                 title += f" ({', '.join(sorted(kinds))})" if kinds else ""
             opened = " open" if key in ("replica",) and value == 0 else ""
             html_parts.append(f'<details{opened}><summary>{e(title)} <span class="dim">({count} nodes)</span></summary>'
@@ -544,13 +572,15 @@ def _dag_html(plan: Plan) -> str:
         return "".join(html_parts)
 
     folded = dag.graph.get("folded")
-    head = (f'<p class="note">{dag.number_of_nodes():,} nodes, {edges:,} edges ({e(str(dag.graph.get("detail", "logical")))} detail'
-            + (", replicas folded into one" if folded else "") + "). Open a branch to see its stages, layers and operators; "
+    detail = e(str(dag.graph.get("detail", "logical")))
+    head = (f'<p class="note">{dag.number_of_nodes():,} nodes, {edges:,} edges ({detail} detail'
+            + (", replicas folded into one" if folded else "")
+            + "). Open a branch to see its stages, layers and operators; "
             "us = the cost model's estimate.</p>")
     return head + f'<div class="dag">{render(tree, 0, True)}</div>'
 
 
-def _walk(branch: dict):
+def _walk(branch: dict[Any, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     for key, value in branch.items():
         if key == "_nodes":
             yield from value
@@ -558,35 +588,37 @@ def _walk(branch: dict):
             yield from _walk(value)
 
 
-def _count(branch: dict) -> int:
+def _count(branch: dict[Any, Any]) -> int:
     return sum(1 for _ in _walk(branch))
 
 
-def enumeration_report(problem, plans: list[Plan], rows: list[dict[str, Any]], marks: list[bool]) -> str:
+def enumeration_report(problem: Problem, plans: list[Plan], rows: list[dict[str, Any]], marks: list[bool]) -> str:
     """The latency-throughput scatter of every enumerated plan with its Pareto frontier, and the frontier's table."""
-    import plotly.graph_objects as go
+    import plotly.graph_objects as go  # lazy: see the module docstring
 
     e = html.escape
     def hover(row: dict[str, Any]) -> str:
         d = row["degrees"]
-        return (f"#{row['index']} dp={d['dp']} pp={d['pp']} tp={d['tp']} sp={d['sp']} groups={d['attn_dp']} ep={d['ep']}"
+        return (f"#{row['index']} dp={d['dp']} pp={d['pp']} tp={d['tp']} sp={d['sp']} groups={d['attn_dp']} "
+                f"ep={d['ep']}"
                 f"<br>batch {row['metrics']['batch']:,}, {row['num_gpus']} GPUs")
 
     fig = go.Figure()
     for on, name, color in ((False, "dominated", "#9aa5b1"), (True, "Pareto frontier", "#d62728")):
-        pts = [r for r, m in zip(rows, marks) if m == on]
+        pts = [r for r, m in zip(rows, marks, strict=True) if m == on]
         fig.add_scatter(
             x=[r["metrics"]["e2e_ms"] for r in pts], y=[r["metrics"]["output_tokens_per_s"] for r in pts],
             mode="markers", name=name, marker=dict(color=color, size=9 if on else 7),
             text=[hover(r) for r in pts], hovertemplate="%{text}<br>%{x:,.0f} ms, %{y:,.0f} tok/s<extra></extra>",
         )
-    front = sorted((r for r, m in zip(rows, marks) if m), key=lambda r: r["metrics"]["e2e_ms"])
+    front = sorted((r for r, m in zip(rows, marks, strict=True) if m), key=lambda r: r["metrics"]["e2e_ms"])
     fig.add_scatter(x=[r["metrics"]["e2e_ms"] for r in front], y=[r["metrics"]["output_tokens_per_s"] for r in front],
                     mode="lines", line=dict(color="#d62728", shape="hv"), name="frontier", hoverinfo="skip")
     fig.update_layout(xaxis_title="end-to-end latency of a request (ms)", yaxis_title="output tokens/s (cluster)",
                       xaxis_type="log", height=520, margin=dict(l=70, r=20, t=30, b=50))
     table = _table(
-        ["#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s", "tok/s/GPU"],
+        ["#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s",
+         "tok/s/GPU"],
         [[str(r["index"]), *(str(r["degrees"][k]) for k in ("dp", "pp", "tp", "sp", "attn_dp", "ep")),
           f"{r['metrics']['batch']:,}", str(r["num_gpus"]), *(e(metric_text(r["metrics"])[k]) for k in
           ("ttft", "tpot", "e2e", "tokens_per_s", "tokens_per_s_per_gpu"))] for r in front],
@@ -597,7 +629,8 @@ def enumeration_report(problem, plans: list[Plan], rows: list[dict[str, Any]], m
         f'<p class="sub">{e(problem.cluster.describe())}</p>',
         f'<p class="sub">objective used for each layout\'s boundaries and batch: {e(problem.objective.value)}; '
         f'workload {problem.workload.isl:,} tokens in, {problem.workload.osl:,} out</p>',
-        f'<p><b id="plan-count">{len(rows)}</b> feasible layouts, <b id="pareto-count">{len(front)}</b> on the Pareto frontier '
+        f'<p><b id="plan-count">{len(rows)}</b> feasible layouts, '
+        f'<b id="pareto-count">{len(front)}</b> on the Pareto frontier '
         "of end-to-end latency against cluster throughput.</p>",
         _figure_div(fig, "fig-pareto"),
         "<h2>Pareto frontier</h2>" + table,

@@ -41,7 +41,7 @@ def _ceil(x: float) -> int:
 def copies_bound(loads: Sequence[float], num_gpus: int, slots: int) -> float:
     """Least load per copy when every slot may hold a copy (at most one copy of an expert per GPU)."""
     counts = replica_counts(loads, num_gpus, slots * num_gpus)
-    return max((w / c for w, c in zip(loads, counts)), default=0.0)
+    return max((w / c for w, c in zip(loads, counts, strict=True)), default=0.0)
 
 
 def no_split_bound(loads: Sequence[float], num_gpus: int, slots: int) -> float:

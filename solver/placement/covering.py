@@ -81,7 +81,7 @@ def _split_two(loads: Sequence[float], num_gpus: int, target: float) -> list[Gro
     return groups
 
 
-def _cover_free(d, free: list[int], keys: list[float]) -> list[list[int]]:
+def _cover_free(d: list[float], free: list[int], keys: list[float]) -> list[list[int]]:
     """Covered groups of free (non-hot) experts; ``free``/``keys`` keep what is left (ascending)."""
     if len(free) < 2:
         return []
@@ -152,7 +152,7 @@ def _split_wide(loads: Sequence[float], num_gpus: int, target: float, slots: int
     return out
 
 
-def _cover(seed: int, d, free: list[int], keys: list[float], spare: int) -> list[int] | None:
+def _cover(seed: int, d: list[float], free: list[int], keys: list[float], spare: int) -> list[int] | None:
     """The seed and free experts up to a size ``spare * m + 1`` with surplus 1 or more; the experts taken are
     removed from ``free``. None (and ``free`` untouched) if the free experts cannot complete it."""
     group, level = [seed], d[seed]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
 
 from shardplan.solver.placement.bisection import highest_proven
@@ -58,14 +58,15 @@ def certificate(loads: Sequence[float], target: float, slots: int = 2,
         return None
     coldest = sum(cold[:spare])  # the spare coldest experts' surplus
     for unit, pairing, small in _grids(spare):
-        def cold_weight(s: int) -> int:
+        def cold_weight(s: int, pairing: int = pairing, small: int = small) -> int:
             # with the spare coldest *other* experts: swap s out of that set if it is in it
             others = coldest if s < cold[spare - 1] else coldest - s + cold[spare]
             return pairing if s + others >= Q else small
         cold_weights = [cold_weight(s) for s in cold]
         table = _ColdTable(cold, cold_weights, pairing, small)
         hot = sorted(s for s in sizes if s < 0)
-        hot_weight = {s: max(unit * min(s // Q, 1 - spare), unit - table.cheapest(Q - s, spare)) for s in hot}
+        # cheapest() is an integer weight, or inf when there is none (then the first term wins): int() is exact
+        hot_weight = {s: int(max(unit * min(s // Q, 1 - spare), unit - table.cheapest(Q - s, spare))) for s in hot}
         weights = [hot_weight[s] if s < 0 else cold_weight(s) for s in sizes]
         if below is not None and sum(weights) >= below * unit:
             continue
@@ -86,8 +87,8 @@ class _ColdTable:
 
     def __init__(self, cold: list[int], weights: list[int], pairing: int, small: int):
         self.pairing, self.small = pairing, small
-        self.smalls = [0, *accumulate(s for s, w in zip(cold, weights) if w == small)]
-        self.pairs = [0, *accumulate(s for s, w in zip(cold, weights) if w == pairing)]
+        self.smalls = [0, *accumulate(s for s, w in zip(cold, weights, strict=True) if w == small)]
+        self.pairs = [0, *accumulate(s for s, w in zip(cold, weights, strict=True) if w == pairing)]
 
     def cheapest(self, need: int, at_least: int) -> float:
         """Least weight of ``at_least`` or more cold experts whose surpluses sum to ``need`` or more (inf if
@@ -99,7 +100,7 @@ class _ColdTable:
                 best = min(best, a * self.small + b * self.pairing)
         return best
 
-    def combos(self, budget: int):
+    def combos(self, budget: float) -> Iterator[tuple[int, int, int]]:
         """(weight, count, surplus) for every count of each kind with weight below ``budget``."""
         for a, reach_a in enumerate(self.smalls):
             if a * self.small >= budget:
@@ -117,7 +118,7 @@ def _holds(hot: list[int], hot_weights: list[int], table: _ColdTable, unit: int,
     # best[(weight, min(count, spare + 1))] = highest surplus of a hot subset with that weight and count
     # (no score grows past spare + 1 members)
     best: dict[tuple[int, int], int] = {(0, 0): 0}
-    for size, weight in zip(hot, hot_weights):
+    for size, weight in zip(hot, hot_weights, strict=True):
         for (w, k), level in list(best.items()):
             key = (w + weight, min(k + 1, spare + 1))
             if best.get(key, -math.inf) < level + size:

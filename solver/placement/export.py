@@ -35,7 +35,7 @@ from shardplan.rules.expert_placement import ExpertPlacement, PlanPlacement
 FORMAT = "shardplan.expert_placement/1"
 
 
-def placement_to_json(placement: ExpertPlacement) -> dict:
+def placement_to_json(placement: ExpertPlacement) -> dict[str, Any]:
     """The placement as a JSON-ready dict (format in the module docstring)."""
     slots = placement.slots_per_gpu
     return {
@@ -51,7 +51,7 @@ def placement_to_json(placement: ExpertPlacement) -> dict:
     }
 
 
-def sglang_expert_location(placement: ExpertPlacement, num_layers: int, num_experts: int) -> dict:
+def sglang_expert_location(placement: ExpertPlacement, num_layers: int, num_experts: int) -> dict[str, Any]:
     """``{"physical_to_logical_map": ...}`` for SGLang's ``--init-expert-location``.
 
     Rows cover all ``num_layers`` model layers; a layer without a placement (dense) gets the trivial map
@@ -70,14 +70,15 @@ def sglang_expert_location(placement: ExpertPlacement, num_layers: int, num_expe
     return {"physical_to_logical_map": rows}
 
 
-def trtllm_initial_assignments(placement: ExpertPlacement) -> dict:
+def trtllm_initial_assignments(placement: ExpertPlacement) -> dict[str, Any]:
     """``{"num_slots": ..., "initial_global_assignments": {layer: [expert per slot]}}`` for TensorRT-LLM."""
     slots = placement.slots_per_gpu
-    assignments = {}
+    assignments: dict[int, list[int]] = {}
     for placed in placement.layers:
         row = placed.physical_to_logical(slots)
         if -1 in row:
-            raise SpecError("slots_per_gpu", f"layer {placed.layer} has empty slots; TensorRT-LLM needs every slot mapped")
+            raise SpecError("slots_per_gpu",
+                            f"layer {placed.layer} has empty slots; TensorRT-LLM needs every slot mapped")
         assignments[placed.layer] = row
     return {"num_slots": placement.num_gpus * slots, "initial_global_assignments": assignments}
 

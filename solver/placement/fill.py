@@ -43,8 +43,8 @@ def fill_group(experts: Sequence[tuple[int, float]], num_gpus: int, slots: int) 
     """
     if not fits_in_one_group(len(experts), num_gpus, slots):
         raise ValueError(f"{len(experts)} experts do not fit {num_gpus} GPUs x {slots} slots as one group")
-    # pool: [remaining tokens, expert], ascending; ties broken by expert id for a deterministic result.
-    pool = sorted([float(w), e] for e, w in experts)
+    # pool: (remaining tokens, expert), ascending; ties broken by expert id for a deterministic result.
+    pool: list[tuple[float, int]] = sorted((float(w), e) for e, w in experts)
     started: set[int] = set()  # experts with a piece already placed (their remainder may be tiny)
     out: Pieces = []
     for gpu in range(num_gpus):
@@ -57,7 +57,7 @@ def fill_group(experts: Sequence[tuple[int, float]], num_gpus: int, slots: int) 
     return out
 
 
-def _fill_one(pool: list[list], left: int, slots: int, started: set[int]) -> list[tuple[int, float]]:
+def _fill_one(pool: list[tuple[float, int]], left: int, slots: int, started: set[int]) -> list[tuple[int, float]]:
     """One GPU of the construction: whole experts plus a piece of the largest; updates ``pool``."""
     total = sum(w for w, _ in pool)
     target = total / left  # recomputed per GPU so rounding errors do not pile up on the last one
@@ -93,5 +93,5 @@ def _fill_one(pool: list[list], left: int, slots: int, started: set[int]) -> lis
         pieces.append((big_e, piece))
         started.add(big_e)
     if rest > 0:
-        bisect.insort(pool, [rest, big_e])
+        bisect.insort(pool, (rest, big_e))
     return pieces

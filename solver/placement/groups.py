@@ -53,7 +53,7 @@ def group_loads(groups: Sequence[Group], loads: Sequence[float]) -> list[float]:
 
 
 def max_load(groups: Sequence[Group], loads: Sequence[float]) -> float:
-    return max((w / g.gpus for w, g in zip(group_loads(groups, loads), groups)), default=0.0)
+    return max((w / g.gpus for w, g in zip(group_loads(groups, loads), groups, strict=True)), default=0.0)
 
 
 def allocate(weights: Sequence[float], least: Sequence[int], total: int) -> list[int] | None:
@@ -63,7 +63,7 @@ def allocate(weights: Sequence[float], least: Sequence[int], total: int) -> list
     spare = total - sum(gpus)
     if spare < 0:
         return None
-    heap = [(-w / m, j) for j, (w, m) in enumerate(zip(weights, gpus))]
+    heap = [(-w / m, j) for j, (w, m) in enumerate(zip(weights, gpus, strict=True))]
     heapq.heapify(heap)
     for _ in range(spare if heap else 0):
         _, j = heapq.heappop(heap)
@@ -76,7 +76,7 @@ def reallocate(groups: list[Group], loads: Sequence[float], num_gpus: int, slots
     """Give every group the GPU count that minimises the max load for its members (in place)."""
     gpus = allocate(group_loads(groups, loads), [least_gpus(len(g.experts), slots) for g in groups], num_gpus)
     if gpus is not None:
-        for g, m in zip(groups, gpus):
+        for g, m in zip(groups, gpus, strict=True):
             g.gpus = m
 
 
@@ -101,6 +101,8 @@ def lpt_groups(loads: Sequence[float], num_gpus: int, slots: int, seeds: int, ro
     if shared < seeds:
         return None
     sizes = allocate([loads[e] for e in order[:seeds]], [1] * seeds, shared)
+    if sizes is None:  # not with shared >= seeds, checked above
+        return None
     best: list[Group] | None = None
     best_max = math.inf
     for _ in range(rounds):
@@ -119,8 +121,12 @@ def lpt_groups(loads: Sequence[float], num_gpus: int, slots: int, seeds: int, ro
     return best
 
 
-def _lpt_fill(loads, order, seeds, sizes, slots) -> list[Group] | None:
-    groups = [Group([e], m) for e, m in zip(order[:seeds], sizes)] + [Group([], m) for m in sizes[seeds:]]
+def _lpt_fill(
+    loads: Sequence[float], order: Sequence[int], seeds: int, sizes: Sequence[int], slots: int
+) -> list[Group] | None:
+    # sizes: the seeded groups' GPUs first, then the single groups'
+    seeded = [Group([e], m) for e, m in zip(order[:seeds], sizes[:seeds], strict=True)]
+    groups = seeded + [Group([], m) for m in sizes[seeds:]]
     weight = [loads[g.experts[0]] if g.experts else 0.0 for g in groups]
     # open[(load per GPU, index)]: groups that can still take an expert
     open_ = [(weight[j] / g.gpus, j) for j, g in enumerate(groups) if len(g.experts) < capacity(g.gpus, slots)]
@@ -166,7 +172,7 @@ def improve(groups: list[Group], loads: Sequence[float], slots: int) -> None:
             return
 
 
-def _improve_once(groups, weight, top, loads, slots) -> bool:
+def _improve_once(groups: list[Group], weight: list[float], top: int, loads: Sequence[float], slots: int) -> bool:
     high = groups[top]
     goal = weight[top] / high.gpus * (1 - _EPS)  # both groups must end below this load per GPU
     order = sorted(range(len(groups)), key=lambda j: (weight[j] / groups[j].gpus, j))
@@ -214,7 +220,7 @@ def pair_cover(loads: Sequence[float], num_gpus: int, lo: float, hi: float, step
     return found
 
 
-def _pair_cover_at(loads, num_gpus, target) -> list[Group] | None:
+def _pair_cover_at(loads: Sequence[float], num_gpus: int, target: float) -> list[Group] | None:
     u = [w / target for w in loads]
     cold = sorted((e for e in range(len(loads)) if u[e] <= 1 + _EPS), key=lambda e: (u[e], e))
     # Partners only matter with hot experts; then try sending the 0, 1, ... largest cold ones (those
@@ -228,7 +234,7 @@ def _pair_cover_at(loads, num_gpus, target) -> list[Group] | None:
     return None
 
 
-def _pair_cover_try(u, cold, big) -> tuple[list[Group], int]:
+def _pair_cover_try(u: list[float], cold: list[int], big: int) -> tuple[list[Group], int]:
     """Groups and GPUs used when the ``big`` largest cold experts become partners of hot experts."""
     hot = sorted((e for e in range(len(u)) if u[e] > 1 + _EPS), key=lambda e: (-u[e], e))
     n = len(cold)
@@ -268,7 +274,7 @@ def _pair_cover_try(u, cold, big) -> tuple[list[Group], int]:
         gpus = max(len(partners[h]), math.ceil(sum(u[e] for e in members) - _EPS), 1)
         groups.append(Group(members, gpus))
         used += gpus
-    rest = [c for c, t in zip(free, taken) if not t]
+    rest = [c for c, t in zip(free, taken, strict=True) if not t]
     i, j, single = 0, len(rest) - 1, []
     while i < j:
         if u[rest[i]] + u[rest[j]] <= 1 + _EPS:
@@ -287,7 +293,7 @@ def _pair_cover_try(u, cold, big) -> tuple[list[Group], int]:
     return groups, used
 
 
-def _last_at_most(u, items, limit, start) -> int:
+def _last_at_most(u: list[float], items: list[int], limit: float, start: int) -> int:
     lo, hi = start, len(items) - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2

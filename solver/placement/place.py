@@ -30,7 +30,7 @@ from shardplan.solver.placement.bounds import layer_lower_bound
 from shardplan.solver.placement.covering import cover_split
 from shardplan.solver.placement.fill import Pieces, fill_group, fits_in_one_group
 from shardplan.solver.placement.greedy import greedy_layer
-from shardplan.solver.placement.groups import best_lpt_groups, improve, pair_cover, realize, reallocate
+from shardplan.solver.placement.groups import Group, best_lpt_groups, improve, pair_cover, realize, reallocate
 from shardplan.solver.placement.shares import reshare
 
 OPTIMAL_TOLERANCE = 1e-6  # relative: a layer within this of its bound counts as optimal
@@ -62,8 +62,10 @@ def place_experts(
     _check_sizes(profile, num_gpus, slots_per_gpu, gpus_per_node)
     start = time.perf_counter()
     per_layer = max(time_limit_s, 0.0) / len(profile.layers)
-    layers, bounds, optimal = [], [], True
-    for layer, loads in zip(profile.layers, profile.loads):
+    layers: list[LayerPlacement] = []
+    bounds: list[float] = []
+    optimal = True
+    for layer, loads in zip(profile.layers, profile.loads, strict=True):
         if gpus_per_node and gpus_per_node < num_gpus:
             pieces, bound = _solve_hierarchical(loads, num_gpus, slots_per_gpu, gpus_per_node, per_layer, workers)
         else:
@@ -82,21 +84,14 @@ def place_experts(
     )
 
 
-def greedy_placement(
-    profile: ExpertLoadProfile,
-    num_gpus: int,
-    slots_per_gpu: int,
-    *,
-    gpus_per_node: int | None = None,
-    time_limit_s: float = 10.0,
-    workers: int = 1,
-) -> ExpertPlacement:
-    """The greedy baseline for every layer (equal shares; ``gpus_per_node``, ``time_limit_s`` and
-    ``workers`` are accepted for a common signature and not used: the greedy is flat and instant)."""
-    _check_sizes(profile, num_gpus, slots_per_gpu, gpus_per_node)
+def greedy_placement(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int) -> ExpertPlacement:
+    """The greedy baseline for every layer: equal shares, flat over the GPUs (no node level), instant."""
+    _check_sizes(profile, num_gpus, slots_per_gpu, None)
     start = time.perf_counter()
-    layers, bounds, optimal = [], [], True
-    for layer, loads in zip(profile.layers, profile.loads):
+    layers: list[LayerPlacement] = []
+    bounds: list[float] = []
+    optimal = True
+    for layer, loads in zip(profile.layers, profile.loads, strict=True):
         placed = _to_layer(layer, greedy_layer(loads, num_gpus, slots_per_gpu), loads)
         achieved = placed.max_load(loads)
         bound = layer_lower_bound(loads, num_gpus, slots_per_gpu, feasible=achieved)
@@ -107,7 +102,7 @@ def greedy_placement(
                            "optimal" if optimal else "feasible", time.perf_counter() - start)
 
 
-def _check_sizes(profile, num_gpus, slots, gpus_per_node) -> None:
+def _check_sizes(profile: ExpertLoadProfile, num_gpus: int, slots: int, gpus_per_node: int | None) -> None:
     if not isinstance(num_gpus, int) or num_gpus < 1:
         raise SpecError("num_gpus", f"expected a positive integer, got {num_gpus!r}")
     if not isinstance(slots, int) or slots < 1:
@@ -163,7 +158,12 @@ def solve_layer(loads: Sequence[float], num_gpus: int, slots: int, det_time: flo
     return best, bound
 
 
-def _cpsat_phase(loads, num_gpus, slots, hint, bound, det_time, workers) -> tuple[float, Pieces | None]:
+def _cpsat_phase(
+    loads: Sequence[float], num_gpus: int, slots: int, hint: list[Group] | None, bound: float, det_time: float,
+    workers: int,
+) -> tuple[float, Pieces | None]:
+    """CP-SAT's bound and placement for a layer the heuristics left within a gap, where it is quick:
+    small layers (exact split) and layers without a spare slot (whole experts)."""
     if len(loads) <= _SMALL_LAYER:
         result = cpsat.exact_split(loads, num_gpus, slots, hint, det_time, workers)
     elif len(loads) == slots * num_gpus:
@@ -174,7 +174,9 @@ def _cpsat_phase(loads, num_gpus, slots, hint, bound, det_time, workers) -> tupl
     return max(bound, result.bound), pieces
 
 
-def _solve_hierarchical(loads, num_gpus, slots, per_node, det_time, workers) -> tuple[Pieces, float]:
+def _solve_hierarchical(
+    loads: Sequence[float], num_gpus: int, slots: int, per_node: int, det_time: float, workers: int
+) -> tuple[Pieces, float]:
     """Balance nodes first (a node = one GPU with the slots of all its GPUs), then GPUs in each node."""
     nodes = num_gpus // per_node
     # With a spare slot per GPU the nodes take at most (S-1) * per_node + 1 experts each, so that each
@@ -210,7 +212,7 @@ def _pad(pieces: Pieces, loads: Sequence[float], slots: int) -> Pieces:
         for e, _ in gpu:
             copies[e] += 1
     order = sorted(range(len(loads)), key=lambda e: (-loads[e] / max(copies[e], 1), e))
-    out = []
+    out: Pieces = []
     for gpu in pieces:
         gpu = list(gpu)
         have = {e for e, _ in gpu}
@@ -232,7 +234,7 @@ def _to_layer(layer: int, pieces: Pieces, loads: Sequence[float]) -> LayerPlacem
         for e, w in gpu:
             served[e] += w
             copies[e] += 1
-    gpus = []
+    gpus: list[tuple[tuple[int, float], ...]] = []
     for gpu in pieces:
         merged: dict[int, float] = {}
         for e, w in gpu:

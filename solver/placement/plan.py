@@ -28,6 +28,7 @@ from pathlib import Path
 
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
+from shardplan.models.spec import MoE
 from shardplan.rules.expert_placement import ExpertPlacement, PlanPlacement, StagePlacement
 from shardplan.rules.experts import slot_budget
 from shardplan.rules.layout import Layout
@@ -43,14 +44,16 @@ from shardplan.solver.placement.place import greedy_placement, place_experts
 # without closing the 0.009 % gap the heuristics leave (2026-11-22). The bounds are reported either way.
 PLACEMENT_TIME_LIMIT_S = 0.0
 
-Placer = Callable[..., ExpertPlacement]  # place_experts or greedy_placement
+# A placer places a profile's layers on (EP ranks, slots per rank): best_placement, greedy_placement,
+# place_experts_in_budget. A time budget is the placer's own, not an argument.
+Placer = Callable[[ExpertLoadProfile, int, int], ExpertPlacement]
 
 
 def routing_profile(problem: Problem) -> ExpertLoadProfile:
     """The problem's profile, or uniform routing (one token per expert: only ratios matter)."""
     if problem.expert_load is not None:
         return problem.expert_load
-    moe = problem.model.moe
+    moe = _moe(problem)
     return uniform_profile(moe.num_experts, moe.layers, float(moe.num_experts))
 
 
@@ -65,12 +68,13 @@ def best_placement(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int
     return place_experts(profile, num_gpus, slots_per_gpu, time_limit_s=time_limit_s)
 
 
-def place_for_layout(
-    problem: Problem,
-    layout: Layout,
-    placer: Placer = best_placement,
-    time_limit_s: float = PLACEMENT_TIME_LIMIT_S,
-) -> PlanPlacement | None:
+def place_experts_in_budget(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int) -> ExpertPlacement:
+    """``place_experts`` within a plan's CP-SAT budget (``PLACEMENT_TIME_LIMIT_S``), never the greedy
+    shortcut of ``best_placement``: the placer to compare with ``greedy_placement``."""
+    return place_experts(profile, num_gpus, slots_per_gpu, time_limit_s=PLACEMENT_TIME_LIMIT_S)
+
+
+def place_for_layout(problem: Problem, layout: Layout, placer: Placer = best_placement) -> PlanPlacement | None:
     """Each stage's MoE layers placed over its ``ep`` ranks (None for a dense model)."""
     model = problem.model
     if model.moe is None:
@@ -89,7 +93,7 @@ def place_for_layout(
         gpus = tuple(layout.stage_gpus(0, s))
         etp = layout.expert_tp
         ranks = tuple(gpus[k * etp:(k + 1) * etp] for k in range(layout.ep))
-        placed = placer(sub, layout.ep, slots, time_limit_s=time_limit_s)
+        placed = placer(sub, layout.ep, slots)
         stages.append(StagePlacement(index=s, ep_rank_gpus=ranks, placement=placed, profile=sub))
     return PlanPlacement(
         profile=profile,
@@ -106,7 +110,7 @@ def place_for_layout(
 def priced(problem: Problem, layout: Layout, experts: PlanPlacement | None) -> tuple[Layout, Prediction]:
     """``layout`` carrying the placement's per-layer load factors, and its prediction."""
     if experts is not None:
-        layout = layout.model_copy(update={"moe_load_factor": experts.load_factors(problem.model.moe.layers)})
+        layout = layout.model_copy(update={"moe_load_factor": experts.load_factors(_moe(problem).layers)})
     return layout, evaluate(problem, layout)
 
 
@@ -130,8 +134,15 @@ def write_experts(path: str | Path, experts: PlanPlacement | None) -> None:
         raise SpecError("experts-out", f"cannot write {path}: {exc.strerror}") from None
 
 
-_METHODS = {
+_METHODS: dict[Placer, str] = {
     best_placement: "place_experts (the greedy kept where it meets the proven bound)",
+    place_experts_in_budget: "place_experts",
     place_experts: "place_experts",
     greedy_placement: "greedy",
 }
+
+def _moe(problem: Problem) -> MoE:
+    """The model's MoE block: every caller here has a MoE model (a dense one has no placement)."""
+    if problem.model.moe is None:
+        raise SpecError("model", f"{problem.model.name} has no MoE layers: there is no expert placement")
+    return problem.model.moe

@@ -24,8 +24,8 @@ def reshare(loads: Sequence[float], hosts: Sequence[Sequence[int]]) -> Pieces | 
     top = solver.NumVar(0.0, solver.infinity(), "T")
     # x[(e, g)]: tokens of expert e served by its copy on GPU g (in units of `scale`)
     x = {(e, g): solver.NumVar(0.0, solver.infinity(), f"x{e}_{g}") for g, hosted in enumerate(hosts) for e in hosted}
-    by_expert: dict[int, list] = {}
-    for (e, g), var in x.items():
+    by_expert: dict[int, list[pywraplp.Variable]] = {}
+    for (e, _), var in x.items():
         by_expert.setdefault(e, []).append(var)
     for e, w in enumerate(loads):
         solver.Add(solver.Sum(by_expert.get(e, [])) == w / scale)

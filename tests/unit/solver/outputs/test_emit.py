@@ -25,9 +25,13 @@ ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 def plan_of(model: str, cluster: str, objective: str = "latency", batch: int = 1, **layout) -> Plan:
     """A plan for a given layout, priced but not solved (fast, and any structure we want)."""
     problem = build_problem(ProblemArgs(model=model, cluster=cluster, objective=objective,
-                                        kv_dtype=layout.pop("kv_dtype", None), mem_cap_gib=layout.pop("mem_cap_gib", None)))
+                                        kv_dtype=layout.pop("kv_dtype", None),
+                                        mem_cap_gib=layout.pop("mem_cap_gib", None)))
     pp = layout.pop("pp", 1)
-    lay = Layout.even(problem.model.num_layers, pp, batch=batch, **layout) if "stages" not in layout else Layout(batch=batch, **layout)
+    if "stages" in layout:
+        lay = Layout(batch=batch, **layout)
+    else:
+        lay = Layout.even(problem.model.num_layers, pp, batch=batch, **layout)
     return Plan(problem=problem, layout=lay, prediction=evaluate(problem, lay), status="evaluated")
 
 
@@ -35,7 +39,8 @@ def plan_of(model: str, cluster: str, objective: str = "latency", batch: int = 1
 def acceptance() -> dict[str, Plan]:
     """The two acceptance cases, solved: Llama-3.1-70B on 2x8xH100 and DeepSeek-V3 on 4x8xH200."""
     return {
-        "llama-70b": solve(build_problem(ProblemArgs(model="llama-3.1-70b", cluster="2x8xH100", objective="throughput"))),
+        "llama-70b": solve(build_problem(ProblemArgs(model="llama-3.1-70b", cluster="2x8xH100",
+                                                     objective="throughput"))),
         "deepseek-v3": solve(build_problem(ProblemArgs(model="deepseek-v3", cluster="4x8xH200"))),
         # DeepSeek-V3's throughput optimum on 4x8xH200 (2 replicas of 4 stages x 4 attention groups), priced directly.
         "deepseek-v3-adp": plan_of("deepseek-v3", "4x8xH200", "throughput", batch=8192, dp=2, pp=4, tp=1, attn_dp=4,
@@ -60,7 +65,7 @@ def test_every_option_exists_in_the_engine_version(acceptance, case, engine):
     em = emit(acceptance[case], engine)
     assert VERSIONS[engine] in em.version and VERSIONS[engine] in ENGINE_VERSIONS[engine]
     assert em.launches
-    for launch, tokens in zip(em.launches, commands(em)):
+    for launch, tokens in zip(em.launches, commands(em), strict=True):
         assert tokens == list(launch.argv)  # the printed text parses back to the same command
         unknown = [o for o in launch.options() if o not in OPTIONS[engine]]
         assert not unknown, f"{engine} {case}: not options of {em.version}: {unknown}"
@@ -103,7 +108,7 @@ def test_llama_degrees(acceptance):
         assert _arg(argv, "--data-parallel-size") == str(lay.dp)
     assert "--enable-expert-parallel" not in argv
     s = emit_sglang(plan)
-    assert len({l.argv[l.argv.index("--port") + 1] if "--port" in l.argv else "" for l in s.launches}) == lay.dp
+    assert len({one.argv[one.argv.index("--port") + 1] if "--port" in one.argv else "" for one in s.launches}) == lay.dp
     assert _arg(s.launches[0].argv, "--tp-size") == str(lay.gpus_per_stage)
     t = emit_trtllm(plan)
     assert _arg(t.launches[0].argv, "--max_batch_size") == str(lay.batch)
@@ -118,15 +123,17 @@ def test_deepseek_attention_groups_and_experts(acceptance):
     assert _arg(argv, "--max-num-seqs") == str(8192 // 4)  # per data-parallel rank
     # 2 replicas of 2 nodes each: separate deployments, workers headless, placeholders for the heads.
     assert len(v.launches) == 4 and v.heads == ("$NODE0_IP", "$NODE2_IP")
-    assert [("--headless" in l.argv) for l in v.launches] == [False, True, False, True]
+    assert [("--headless" in one.argv) for one in v.launches] == [False, True, False, True]
     assert dict(v.launches[0].env)["VLLM_PP_LAYER_PARTITION"] == "17,15,15,14"
     assert any("separate vLLM deployments" in n for n in v.notes)
 
     s = emit_sglang(plan)
     argv = s.launches[0].argv
-    assert (_arg(argv, "--tp-size"), _arg(argv, "--attn-dp-size"), _arg(argv, "--ep-size"), _arg(argv, "--pp-size")) == ("4", "4", "4", "4")
+    degrees = (_arg(argv, "--tp-size"), _arg(argv, "--attn-dp-size"), _arg(argv, "--ep-size"), _arg(argv, "--pp-size"))
+    assert degrees == ("4", "4", "4", "4")
     assert _arg(argv, "--dist-init-addr") == "$NODE0_IP:20000"
-    assert [(_arg(l.argv, "--nnodes"), _arg(l.argv, "--node-rank")) for l in s.launches] == [("2", "0"), ("2", "1")] * 2
+    ranks = [(_arg(one.argv, "--nnodes"), _arg(one.argv, "--node-rank")) for one in s.launches]
+    assert ranks == [("2", "0"), ("2", "1")] * 2
     assert dict(s.launches[0].env)["SGLANG_PP_LAYER_PARTITION"] == "17,15,15,14"
 
     t = emit_trtllm(plan)
@@ -181,8 +188,8 @@ def test_what_an_engine_cannot_express_is_said():
 def test_replicas_on_one_node_get_their_own_gpus_and_ports():
     plan = plan_of("mixtral-8x7b", "8xH100", "throughput", batch=64, dp=4, tp=2)
     v = emit_vllm(plan)  # MoE: one deployment per replica
-    assert [dict(l.env).get("CUDA_VISIBLE_DEVICES") for l in v.launches] == ["0,1", "2,3", "4,5", "6,7"]
-    assert [_arg(l.argv, "--port") for l in v.launches] == ["8000", "8001", "8002", "8003"]
+    assert [dict(one.env).get("CUDA_VISIBLE_DEVICES") for one in v.launches] == ["0,1", "2,3", "4,5", "6,7"]
+    assert [_arg(one.argv, "--port") for one in v.launches] == ["8000", "8001", "8002", "8003"]
     dense = plan_of("llama-3.1-8b", "8xH100", "throughput", batch=64, dp=4, tp=2)
     d = emit_vllm(dense)  # dense: one deployment, replicas as data-parallel ranks
     assert len(d.launches) == 1 and _arg(d.launches[0].argv, "--data-parallel-size") == "4"

@@ -36,7 +36,7 @@ def split_optimum(loads, num_gpus, slots=2):
         weights = [sum(loads[e] for e in g) for g in part]
         gpus = allocate(weights, least, num_gpus)
         if gpus is not None:
-            best = min(best, max(w / m for w, m in zip(weights, gpus)))
+            best = min(best, max(w / m for w, m in zip(weights, gpus, strict=True)))
     return best
 
 
@@ -62,7 +62,7 @@ def test_gpu_formula_equals_direct_count(seed):
     experts = list(range(len(loads)))
     rng.shuffle(experts)
     cuts = sorted(rng.sample(range(1, len(loads)), rng.randint(0, len(loads) - 1)))
-    groups = [experts[a:b] for a, b in zip([0, *cuts], [*cuts, len(loads)])]
+    groups = [experts[a:b] for a, b in zip([0, *cuts], [*cuts, len(loads)], strict=True)]
     direct = sum(max(1, len(g) - 1, math.ceil(sum(loads[e] for e in g) / target - 1e-9)) for g in groups)
     assert least_gpus_needed(loads, groups, target) == direct
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, uniform_profile, zipf_profile
@@ -35,7 +36,7 @@ def test_not_finite_and_layer_order_and_row_count():
 
 def test_strict_and_frozen():
     profile = uniform_profile(2, [0], 4)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         profile.num_experts = 3
     with pytest.raises(SpecError):
         ExpertLoadProfile(num_experts=1, layers=(0,), loads=((1.0,),), extra=1)

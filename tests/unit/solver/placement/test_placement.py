@@ -31,7 +31,7 @@ def test_every_placement_passes_the_checks(zipf, gpus, slots):
         assert len(placed.layers) == 3 and placed.num_gpus == gpus and placed.slots_per_gpu == slots
     ours = place_experts(zipf, gpus, slots).max_over_mean(zipf)
     greedy = greedy_placement(zipf, gpus, slots).max_over_mean(zipf)
-    assert all(a <= b * (1 + 1e-12) for a, b in zip(ours, greedy))
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(ours, greedy, strict=True))
 
 
 def test_redundant_slot_per_gpu_is_optimal_and_full(zipf):
@@ -59,9 +59,9 @@ def test_json_for_engines(zipf):
     json.dumps(doc)
     assert doc["num_gpus"] == 8 and doc["slots_per_gpu"] == 5 and doc["layers"] == [2, 3, 5]
     assert len(doc["physical_to_logical_map"]) == 3 and len(doc["physical_to_logical_map"][0]) == 40
-    for row, shares in zip(doc["physical_to_logical_map"], doc["shares"]):
+    for row, shares in zip(doc["physical_to_logical_map"], doc["shares"], strict=True):
         totals = {}
-        for expert, share in zip(row, shares):
+        for expert, share in zip(row, shares, strict=True):
             totals[expert] = totals.get(expert, 0.0) + share
         assert sorted(totals) == list(range(32))
         assert all(t == pytest.approx(1.0) for t in totals.values())

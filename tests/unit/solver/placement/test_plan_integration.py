@@ -21,8 +21,8 @@ from shardplan.solver.cli import main
 from shardplan.solver.cli.inputs import layout_from_pins
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
-from shardplan.solver.placement import greedy_placement, place_experts
-from shardplan.solver.placement.plan import place_and_price, place_for_layout
+from shardplan.solver.placement import greedy_placement
+from shardplan.solver.placement.plan import place_and_price, place_experts_in_budget, place_for_layout
 from tests.factory import problem
 
 EXP = ("EXP-001", "EXP-002", "EXP-003")
@@ -36,14 +36,14 @@ def test_greedy_and_solver_placements_give_tpot_in_the_order_of_their_max_loads(
     p = problem(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, zipf=1.0, redundant_slots=1)
     layout = layout_from_pins(p)
     greedy_layout, greedy, greedy_experts = place_and_price(p, layout, greedy_placement)
-    ours_layout, ours, ours_experts = place_and_price(p, layout, place_experts)
+    ours_layout, ours, ours_experts = place_and_price(p, layout, place_experts_in_budget)
     g_max, o_max = max(greedy_layout.moe_load_factor), max(ours_layout.moe_load_factor)
     assert o_max == pytest.approx(1.0, abs=1e-9)  # one spare slot per rank: ours balances exactly
     assert g_max > 1.005
     assert ours.metrics.tpot_ms < greedy.metrics.tpot_ms
     assert ours.metrics.ttft_ms < greedy.metrics.ttft_ms
     # Layer by layer the placement with the lower max load is never priced slower.
-    assert all(o <= g for o, g in zip(ours_layout.moe_load_factor, greedy_layout.moe_load_factor))
+    assert all(o <= g for o, g in zip(ours_layout.moe_load_factor, greedy_layout.moe_load_factor, strict=True))
     # The priced layout carries the factors, so evaluate() alone reproduces each prediction.
     assert evaluate(p, greedy_layout) == greedy and evaluate(p, ours_layout) == ours
     assert greedy_experts.method == "greedy" and ours_experts.method == "place_experts"
@@ -194,7 +194,7 @@ def test_a_limit_broken_only_by_per_layer_imbalance_is_reported_not_crashed():
 
     layers = get_model("deepseek-v3").moe.layers
     skewed = zipf_profile(256, layers, 1.0, 256.0)
-    rows = tuple(row if layer < 31 else (1.0,) * 256 for row, layer in zip(skewed.loads, layers))
+    rows = tuple(row if layer < 31 else (1.0,) * 256 for row, layer in zip(skewed.loads, layers, strict=True))
     half = ExpertLoadProfile(num_experts=256, layers=tuple(layers), loads=rows)
     kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=8, pp=2, batch=4096)
     assert 63.0 < solve(problem(**kw).model_copy(update={"expert_load": half})).prediction.metrics.tpot_ms
@@ -256,7 +256,8 @@ def test_exp_002_flags_a_rank_over_its_slot_budget(solved):
     # A budget beyond ceil(E / ep) + redundant slots is also flagged, even if every rank keeps it.
     stage = solved.experts.stages[0]
     wide = dataclasses.replace(stage.placement, slots_per_gpu=stage.placement.slots_per_gpu + 1)
-    experts = dataclasses.replace(solved.experts, stages=(dataclasses.replace(stage, placement=wide),) + solved.experts.stages[1:])
+    stages = (dataclasses.replace(stage, placement=wide),) + solved.experts.stages[1:]
+    experts = dataclasses.replace(solved.experts, stages=stages)
     assert _flagged(solved.model_copy(update={"experts": experts})) == {"EXP-002"}
 
 
@@ -290,7 +291,7 @@ def test_experts_out_writes_one_row_per_moe_layer_and_one_entry_per_slot(tmp_pat
     ep, slots = plan["degrees"]["ep"], 128 // plan["degrees"]["ep"] + 1
     assert doc["layers"] == moe_layers and doc["num_gpus"] == ep and doc["slots_per_gpu"] == slots
     assert len(doc["physical_to_logical_map"]) == len(moe_layers)
-    for row, shares in zip(doc["physical_to_logical_map"], doc["shares"]):
+    for row, shares in zip(doc["physical_to_logical_map"], doc["shares"], strict=True):
         assert len(row) == doc["num_physical_experts"] == ep * slots
         assert set(row) == set(range(128))  # every expert has a slot, every slot an expert
         assert len(shares) == len(row)
@@ -304,7 +305,8 @@ def test_experts_out_writes_one_row_per_moe_layer_and_one_entry_per_slot(tmp_pat
 
 
 def test_evaluate_prices_the_placement_too(tmp_path, capsys):
-    args = ["evaluate", "--model", "deepseek-v3", "--cluster", "2x8xH200", "--attn-dp", "16", "--batch", "4096", "--json"]
+    args = ["evaluate", "--model", "deepseek-v3", "--cluster", "2x8xH200", "--attn-dp", "16", "--batch", "4096",
+            "--json"]
     main(args)
     uniform = json.loads(capsys.readouterr().out)
     main(args + ["--zipf", "1.0"])
@@ -338,7 +340,8 @@ def test_malformed_profiles_exit_2_naming_the_field(tmp_path, capsys):
     err = _rejected(capsys, "--load-profile", str(negative))
     assert "load-profile loads[7][127]: " in err and "negative" in err and "layer 7" in err
     missing = _json_profile(tmp_path / "missing.json", {k: v for k, v in good.items() if k != 11})
-    assert "load-profile layers: " in (err := _rejected(capsys, "--load-profile", str(missing))) and "missing layer 11" in err
+    err = _rejected(capsys, "--load-profile", str(missing))
+    assert "load-profile layers: " in err and "missing layer 11" in err
     extra = _json_profile(tmp_path / "extra.json", {**good, 48: [1.0] * 128})
     assert "layer 48 is not a MoE layer" in _rejected(capsys, "--load-profile", str(extra))
     count = _json_profile(tmp_path / "count.json", good, num_experts=256)
