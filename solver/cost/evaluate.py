@@ -357,10 +357,3 @@ def best_throughput(problem: Problem, layout: Layout, profile: Profile | None = 
             best = pred
     return best
 
-
-def _mean_load_factor(layout: Layout) -> float:
-    """The mean of the per-layer factors. ``evaluate`` no longer uses it (it prices each MoE layer at
-    its own factor, ``LoadedLayers``); kept for callers that price one MoE layer kind."""
-    if not layout.moe_load_factor:
-        return 1.0
-    return sum(layout.moe_load_factor) / len(layout.moe_load_factor)

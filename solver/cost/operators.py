@@ -20,7 +20,6 @@ from shardplan.models import ModelSpec
 from shardplan.models.derived import (
     attention_score_flops,
     cached_tokens,
-    embedding_bytes,
     kv_bytes_per_token_layer,
     layer_params,
     lm_head_resident_bytes,
@@ -255,8 +254,4 @@ class CostContext:
         return self.collective(Collective.SEND_RECV, nbytes, (src, dst))
 
 
-def unused(*_: object) -> None:  # pragma: no cover - keeps imports honest for type checkers
-    return None
-
-
-__all__ = ["CostContext", "LayerKind", "Phase", "Step", "layer_kind", "representative_layer", "embedding_bytes", "Tier"]
+__all__ = ["CostContext", "LayerKind", "Phase", "Step", "layer_kind", "representative_layer"]
