@@ -17,6 +17,7 @@ from shardplan.rules.dag.view import (
     SP_KINDS,
     STATE,
     DagRule,
+    NodeKind,
     _int,
     _ranges,
     is_sharded,
@@ -35,7 +36,7 @@ class TpRejoins(DagRule):
     def violations(self, view):
         for n, d in view.data.items():
             kind = d.get("kind")
-            if kind in COLLECTIVE or (kind == "Expert" and not is_sharded(d)):
+            if kind in COLLECTIVE or (kind == NodeKind.EXPERT and not is_sharded(d)):
                 # partial joins (sequence exchange, expert all-reduce) and whole experts name the
                 # collective that completes them
                 if isinstance(d.get("rejoin"), str) and d["rejoin"] not in view.succ(n):
@@ -45,7 +46,7 @@ class TpRejoins(DagRule):
                 continue
             outs = list(view.succ(n))
             joined = [v for v in outs if view.kind(v) in COLLECTIVE]
-            stray = [v for v in outs if view.kind(v) not in COLLECTIVE and view.kind(v) != "KVCacheUpdate"]
+            stray = [v for v in outs if view.kind(v) not in COLLECTIVE and view.kind(v) != NodeKind.KV_CACHE_UPDATE]
             named = d.get("rejoin")
             if not joined:
                 yield self.at(n, "shard output reaches no collective" + (f" (feeds {stray[0]} directly)" if stray else ""))
@@ -88,7 +89,7 @@ class EpInsideMoe(DagRule):
     def violations(self, view):
         for n, d in view.data.items():
             kind = d.get("kind")
-            if kind in MOE_KINDS or kind == "AllToAll" or "experts" in d or "ep_rank" in d:
+            if kind in MOE_KINDS or kind == NodeKind.ALL_TO_ALL or "experts" in d or "ep_rank" in d:
                 layer = d.get("layer")
                 if layer not in view.moe_layers:
                     yield self.at(n, f"{kind} in layer {layer}, which is not a MoE layer")
@@ -103,10 +104,10 @@ class EpNotInsideTp(DagRule):
     example_good = "attention shards -> all-reduce -> router -> experts"
 
     def violations(self, view):
-        for n in (*view.by_kind.get("Expert", []), *view.by_kind.get("Router", [])):
+        for n in (*view.by_kind.get(NodeKind.EXPERT, []), *view.by_kind.get(NodeKind.ROUTER, [])):
             for u in view.pred(n):
                 du = view.data[u]
-                if du.get("kind") not in COLLECTIVE and du.get("kind") != "Router" and is_sharded(du):
+                if du.get("kind") not in COLLECTIVE and du.get("kind") != NodeKind.ROUTER and is_sharded(du):
                     yield self.at(n, f"{view.kind(n)} fed by the tensor-parallel shard {u}")
 
 
@@ -127,7 +128,7 @@ class EpPartitions(DagRule):
         ep, etp = view.layout.ep, view.layout.expert_tp
         per_rank = etp if view.graph.get("detail") == "expanded" else 1
         groups: dict[tuple, list] = defaultdict(list)
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             groups[(d.get("replica"), d.get("phase"), d.get("layer"))].append(n)
         for (r, phase, layer), nodes in groups.items():
@@ -181,7 +182,7 @@ class NoTpInsideExpertNodes(DagRule):
     example_good = "one Expert node per GPU, each hosting whole experts"
 
     def violations(self, view):
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             if "tp_rank" in d or _int(d.get("tp"), 1) > 1:
                 yield self.at(n, "tensor-parallel expert without the expert-tp policy")
@@ -220,9 +221,9 @@ class ExpertsRejoinAfterCompute(DagRule):
 
     def violations(self, view):
         single = view.layout is not None and view.layout.gpus_per_stage == 1
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             for v in view.succ(n):
-                if view.kind(v) == "Expert":
+                if view.kind(v) == NodeKind.EXPERT:
                     yield self.at(n, f"feeds Expert {v} before the combine")
                 elif view.kind(v) not in COLLECTIVE and not single:
                     yield self.at(n, f"feeds {view.kind(v)} {v} before the combine")
@@ -244,43 +245,43 @@ class MoeDecomposed(DagRule):
             return
         lay = view.layout
         layers: dict[tuple, dict] = defaultdict(lambda: defaultdict(list))
-        for kind in ("Router", "Expert"):
+        for kind in (NodeKind.ROUTER, NodeKind.EXPERT):
             for n in view.by_kind.get(kind, []):
                 d = view.data[n]
                 layers[(d.get("replica"), d.get("phase"), d.get("layer"))][kind].append(n)
         for key, nodes in view.branches.items():
-            moe = {view.layer(n) for n in nodes if view.kind(n) == "Layer" and view.layer(n) in view.moe_layers}
+            moe = {view.layer(n) for n in nodes if view.kind(n) == NodeKind.LAYER and view.layer(n) in view.moe_layers}
             for layer in moe:
                 found = layers.get((key[0], key[1], layer), {})
-                if not found.get("Router") or not found.get("Expert"):
+                if not found.get(NodeKind.ROUTER) or not found.get(NodeKind.EXPERT):
                     yield self.at(None, f"replica {key[0]} {key[1]} MoE layer {layer} lacks a router or its experts")
         dispatch_needed = lay.attn_dp > 1
         routed: dict = {}  # routed[all-to-all]: whether a router feeds it
 
         def from_router(u: Any) -> bool:
             if u not in routed:
-                routed[u] = any(view.kinds[w] == "Router" for w in view.pred(u))
+                routed[u] = any(view.kinds[w] == NodeKind.ROUTER for w in view.pred(u))
             return routed[u]
 
-        for n in view.by_kind.get("AllToAll", []):
+        for n in view.by_kind.get(NodeKind.ALL_TO_ALL, []):
             if from_router(n):
                 for v in view.succ(n):
-                    if view.kinds[v] != "Expert":
+                    if view.kinds[v] != NodeKind.EXPERT:
                         yield self.at(n, f"the dispatch after the router feeds {view.kinds[v]} {v}, not an expert")
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             preds = list(view.pred(n))
             fed = False
             for u in preds:
                 ku = view.kind(u)
-                if ku == "Router" and not dispatch_needed:
+                if ku == NodeKind.ROUTER and not dispatch_needed:
                     fed = True
-                elif ku == "AllToAll" and from_router(u):
+                elif ku == NodeKind.ALL_TO_ALL and from_router(u):
                     fed = True
             if not fed:
                 how = "an all-to-all dispatch after the router" if dispatch_needed else "a router"
                 yield self.at(n, f"expert not fed by {how}")
             layer = view.layers[n]
             if lay.gpus_per_stage > 1 and not any(
-                view.kinds[v] in COLLECTIVE and view.kinds[v] != "SendRecv" and view.layers[v] == layer for v in view.succ(n)
+                view.kinds[v] in COLLECTIVE and view.kinds[v] != NodeKind.SEND_RECV and view.layers[v] == layer for v in view.succ(n)
             ):
                 yield self.at(n, "expert output is combined by no collective of its layer")

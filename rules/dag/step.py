@@ -17,9 +17,11 @@ from shardplan.rules.dag.view import (
     STATE,
     TYPED,
     DagRule,
+    NodeKind,
     longest_path_us,
 )
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Phase
 
 
 class NoHiddenCommunication(DagRule):
@@ -53,19 +55,19 @@ class KvRead(DagRule):
     fixable = True
 
     def violations(self, view):
-        for n in view.by_kind.get("Attention", []):
+        for n in view.by_kind.get(NodeKind.ATTENTION, []):
             d = view.data[n]
-            if d.get("phase") != "decode":
+            if d.get("phase") != Phase.DECODE:
                 continue
-            caches = [u for u in view.in_adj[n] if view.kind(u) == "KVCache"]
+            caches = [u for u in view.in_adj[n] if view.kind(u) == NodeKind.KV_CACHE]
             if not caches:
                 yield self.at(n, "decode attention reads no KV cache")
             elif not any(view.ranks(n) <= view.ranks(u) and view.layer(u) == d.get("layer") for u in caches):
                 yield self.at(n, f"KV cache {caches[0]} is not this layer's cache on these GPUs")
-        for n in view.by_kind.get("KVCache", []):
-            if not any(view.kind(u) == "PrevToken" for u in view.in_adj[n]):
+        for n in view.by_kind.get(NodeKind.KV_CACHE, []):
+            if not any(view.kind(u) == NodeKind.PREV_TOKEN for u in view.in_adj[n]):
                 yield self.at(n, "KV cache does not depend on the previous token")
-            if not any(view.kind(v) == "Attention" for v in view.out_adj[n]):
+            if not any(view.kind(v) == NodeKind.ATTENTION for v in view.out_adj[n]):
                 yield self.at(n, "KV cache read by no attention node")
 
 
@@ -79,16 +81,16 @@ class KvUpdate(DagRule):
     fixable = True
 
     def violations(self, view):
-        for n in view.by_kind.get("Attention", []):
-            ups = [v for v in view.out_adj[n] if view.kind(v) == "KVCacheUpdate"]
+        for n in view.by_kind.get(NodeKind.ATTENTION, []):
+            ups = [v for v in view.out_adj[n] if view.kind(v) == NodeKind.KV_CACHE_UPDATE]
             if not ups:
                 yield self.at(n, "attention writes no KV cache update")
             elif not any(view.ranks(n) <= view.ranks(v) and view.layer(v) == view.layer(n) for v in ups):
                 yield self.at(n, f"KV cache update {ups[0]} is not this layer's on these GPUs")
-        for n in view.by_kind.get("KVCacheUpdate", []):
-            if not any(view.kind(v) == "Token" for v in view.out_adj[n]):
+        for n in view.by_kind.get(NodeKind.KV_CACHE_UPDATE, []):
+            if not any(view.kind(v) == NodeKind.TOKEN for v in view.out_adj[n]):
                 yield self.at(n, "the step's token does not wait for this KV cache update")
-            if not any(view.kind(u) == "Attention" for u in view.in_adj[n]):
+            if not any(view.kind(u) == NodeKind.ATTENTION for u in view.in_adj[n]):
                 yield self.at(n, "KV cache update written by no attention node")
 
 
@@ -108,21 +110,21 @@ class TokenOrder(DagRule):
             kinds = defaultdict(list)
             for n in nodes:
                 kinds[view.kind(n)].append(n)
-            if not kinds["Token"]:
+            if not kinds[NodeKind.TOKEN]:
                 yield self.at(None, f"replica {r} {phase}: no Token node ends the branch")
-            for t in kinds["Token"]:
+            for t in kinds[NodeKind.TOKEN]:
                 if view.dag.out_degree(t):
                     yield self.at(t, "the token feeds " + ", ".join(map(str, list(view.out_adj[t])[:3])) + " in its own step")
-            if phase != "decode":
-                for n in kinds["PrevToken"]:
+            if phase != Phase.DECODE:
+                for n in kinds[NodeKind.PREV_TOKEN]:
                     yield self.at(n, "a previous-token node in a prefill branch")
                 continue
-            if not kinds["PrevToken"]:
+            if not kinds[NodeKind.PREV_TOKEN]:
                 yield self.at(None, f"replica {r} decode: no PrevToken node (token t+1 must follow token t)")
                 continue
-            after = view.forward(kinds["PrevToken"], within=set(nodes))
+            after = view.forward(kinds[NodeKind.PREV_TOKEN], within=set(nodes))
             for n in nodes:
-                if n not in after and view.kind(n) != "Phase":
+                if n not in after and view.kind(n) != NodeKind.PHASE:
                     yield self.at(n, "does not follow the previous token's completion")
 
 
@@ -136,10 +138,10 @@ class SingleTokenStep(DagRule):
 
     def violations(self, view):
         for (r, phase), nodes in view.branches.items():
-            if phase != "decode":
+            if phase != Phase.DECODE:
                 continue
-            tokens = [n for n in nodes if view.kind(n) == "Token"]
-            prevs = [n for n in nodes if view.kind(n) == "PrevToken"]
+            tokens = [n for n in nodes if view.kind(n) == NodeKind.TOKEN]
+            prevs = [n for n in nodes if view.kind(n) == NodeKind.PREV_TOKEN]
             if len(tokens) > 1:
                 yield self.at(tokens[1], f"replica {r} decode has {len(tokens)} Token nodes in one step")
             if len(prevs) > 1:
@@ -196,7 +198,7 @@ class RanksInPlan(DagRule):
             return
         stage = lay.stage_gpus(r, s)
         top = stage.stop
-        if d.get("kind") == "SendRecv" and s + 1 < lay.pp:
+        if d.get("kind") == NodeKind.SEND_RECV and s + 1 < lay.pp:
             top = lay.stage_gpus(r, s + 1).stop  # stages of a replica are consecutive runs of ids
         if lo < stage.start or hi >= top:
             yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]} outside replica {r} stage {s}'s GPUs {stage.start}-{stage.stop - 1}")
@@ -210,7 +212,7 @@ def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> froze
     """The GPUs the layout's numbering gives a shard or an Expert node; None when it has no fixed place."""
     kind = d.get("kind")
     try:
-        if kind == "Expert" and isinstance(d.get("ep_rank"), int):
+        if kind == NodeKind.EXPERT and isinstance(d.get("ep_rank"), int):
             first = stage.start + d["ep_rank"] * lay.expert_tp
             if "tp_rank" in d:
                 return frozenset({first + d["tp_rank"]})
@@ -251,9 +253,9 @@ class Schema(DagRule):
             ranks = d.get("ranks")
             if not isinstance(ranks, (list, tuple)) or not ranks:
                 yield self.at(n, "ranks missing or empty")
-            if kind != "Request" and not isinstance(d.get("replica"), int):
+            if kind != NodeKind.REQUEST and not isinstance(d.get("replica"), int):
                 yield self.at(n, "replica missing")
-            if kind not in ("Request", "Replica") and d.get("phase") not in PHASES:
+            if kind not in (NodeKind.REQUEST, NodeKind.REPLICA) and d.get("phase") not in PHASES:
                 yield self.at(n, f"phase is {d.get('phase')!r}")
             if kind in STAGED and not isinstance(d.get("stage"), int):
                 yield self.at(n, f"{kind} without a stage")
@@ -277,7 +279,7 @@ class CriticalPath(DagRule):
         if not view.acyclic:
             return
         for (r, phase), nodes in view.branches.items():
-            want = view.graph.get("ttft_us" if phase == "prefill" else "tpot_us")
+            want = view.graph.get("ttft_us" if phase == Phase.PREFILL else "tpot_us")
             if not isinstance(want, (int, float)) or want <= 0:
                 continue
             got = longest_path_us(view.dag, nodes)[0]

@@ -12,10 +12,12 @@ from shardplan.rules.dag.view import (
     CONTROL,
     STAGED,
     DagRule,
+    NodeKind,
     _int,
     _ranges,
     is_sharded,
 )
+from shardplan.rules.operators import Phase
 
 
 class Acyclic(DagRule):
@@ -49,28 +51,28 @@ class SingleRoot(DagRule):
     def violations(self, view):
         dag = view.dag
         roots = [n for n in dag if dag.in_degree(n) == 0]
-        requests = view.by_kind.get("Request", [])
+        requests = view.by_kind.get(NodeKind.REQUEST, [])
         for n in roots:
-            if view.kind(n) != "Request":
+            if view.kind(n) != NodeKind.REQUEST:
                 yield self.at(n, f"{view.kind(n)} node has no predecessor (only the Request is a root)")
         if len(requests) != 1:
             yield self.at(None, f"{len(requests)} Request nodes; exactly one is the root")
         reached = view.forward(requests)
         root_set = set(roots)
-        fed = COMPUTE | COLLECTIVE | {"KVCacheUpdate"}  # nodes that compute on or move data
+        fed = COMPUTE | COLLECTIVE | {NodeKind.KV_CACHE_UPDATE}  # nodes that compute on or move data
         for n in dag:
             if n not in reached and n not in root_set:
                 yield self.at(n, "not reachable from the Request (an input edge is missing)")
             elif view.kinds[n] in fed and not view.pred(n):
                 yield self.at(n, f"{view.kinds[n]} has no data input (only sync edges lead to it)")
         for key, nodes in view.branches.items():
-            tokens = [n for n in nodes if view.kind(n) == "Token"]
+            tokens = [n for n in nodes if view.kind(n) == NodeKind.TOKEN]
             if not tokens:
                 continue  # DAG-019 reports the missing token
             members = set(nodes)
             alive = view.backward(tokens, within=members)
             for n in nodes:
-                if n not in alive and view.kind(n) != "Phase":
+                if n not in alive and view.kind(n) != NodeKind.PHASE:
                     yield self.at(n, f"does not lead to the {key[1]} branch's token (an output edge is missing)")
 
 
@@ -83,7 +85,7 @@ class SplitAtRoot(DagRule):
     example_good = "request -> replica -> phase -> stage -> layer -> attention shards"
 
     def violations(self, view):
-        top = ("Request", "Replica", "Phase", "PrevToken")
+        top = (NodeKind.REQUEST, NodeKind.REPLICA, NodeKind.PHASE, NodeKind.PREV_TOKEN)
         for n, d in view.data.items():
             if not is_sharded(d):
                 continue
@@ -107,19 +109,19 @@ class DataParallelAtRoot(DagRule):
 
     def violations(self, view):
         total = 0
-        for n in view.by_kind.get("Replica", []):
+        for n in view.by_kind.get(NodeKind.REPLICA, []):
             preds = list(view.in_adj[n])
-            if not preds or any(view.kind(u) != "Request" for u in preds):
+            if not preds or any(view.kind(u) != NodeKind.REQUEST for u in preds):
                 yield self.at(n, "replica fan-out below the root (predecessors: " + ", ".join(map(str, preds)) + ")")
             total += _int(view.data[n].get("multiplicity"), 1)
-        for n in view.by_kind.get("Request", []):
+        for n in view.by_kind.get(NodeKind.REQUEST, []):
             for v in view.out_adj[n]:
-                if view.kind(v) != "Replica":
+                if view.kind(v) != NodeKind.REPLICA:
                     yield self.at(v, f"the Request fans out to a {view.kind(v)}, not a Replica")
         for n, d in view.data.items():
-            if "multiplicity" in d and d.get("kind") != "Replica":
+            if "multiplicity" in d and d.get("kind") != NodeKind.REPLICA:
                 yield self.at(n, f"{d.get('kind')} carries a replication multiplicity; only replicas replicate")
-        if view.layout is not None and view.by_kind.get("Replica") and total != view.layout.dp:
+        if view.layout is not None and view.by_kind.get(NodeKind.REPLICA) and total != view.layout.dp:
             yield self.at(None, f"replicas add up to {total}; the plan has dp={view.layout.dp}")
 
 
@@ -138,7 +140,7 @@ class ReplicasIndependent(DagRule):
                 yield self.at(u, f"edge to {v} joins replica {ru} to replica {rv}")
         used: dict[Any, set] = defaultdict(set)
         for n, d in view.data.items():
-            if d.get("replica") is not None and d.get("kind") != "Request":
+            if d.get("replica") is not None and d.get("kind") != NodeKind.REQUEST:
                 used[d["replica"]].update(view.ranks(n))
         clash: dict[int, list] = defaultdict(list)
         reps = sorted(used, key=str)
@@ -148,7 +150,7 @@ class ReplicasIndependent(DagRule):
                     clash[g] += [a, b]
         if clash:
             for n, d in view.data.items():
-                shared = [g for g in view.ranks(n) if g in clash] if d.get("kind") != "Request" else []
+                shared = [g for g in view.ranks(n) if g in clash] if d.get("kind") != NodeKind.REQUEST else []
                 if shared and d.get("replica") is not None:
                     yield self.at(n, f"GPU {shared[0]} serves replicas {sorted(set(map(str, clash[shared[0]])))}")
 
@@ -163,15 +165,15 @@ class PhasesSeparate(DagRule):
 
     def violations(self, view):
         phases: dict[Any, list] = defaultdict(list)
-        for n in view.by_kind.get("Phase", []):
+        for n in view.by_kind.get(NodeKind.PHASE, []):
             d = view.data[n]
             phases[d.get("replica")].append(d.get("phase"))
             preds = list(view.in_adj[n])
-            if len(preds) != 1 or view.kind(preds[0]) != "Replica":
+            if len(preds) != 1 or view.kind(preds[0]) != NodeKind.REPLICA:
                 yield self.at(n, "a phase branch starts under its Replica and nothing else")
-        for n in view.by_kind.get("Replica", []):
+        for n in view.by_kind.get(NodeKind.REPLICA, []):
             r = view.data[n].get("replica")
-            if sorted(phases.get(r, [])) != ["decode", "prefill"]:
+            if sorted(phases.get(r, [])) != [Phase.DECODE, Phase.PREFILL]:
                 yield self.at(n, f"replica {r} has phase branches {sorted(map(str, phases.get(r, [])))}, expected decode and prefill")
         for u, v, _ in view.edges:
             pu, pv = view.data[u].get("phase"), view.data[v].get("phase")
@@ -191,7 +193,7 @@ class ParallelStages(DagRule):
         for key, nodes in view.branches.items():
             count: dict[Any, int] = defaultdict(int)
             for n in nodes:
-                if view.kind(n) == "Stage":
+                if view.kind(n) == NodeKind.STAGE:
                     count[view.stage(n)] += 1
             for s, c in count.items():
                 if c > 1:
@@ -233,7 +235,7 @@ class CrossStage(DagRule):
             if kind == "sync":
                 continue
             if su is not None and sv is not None and su != sv:
-                if sv == su + 1 and ku == "SendRecv" and kv == "Stage":
+                if sv == su + 1 and ku == NodeKind.SEND_RECV and kv == NodeKind.STAGE:
                     if kind != "pipeline":
                         yield self.at(u, f"edge to {v} crosses stages as {kind!r}, not 'pipeline'")
                 elif sv < su:
@@ -243,11 +245,11 @@ class CrossStage(DagRule):
                 else:
                     yield self.at(u, f"edge to {v} crosses from stage {su} to {sv} without a SendRecv")
                 continue
-            if (ku == "SendRecv" or kv == "SendRecv") and kind != "pipeline":
+            if (ku == NodeKind.SEND_RECV or kv == NodeKind.SEND_RECV) and kind != "pipeline":
                 yield self.at(u, f"edge to {v} at a SendRecv is {kind!r}, not 'pipeline'")
-            elif kind == "pipeline" and ku != "SendRecv" and kv != "SendRecv":
+            elif kind == "pipeline" and ku != NodeKind.SEND_RECV and kv != NodeKind.SEND_RECV:
                 yield self.at(u, f"pipeline edge to {v} touches no SendRecv")
-            if kv == "Token" and su is not None and last is not None and su != last:
+            if kv == NodeKind.TOKEN and su is not None and last is not None and su != last:
                 yield self.at(u, f"stage {su} feeds the token directly, skipping the later stages")
 
 
@@ -280,11 +282,11 @@ class LayerOrder(DagRule):
             elif isinstance(lu, int) and lu in owner and view.kind(v) in STAGED:
                 if lu != stages[owner[lu]][1] - 1:
                     yield self.at(u, f"layer {lu} hands over to {view.kind(v)} {v} before its stage's last layer")
-            elif isinstance(lv, int) and lv in owner and view.kind(u) in ("Stage", "Embedding"):
+            elif isinstance(lv, int) and lv in owner and view.kind(u) in (NodeKind.STAGE, NodeKind.EMBEDDING):
                 if lv != stages[owner[lv]][0]:
                     yield self.at(v, f"stage entry {u} leads into layer {lv}, not the stage's first layer")
         for key, nodes in view.branches.items():
-            present = {view.layer(n) for n in nodes if view.kind(n) == "Attention"}
+            present = {view.layer(n) for n in nodes if view.kind(n) == NodeKind.ATTENTION}
             missing = [layer for layer in range(view.num_layers) if layer not in present]
             if missing:
                 yield self.at(None, f"replica {key[0]} {key[1]}: no attention for layers {_ranges(missing)}")
@@ -305,17 +307,17 @@ class EndsPlaced(DagRule):
         for (r, phase), nodes in view.branches.items():
             found = defaultdict(list)
             for n in nodes:
-                if view.kind(n) in ("Embedding", "LMHead", "Sample"):
+                if view.kind(n) in (NodeKind.EMBEDDING, NodeKind.LM_HEAD, NodeKind.SAMPLE):
                     found[view.kind(n)].append(n)
             where = f"replica {r} {phase}"
-            if len(found["Embedding"]) != 1:
+            if len(found[NodeKind.EMBEDDING]) != 1:
                 yield self.at(None, f"{where}: {len(found['Embedding'])} Embedding nodes, expected 1")
-            if len(found["Sample"]) < 1 or not found["LMHead"]:
+            if len(found[NodeKind.SAMPLE]) < 1 or not found[NodeKind.LM_HEAD]:
                 yield self.at(None, f"{where}: no LM head or sampling node")
-            for n in found["Embedding"]:
+            for n in found[NodeKind.EMBEDDING]:
                 if view.stage(n) != 0:
                     yield self.at(n, f"embedding on stage {view.stage(n)}, not the first")
-            for n in (*found["LMHead"], *found["Sample"]):
+            for n in (*found[NodeKind.LM_HEAD], *found[NodeKind.SAMPLE]):
                 if view.stage(n) != last:
                     yield self.at(n, f"{view.kind(n)} on stage {view.stage(n)}, not the last ({last})")
 
@@ -345,10 +347,10 @@ class PipelineEdges(DagRule):
                 for x in sends.get(s, []):
                     if not any(view.stage(u) == s for u in view.in_adj[x]):
                         yield self.at(x, f"receives nothing from stage {s}")
-                    if not any(view.kind(v) == "Stage" and view.stage(v) == s + 1 for v in view.out_adj[x]):
+                    if not any(view.kind(v) == NodeKind.STAGE and view.stage(v) == s + 1 for v in view.out_adj[x]):
                         yield self.at(x, f"hands nothing to stage {s + 1}")
                 for st in stages.get(s + 1, []):
-                    if not any(view.kind(u) == "SendRecv" and view.stage(u) == s for u in view.in_adj[st]):
+                    if not any(view.kind(u) == NodeKind.SEND_RECV and view.stage(u) == s for u in view.in_adj[st]):
                         yield self.at(st, f"stage {s + 1} is not fed by stage {s}'s SendRecv")
             for s in sends:
                 if isinstance(s, int) and s >= pp - 1:

@@ -13,23 +13,64 @@ from typing import Any
 
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Phase, StrEnum
 
 SCHEMA = "shardplan.dag/1"
 DETAILS = ("logical", "expanded")
-PHASES = ("prefill", "decode")
+PHASES = tuple(Phase)
 EDGE_KINDS = ("data", "pipeline", "sync")
 
+
+class NodeKind(StrEnum):
+    """A node's ``kind``: what it stands for in the step (docs/dag.md)."""
+
+    REQUEST = "Request"
+    REPLICA = "Replica"
+    PHASE = "Phase"
+    STAGE = "Stage"
+    PREV_TOKEN = "PrevToken"  # completion of the previous token (decode)
+    TOKEN = "Token"
+    ROUND = "Round"  # a decode round with several microbatches in flight
+    EMBEDDING = "Embedding"
+    LAYER = "Layer"  # the layer's fixed overhead
+    ATTENTION = "Attention"
+    FFN = "FFN"
+    SHARED_EXPERT = "SharedExpert"
+    ROUTER = "Router"
+    EXPERT = "Expert"
+    LM_HEAD = "LMHead"
+    SAMPLE = "Sample"
+    KV_CACHE = "KVCache"
+    KV_CACHE_UPDATE = "KVCacheUpdate"
+    ALL_REDUCE = "AllReduce"
+    ALL_GATHER = "AllGather"
+    REDUCE_SCATTER = "ReduceScatter"
+    ALL_TO_ALL = "AllToAll"
+    SEND_RECV = "SendRecv"
+
+
 # Request-level and bookkeeping nodes: no tensors of their own.
-CONTROL = frozenset({"Request", "Replica", "Phase", "Stage", "PrevToken", "Token", "Round"})
-COMPUTE = frozenset({"Embedding", "Layer", "Attention", "FFN", "SharedExpert", "Router", "Expert", "LMHead", "Sample"})
-STATE = frozenset({"KVCache", "KVCacheUpdate"})
-COLLECTIVE = frozenset({"AllReduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv"})
-KINDS = CONTROL | COMPUTE | STATE | COLLECTIVE
+CONTROL = frozenset({
+    NodeKind.REQUEST, NodeKind.REPLICA, NodeKind.PHASE, NodeKind.STAGE, NodeKind.PREV_TOKEN, NodeKind.TOKEN,
+    NodeKind.ROUND,
+})
+COMPUTE = frozenset({
+    NodeKind.EMBEDDING, NodeKind.LAYER, NodeKind.ATTENTION, NodeKind.FFN, NodeKind.SHARED_EXPERT, NodeKind.ROUTER,
+    NodeKind.EXPERT, NodeKind.LM_HEAD, NodeKind.SAMPLE,
+})
+STATE = frozenset({NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE})
+COLLECTIVE = frozenset({
+    NodeKind.ALL_REDUCE, NodeKind.ALL_GATHER, NodeKind.REDUCE_SCATTER, NodeKind.ALL_TO_ALL, NodeKind.SEND_RECV,
+})
+KINDS = frozenset(NodeKind)
 # Kinds that live on one stage, and those that live in one layer.
-STAGED = (COMPUTE | STATE | COLLECTIVE | {"Stage"})
-LAYERED = frozenset({"Layer", "Attention", "FFN", "SharedExpert", "Router", "Expert", "KVCache", "KVCacheUpdate"})
-MOE_KINDS = frozenset({"Router", "Expert", "SharedExpert"})
-SP_KINDS = frozenset({"Attention", "KVCache", "KVCacheUpdate"})
+STAGED = COMPUTE | STATE | COLLECTIVE | {NodeKind.STAGE}
+LAYERED = frozenset({
+    NodeKind.LAYER, NodeKind.ATTENTION, NodeKind.FFN, NodeKind.SHARED_EXPERT, NodeKind.ROUTER, NodeKind.EXPERT,
+    NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE,
+})
+MOE_KINDS = frozenset({NodeKind.ROUTER, NodeKind.EXPERT, NodeKind.SHARED_EXPERT})
+SP_KINDS = frozenset({NodeKind.ATTENTION, NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE})
 
 MAX_PER_RULE = 25  # diagnostics a rule reports before summarising the rest
 MAX_EXPERTS = 1_000_000  # a sanity bound on a file's expert count
@@ -163,9 +204,9 @@ class DagView:
         stages: dict[Any, list] = defaultdict(list)
         sends: dict[Any, list] = defaultdict(list)
         for n in nodes:
-            if self.kind(n) == "Stage":
+            if self.kind(n) == NodeKind.STAGE:
                 stages[self.stage(n)].append(n)
-            elif self.kind(n) == "SendRecv":
+            elif self.kind(n) == NodeKind.SEND_RECV:
                 sends[self.stage(n)].append(n)
         return stages, sends
 
