@@ -34,10 +34,11 @@ from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Op, Phase
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.memory import GIB, stage_memory
-from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
+from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
 NS = 1e9
@@ -93,11 +94,11 @@ class PhaseTable:
     """Integer nanoseconds of one step of each layer kind, and of the model's two ends."""
 
     layer_ns: dict[LayerKind, int]
-    layer_ops: dict[LayerKind, dict[str, float]]
+    layer_ops: dict[LayerKind, dict[Op, float]]
     first_ns: int
-    first_ops: dict[str, float]
+    first_ops: dict[Op, float]
     last_ns: int
-    last_ops: dict[str, float]
+    last_ops: dict[Op, float]
 
     def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
         total = sum(n * self.layer_ns[k] for k, n in counts.items())
@@ -118,11 +119,11 @@ def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_facto
 
 
 def _stage_ops(
-    table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[str, float], ...] = ()
+    table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[Op, float], ...] = ()
 ) -> dict[str, float]:
     """Microseconds per operator over a stage: ``counts`` layers priced by kind, plus ``layers``
     priced one by one (seconds per operator each)."""
-    ops: Counter[str] = Counter()
+    ops: Counter[Op] = Counter()
     for kind, n in counts.items():
         for name, seconds in table.layer_ops[kind].items():
             ops[name] += n * seconds * 1e6
@@ -133,7 +134,7 @@ def _stage_ops(
         if flag:
             for name, seconds in extra.items():
                 ops[name] += seconds * 1e6
-    return {name: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
+    return {name.value: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
 
 
 def layer_load_factors(model: ModelSpec, layout: Layout) -> dict[int, float]:
@@ -162,20 +163,20 @@ class LoadedLayers:
     def __init__(self, ctx: CostContext, step: Step, table: PhaseTable, factors: Mapping[int, float]):
         self.ctx, self.step, self.table, self.factors = ctx, step, table, factors
         # _priced[(kind, factor)]: (ns, ops) of one layer; zipf-like profiles repeat factors.
-        self._priced: dict[tuple[LayerKind, float], tuple[int, dict[str, float]]] = {}
+        self._priced: dict[tuple[LayerKind, float], tuple[int, dict[Op, float]]] = {}
 
     def _at(self, layer: int) -> tuple[LayerKind, float | None]:
         kind = layer_kind(self.ctx.model, layer)
         return kind, self.factors.get(layer) if kind.moe else None
 
-    def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[str, float]]:
+    def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[Op, float]]:
         key = (kind, factor)
         if key not in self._priced:
             ops = self.ctx.layer(kind, self.step, factor)
             self._priced[key] = (round(sum(ops.values()) * NS), ops)
         return self._priced[key]
 
-    def layer_ops(self, layer: int) -> dict[str, float]:
+    def layer_ops(self, layer: int) -> dict[Op, float]:
         kind, factor = self._at(layer)
         return self.table.layer_ops[kind] if factor is None else self._price(kind, factor)[1]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
 from shardplan.hardware.profile import Profile
@@ -25,14 +24,10 @@ from shardplan.models.derived import (
     lm_head_resident_bytes,
     prefill_attention_flops,
 )
+from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.stage import StageShape
 
 ACT_BYTES = 2  # activations and collectives travel in 16 bits
-
-
-class Phase(str, Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
 
 
 @dataclass(frozen=True)
@@ -126,8 +121,8 @@ class CostContext:
         return tier
 
     # --- one layer -------------------------------------------------------------------------
-    def layer(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[str, float]:
-        """Seconds per operator of one layer of ``kind``; keys name the operators."""
+    def layer(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[Op, float]:
+        """Seconds per operator of one layer of ``kind``."""
         m, s = self.model, self.shape
         layer = representative_layer(m, kind)
         lp = layer_params(m, layer)
@@ -137,25 +132,25 @@ class CostContext:
         # Sequences of one attention group; every GPU of the group sees them (tp) or a slice (sp).
         seqs = math.ceil(step.sequences / s.attn_dp)
         group_tokens = seqs * step.new_tokens
-        ops: dict[str, float] = {}
+        ops: dict[Op, float] = {}
 
         # Attention projections: heads split by tp, tokens split by sp.
         attn_params = lp.attention / s.tp
-        ops["attn.proj"] = self.gemm(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
-        ops["attn.core"] = self._attention_core(layer, step, seqs)
-        ops["attn.sp"] = self._sp_exchange(layer, step, seqs)
+        ops[Op.ATTN_PROJ] = self.gemm(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
+        ops[Op.ATTN_CORE] = self._attention_core(layer, step, seqs)
+        ops[Op.ATTN_SP] = self._sp_exchange(layer, step, seqs)
         # Rejoin the tp x sp shards before the FFN: one all-reduce over the attention group.
-        ops["attn.allreduce"] = self.collective(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
+        ops[Op.ATTN_ALLREDUCE] = self.collective(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
 
         if kind.moe:
             ops.update(self._moe(lp, step, group_tokens, load_factor))
         else:
             ffn = lp.dense_ffn / group
-            ops["ffn"] = self.gemm(ffn, group_tokens, ffn * w_bytes, w_class)
-            ops["ffn.allreduce"] = self.collective(
+            ops[Op.FFN] = self.gemm(ffn, group_tokens, ffn * w_bytes, w_class)
+            ops[Op.FFN_ALLREDUCE] = self.collective(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
             )
-        ops["overhead"] = self.profile.layer_overhead_us * 1e-6
+        ops[Op.LAYER_OVERHEAD] = self.profile.layer_overhead_us * 1e-6
         return ops
 
     def _attention_core(self, layer: int, step: Step, seqs: int) -> float:
@@ -182,15 +177,15 @@ class CostContext:
         partial = seqs * m.attention.num_heads / s.tp * (m.attention.v_head_dim + 1) * 4  # fp32 output + LSE
         return self.collective(Collective.ALL_REDUCE, partial, s.sp_group)
 
-    def _moe(self, lp, step: Step, group_tokens: int, load_factor: float) -> dict[str, float]:
+    def _moe(self, lp, step: Step, group_tokens: int, load_factor: float) -> dict[Op, float]:
         m, s = self.model, self.shape
         moe = m.moe
         e_bytes, e_class = m.expert_dtype.bytes, m.expert_dtype.compute_class
-        ops: dict[str, float] = {}
-        ops["moe.router"] = self.gemm(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
+        ops: dict[Op, float] = {}
+        ops[Op.MOE_ROUTER] = self.gemm(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
         if lp.shared_experts:
             shared = lp.shared_experts / s.group_size
-            ops["moe.shared"] = self.gemm(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
+            ops[Op.MOE_SHARED] = self.gemm(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
         # Routed experts over the stage's G GPUs: the most-loaded GPU sets the time (004 §4.4).
         stage_tokens = step.tokens
         ep = s.ep
@@ -203,38 +198,38 @@ class CostContext:
         active_experts = max(1.0, slots * hit) if stage_tokens else 0.0
         expert = lp.expert / s.expert_tp
         tokens_per_expert = assignments / active_experts if active_experts else 0.0
-        ops["moe.experts"] = active_experts * self.gemm(
+        ops[Op.MOE_EXPERTS] = active_experts * self.gemm(
             expert, tokens_per_expert, expert * e_bytes, e_class, eff_scale=self.profile.moe_efficiency
         )
         payload = stage_tokens / s.gpus * moe.experts_per_token * m.hidden_size * ACT_BYTES
         if s.attn_dp == 1:
             # Every GPU already holds every token: compute the local experts, then sum the partial
             # outputs with an all-reduce over the stage.
-            ops["moe.combine"] = self.collective(
+            ops[Op.MOE_COMBINE] = self.collective(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.stage_group
             )
         else:
-            ops["moe.dispatch"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
-            ops["moe.combine"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_DISPATCH] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_COMBINE] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
         if s.expert_tp > 1 and s.attn_dp > 1:
             # With one attention group the stage all-reduce above already sums the expert shards;
             # after an all-to-all dispatch the shards of each expert still need their own reduction.
-            ops["moe.expert_allreduce"] = self.collective(
+            ops[Op.MOE_EXPERT_ALLREDUCE] = self.collective(
                 Collective.ALL_REDUCE, assignments / moe.experts_per_token * m.hidden_size * ACT_BYTES,
                 s.stage_group[: s.expert_tp],
             )
         return ops
 
     # --- the ends of the model ---------------------------------------------------------------
-    def embedding(self, step: Step) -> dict[str, float]:
+    def embedding(self, step: Step) -> dict[Op, float]:
         """First stage: a row gather per token, then nothing to reduce (vocab-parallel lookups are
         summed into the first all-reduce)."""
         s = self.shape
         tokens = math.ceil(step.sequences / s.attn_dp) * step.new_tokens
         nbytes = tokens * self.model.hidden_size * self.model.embedding_dtype.bytes
-        return {"embedding": nbytes / (self.gpu.hbm_bytes_per_s * self.profile.hbm_efficiency)}
+        return {Op.EMBEDDING: nbytes / (self.gpu.hbm_bytes_per_s * self.profile.hbm_efficiency)}
 
-    def lm_head(self, step: Step) -> dict[str, float]:
+    def lm_head(self, step: Step) -> dict[Op, float]:
         """Last stage: logits of each sequence's last token, vocab split over the attention group,
         gathered for sampling; plus the step's fixed scheduling and sampling overhead."""
         m, s = self.model, self.shape
@@ -242,9 +237,9 @@ class CostContext:
         head = m.vocab_size * m.hidden_size / s.group_size
         resident = lm_head_resident_bytes(m) / s.group_size
         return {
-            "lm_head": self.gemm(head, seqs, resident, "bf16"),
-            "lm_head.gather": self.collective(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
-            "step.overhead": self.profile.step_overhead_us * 1e-6,
+            Op.LM_HEAD: self.gemm(head, seqs, resident, "bf16"),
+            Op.LM_HEAD_GATHER: self.collective(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
+            Op.STEP_OVERHEAD: self.profile.step_overhead_us * 1e-6,
         }
 
     def send_recv(self, step: Step, src: int, dst: int) -> float:
