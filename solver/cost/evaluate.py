@@ -41,7 +41,7 @@ from shardplan.solver.cost.memory import GIB, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
-NS = 1e9
+NS_PER_S = 1e9
 
 
 def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile:
@@ -94,11 +94,11 @@ class PhaseTable:
     """Integer nanoseconds of one step of each layer kind, and of the model's two ends."""
 
     layer_ns: dict[LayerKind, int]
-    layer_ops: dict[LayerKind, dict[Op, float]]
+    layer_ops_s: dict[LayerKind, dict[Op, float]]
     first_ns: int
-    first_ops: dict[Op, float]
+    first_ops_s: dict[Op, float]
     last_ns: int
-    last_ops: dict[Op, float]
+    last_ops_s: dict[Op, float]
 
     def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
         total = sum(n * self.layer_ns[k] for k, n in counts.items())
@@ -106,31 +106,31 @@ class PhaseTable:
 
 
 def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
-    layer_ops = {k: ctx.layer(k, step, load_factor if k.moe else 1.0) for k in kinds}
-    first_ops, last_ops = ctx.embedding(step), ctx.lm_head(step)
+    layer_ops_s = {k: ctx.layer_ops_s(k, step, load_factor if k.moe else 1.0) for k in kinds}
+    first_ops_s, last_ops_s = ctx.embedding_ops_s(step), ctx.lm_head_ops_s(step)
     return PhaseTable(
-        layer_ns={k: round(sum(ops.values()) * NS) for k, ops in layer_ops.items()},
-        layer_ops=layer_ops,
-        first_ns=round(sum(first_ops.values()) * NS),
-        first_ops=first_ops,
-        last_ns=round(sum(last_ops.values()) * NS),
-        last_ops=last_ops,
+        layer_ns={k: round(sum(ops.values()) * NS_PER_S) for k, ops in layer_ops_s.items()},
+        layer_ops_s=layer_ops_s,
+        first_ns=round(sum(first_ops_s.values()) * NS_PER_S),
+        first_ops_s=first_ops_s,
+        last_ns=round(sum(last_ops_s.values()) * NS_PER_S),
+        last_ops_s=last_ops_s,
     )
 
 
-def _stage_ops(
+def _stage_ops_us(
     table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[Op, float], ...] = ()
 ) -> dict[str, float]:
     """Microseconds per operator over a stage: ``counts`` layers priced by kind, plus ``layers``
     priced one by one (seconds per operator each)."""
     ops: Counter[Op] = Counter()
     for kind, n in counts.items():
-        for name, seconds in table.layer_ops[kind].items():
+        for name, seconds in table.layer_ops_s[kind].items():
             ops[name] += n * seconds * 1e6
-    for layer_ops in layers:
-        for name, seconds in layer_ops.items():
+    for layer_ops_s in layers:
+        for name, seconds in layer_ops_s.items():
             ops[name] += seconds * 1e6
-    for flag, extra in ((first, table.first_ops), (last, table.last_ops)):
+    for flag, extra in ((first, table.first_ops_s), (last, table.last_ops_s)):
         if flag:
             for name, seconds in extra.items():
                 ops[name] += seconds * 1e6
@@ -156,8 +156,8 @@ class LoadedLayers:
     """A ``PhaseTable`` (priced at load factor 1) with the MoE layers that carry their own factor
     priced one by one: per stage, the sum of every layer's integer nanoseconds.
 
-    ``layer_ops(layer)`` is what a per-layer consumer (the DAG builder) should read instead of
-    ``table.layer_ops[kind]``; it is the kind's entry for a layer without a factor.
+    ``layer_ops_s(layer)`` is what a per-layer consumer (the DAG builder) should read instead of
+    ``table.layer_ops_s[kind]``; it is the kind's entry for a layer without a factor.
     """
 
     def __init__(self, ctx: CostContext, step: Step, table: PhaseTable, factors: Mapping[int, float]):
@@ -172,13 +172,13 @@ class LoadedLayers:
     def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[Op, float]]:
         key = (kind, factor)
         if key not in self._priced:
-            ops = self.ctx.layer(kind, self.step, factor)
-            self._priced[key] = (round(sum(ops.values()) * NS), ops)
+            ops = self.ctx.layer_ops_s(kind, self.step, factor)
+            self._priced[key] = (round(sum(ops.values()) * NS_PER_S), ops)
         return self._priced[key]
 
-    def layer_ops(self, layer: int) -> dict[Op, float]:
+    def layer_ops_s(self, layer: int) -> dict[Op, float]:
         kind, factor = self._at(layer)
-        return self.table.layer_ops[kind] if factor is None else self._price(kind, factor)[1]
+        return self.table.layer_ops_s[kind] if factor is None else self._price(kind, factor)[1]
 
     def layer_ns(self, layer: int) -> int:
         kind, factor = self._at(layer)
@@ -192,13 +192,13 @@ class LoadedLayers:
             total += self.layer_ns(layer) - self.table.layer_ns[kind]
         return total
 
-    def stage_ops(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
-        """Microseconds per operator summed over the stage, as ``_stage_ops``."""
+    def stage_ops_us(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+        """Microseconds per operator summed over the stage, as ``_stage_ops_us``."""
         loaded = self._loaded(layers)
         plain = Counter(counts)
         for layer in loaded:
             plain[layer_kind(self.ctx.model, layer)] -= 1
-        return _stage_ops(self.table, +plain, first, last, tuple(self.layer_ops(layer) for layer in loaded))
+        return _stage_ops_us(self.table, +plain, first, last, tuple(self.layer_ops_s(layer) for layer in loaded))
 
     def _loaded(self, layers: range) -> list[int]:
         return [layer for layer in layers if layer in self.factors]
@@ -234,8 +234,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
             send_chunk.append(0), send_dec.append(0)
         else:
             nxt = layout.stage_gpus(0, s + 1).start
-            send_chunk.append(round(ctx.send_recv(chunk_step, gpus.start, nxt) * NS))
-            send_dec.append(round(ctx.send_recv(decode_step, gpus.start, nxt) * NS))
+            send_chunk.append(round(ctx.send_recv_s(chunk_step, gpus.start, nxt) * NS_PER_S))
+            send_dec.append(round(ctx.send_recv_s(decode_step, gpus.start, nxt) * NS_PER_S))
         timings.append(
             StageTiming(
                 index=s,
@@ -245,8 +245,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
                 decode_ms=dec_ns[s] / 1e6,
                 send_prefill_ms=send_chunk[s] / 1e6,
                 send_decode_ms=send_dec[s] / 1e6,
-                prefill_ops_us=chunk_table.stage_ops(layers, counts[s], first, last),
-                decode_ops_us=decode_table.stage_ops(layers, counts[s], first, last),
+                prefill_ops_us=chunk_table.stage_ops_us(layers, counts[s], first, last),
+                decode_ops_us=decode_table.stage_ops_us(layers, counts[s], first, last),
             )
         )
 
@@ -254,7 +254,7 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec)))
     slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk))
     cycle = cycle_ns(round_ns, slowest_chunk_ns, batch, wl.osl, chunk)
-    tokens_per_s = layout.dp * batch * NS / cycle
+    tokens_per_s = layout.dp * batch * NS_PER_S / cycle
     metrics = Metrics(
         ttft_ms=ttft_ns / 1e6,
         tpot_ms=round_ns / 1e6,
@@ -288,12 +288,12 @@ def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = N
         reports.append(
             MemoryReport(
                 stage=s,
-                weights_gib=mem.weights / GIB,
-                kv_cache_gib=mem.kv_cache / GIB,
-                activations_gib=mem.activations / GIB,
-                comm_buffers_gib=mem.comm_buffers / GIB,
-                runtime_gib=mem.runtime / GIB,
-                total_gib=mem.total / GIB,
+                weights_gib=mem.weights_bytes / GIB,
+                kv_cache_gib=mem.kv_cache_bytes / GIB,
+                activations_gib=mem.activations_bytes / GIB,
+                comm_buffers_gib=mem.comm_buffers_bytes / GIB,
+                runtime_gib=mem.runtime_bytes / GIB,
+                total_gib=mem.total_bytes / GIB,
                 capacity_gib=problem.cluster.gpu.hbm_gib,
                 limit_gib=limit,
             )

@@ -33,15 +33,15 @@ GIB = 2**30
 class StageMemory:
     """Bytes on one GPU of one stage."""
 
-    weights: float
-    kv_cache: float
-    activations: float
-    comm_buffers: float
-    runtime: float
+    weights_bytes: float
+    kv_cache_bytes: float
+    activations_bytes: float
+    comm_buffers_bytes: float
+    runtime_bytes: float
 
     @property
-    def total(self) -> float:
-        return self.weights + self.kv_cache + self.activations + self.comm_buffers + self.runtime
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.comm_buffers_bytes + self.runtime_bytes
 
 
 def layer_weight_bytes(model: ModelSpec, layer: int, shape: StageShape, extra_slots: int = 0) -> float:
@@ -117,9 +117,9 @@ def stage_memory(
     kv /= shape.kv_split * shape.sp
     talks = shape.gpus > 1
     return StageMemory(
-        weights=weights,
-        kv_cache=kv,
-        activations=activation_bytes(model, shape, profile, sequences, prefill_tokens),
-        comm_buffers=profile.comm_buffer_gib * GIB if talks else 0.0,
-        runtime=profile.runtime_overhead_gib * GIB,
+        weights_bytes=weights,
+        kv_cache_bytes=kv,
+        activations_bytes=activation_bytes(model, shape, profile, sequences, prefill_tokens),
+        comm_buffers_bytes=profile.comm_buffer_gib * GIB if talks else 0.0,
+        runtime_bytes=profile.runtime_overhead_gib * GIB,
     )

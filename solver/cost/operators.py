@@ -81,7 +81,7 @@ class CostContext:
         self._tiers: dict[tuple[int, int, int], Tier] = {}
 
     # --- primitives ------------------------------------------------------------------------
-    def gemm(self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0) -> float:
+    def gemm_s(self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0) -> float:
         """A GEMM of ``params`` weights over ``tokens`` tokens on one GPU: compute or weight-read bound."""
         if params <= 0 or tokens <= 0:
             return 0.0
@@ -94,14 +94,14 @@ class CostContext:
         memory = weight_bytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
         return max(compute, memory)
 
-    def stream(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
+    def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
         """A fused kernel (attention): FLOPs at attention efficiency against bytes from HBM."""
         p = self.profile
         compute = flops / (self.gpu.flops_per_s(compute_class) * p.attention_efficiency)
         memory = nbytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
         return max(compute, memory)
 
-    def collective(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
+    def collective_s(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
         if len(group) <= 1 or nbytes <= 0:
             return 0.0
         p = self.profile
@@ -121,7 +121,7 @@ class CostContext:
         return tier
 
     # --- one layer -------------------------------------------------------------------------
-    def layer(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[Op, float]:
+    def layer_ops_s(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[Op, float]:
         """Seconds per operator of one layer of ``kind``."""
         m, s = self.model, self.shape
         layer = representative_layer(m, kind)
@@ -136,18 +136,18 @@ class CostContext:
 
         # Attention projections: heads split by tp, tokens split by sp.
         attn_params = lp.attention / s.tp
-        ops[Op.ATTN_PROJ] = self.gemm(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
+        ops[Op.ATTN_PROJ] = self.gemm_s(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
         ops[Op.ATTN_CORE] = self._attention_core(layer, step, seqs)
         ops[Op.ATTN_SP] = self._sp_exchange(layer, step, seqs)
         # Rejoin the tp x sp shards before the FFN: one all-reduce over the attention group.
-        ops[Op.ATTN_ALLREDUCE] = self.collective(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
+        ops[Op.ATTN_ALLREDUCE] = self.collective_s(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
 
         if kind.moe:
             ops.update(self._moe(lp, step, group_tokens, load_factor))
         else:
             ffn = lp.dense_ffn / group
-            ops[Op.FFN] = self.gemm(ffn, group_tokens, ffn * w_bytes, w_class)
-            ops[Op.FFN_ALLREDUCE] = self.collective(
+            ops[Op.FFN] = self.gemm_s(ffn, group_tokens, ffn * w_bytes, w_class)
+            ops[Op.FFN_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
             )
         ops[Op.LAYER_OVERHEAD] = self.profile.layer_overhead_us * 1e-6
@@ -160,10 +160,10 @@ class CostContext:
         if step.phase is Phase.PREFILL:
             flops = seqs * prefill_attention_flops(m, layer, step.new_tokens) * heads_share
             kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-            return self.stream(flops, kv, kv_class)
+            return self.stream_s(flops, kv, kv_class)
         flops = seqs * attention_score_flops(m, layer, step.context, absorbed=True) * heads_share
         kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-        return self.stream(flops, kv, kv_class)
+        return self.stream_s(flops, kv, kv_class)
 
     def _sp_exchange(self, layer: int, step: Step, seqs: int) -> float:
         """Sequence parallelism: prefill gathers every shard's K and V (ring attention moves the
@@ -173,19 +173,19 @@ class CostContext:
             return 0.0
         if step.phase is Phase.PREFILL:
             kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split
-            return self.collective(Collective.ALL_GATHER, kv, s.sp_group)
+            return self.collective_s(Collective.ALL_GATHER, kv, s.sp_group)
         partial = seqs * m.attention.num_heads / s.tp * (m.attention.v_head_dim + 1) * 4  # fp32 output + LSE
-        return self.collective(Collective.ALL_REDUCE, partial, s.sp_group)
+        return self.collective_s(Collective.ALL_REDUCE, partial, s.sp_group)
 
     def _moe(self, lp, step: Step, group_tokens: int, load_factor: float) -> dict[Op, float]:
         m, s = self.model, self.shape
         moe = m.moe
         e_bytes, e_class = m.expert_dtype.bytes, m.expert_dtype.compute_class
         ops: dict[Op, float] = {}
-        ops[Op.MOE_ROUTER] = self.gemm(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
+        ops[Op.MOE_ROUTER] = self.gemm_s(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
         if lp.shared_experts:
             shared = lp.shared_experts / s.group_size
-            ops[Op.MOE_SHARED] = self.gemm(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
+            ops[Op.MOE_SHARED] = self.gemm_s(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
         # Routed experts over the stage's G GPUs: the most-loaded GPU sets the time (004 §4.4).
         stage_tokens = step.tokens
         ep = s.ep
@@ -198,30 +198,30 @@ class CostContext:
         active_experts = max(1.0, slots * hit) if stage_tokens else 0.0
         expert = lp.expert / s.expert_tp
         tokens_per_expert = assignments / active_experts if active_experts else 0.0
-        ops[Op.MOE_EXPERTS] = active_experts * self.gemm(
+        ops[Op.MOE_EXPERTS] = active_experts * self.gemm_s(
             expert, tokens_per_expert, expert * e_bytes, e_class, eff_scale=self.profile.moe_efficiency
         )
         payload = stage_tokens / s.gpus * moe.experts_per_token * m.hidden_size * ACT_BYTES
         if s.attn_dp == 1:
             # Every GPU already holds every token: compute the local experts, then sum the partial
             # outputs with an all-reduce over the stage.
-            ops[Op.MOE_COMBINE] = self.collective(
+            ops[Op.MOE_COMBINE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.stage_group
             )
         else:
-            ops[Op.MOE_DISPATCH] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
-            ops[Op.MOE_COMBINE] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_DISPATCH] = self.collective_s(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_COMBINE] = self.collective_s(Collective.ALL_TO_ALL, payload, s.stage_group)
         if s.expert_tp > 1 and s.attn_dp > 1:
             # With one attention group the stage all-reduce above already sums the expert shards;
             # after an all-to-all dispatch the shards of each expert still need their own reduction.
-            ops[Op.MOE_EXPERT_ALLREDUCE] = self.collective(
+            ops[Op.MOE_EXPERT_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, assignments / moe.experts_per_token * m.hidden_size * ACT_BYTES,
                 s.stage_group[: s.expert_tp],
             )
         return ops
 
     # --- the ends of the model ---------------------------------------------------------------
-    def embedding(self, step: Step) -> dict[Op, float]:
+    def embedding_ops_s(self, step: Step) -> dict[Op, float]:
         """First stage: a row gather per token, then nothing to reduce (vocab-parallel lookups are
         summed into the first all-reduce)."""
         s = self.shape
@@ -229,7 +229,7 @@ class CostContext:
         nbytes = tokens * self.model.hidden_size * self.model.embedding_dtype.bytes
         return {Op.EMBEDDING: nbytes / (self.gpu.hbm_bytes_per_s * self.profile.hbm_efficiency)}
 
-    def lm_head(self, step: Step) -> dict[Op, float]:
+    def lm_head_ops_s(self, step: Step) -> dict[Op, float]:
         """Last stage: logits of each sequence's last token, vocab split over the attention group,
         gathered for sampling; plus the step's fixed scheduling and sampling overhead."""
         m, s = self.model, self.shape
@@ -237,16 +237,16 @@ class CostContext:
         head = m.vocab_size * m.hidden_size / s.group_size
         resident = lm_head_resident_bytes(m) / s.group_size
         return {
-            Op.LM_HEAD: self.gemm(head, seqs, resident, "bf16"),
-            Op.LM_HEAD_GATHER: self.collective(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
+            Op.LM_HEAD: self.gemm_s(head, seqs, resident, "bf16"),
+            Op.LM_HEAD_GATHER: self.collective_s(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
             Op.STEP_OVERHEAD: self.profile.step_overhead_us * 1e-6,
         }
 
-    def send_recv(self, step: Step, src: int, dst: int) -> float:
+    def send_recv_s(self, step: Step, src: int, dst: int) -> float:
         """Activations from one stage to the next: each GPU sends its share, over the link that
         joins the two stages' first GPUs."""
         nbytes = step.tokens * self.model.hidden_size * ACT_BYTES / self.shape.gpus
-        return self.collective(Collective.SEND_RECV, nbytes, (src, dst))
+        return self.collective_s(Collective.SEND_RECV, nbytes, (src, dst))
 
 
 __all__ = ["CostContext", "LayerKind", "Phase", "Step", "layer_kind", "representative_layer"]

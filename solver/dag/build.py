@@ -4,9 +4,9 @@ request -> replica fan-out -> prefill and decode branches -> stage chain -> laye
 (attention shards and their collectives, dense FFN or MoE: router -> dispatch -> experts -> combine),
 with the KV cache read and update, the embedding on the first stage, the LM head on the last and a
 SendRecv between stages. Every ``est_us`` comes from the cost model's operator table
-(``CostContext.layer``, ``embedding``, ``lm_head``, ``send_recv``) for the step ``evaluate`` prices,
+(``CostContext.layer_ops_s``, ``embedding_ops_s``, ``lm_head_ops_s``, ``send_recv_s``) for the step ``evaluate`` prices,
 so a branch's longest path is the plan's TTFT (prefill) or TPOT (decode). No CP-SAT here and no
-rule checking: ``dag_check`` does that.
+rule checking: ``rules/dag/check.py`` does that.
 
 Modelling choices, each matching what the cost model sums (see docs/dag.md):
 - each operator runs after the previous one on the same GPUs (the cost model adds their times);
@@ -34,7 +34,7 @@ from shardplan.rules.dag.catalog import SCHEMA, NodeKind
 from shardplan.rules.operators import ATTENTION_OPS, Op, Phase, StrEnum
 from shardplan.rules.plan import Plan
 from shardplan.solver.cost.evaluate import (
-    NS,
+    NS_PER_S,
     LoadedLayers,
     decode_context,
     kind_counts,
@@ -48,7 +48,7 @@ from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_
 from shardplan.solver.cost.stage import stage_shape
 
 NODE_BUDGET = 100_000  # replicas are folded into one when the full graph would exceed this
-US = 1e6
+US_PER_S = 1e6
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,16 @@ class PhaseCosts:
 
     phase: Phase
     step: Step
-    layers: dict[str, dict[Op, float]]  # layers[layer kind label][operator key]: us on one GPU, uniform routing
-    loaded: dict[int, dict[Op, float]]  # loaded[layer]: the same for a MoE layer priced at its own load factor
-    first: dict[Op, float]  # embedding
-    last: dict[Op, float]  # lm_head, lm_head.gather, step.overhead
-    send: tuple[float, ...]  # send[s]: us from stage s to s+1 (0 for the last)
+    layers_us: dict[str, dict[Op, float]]  # layers[layer kind label][operator key]: us on one GPU, uniform routing
+    loaded_us: dict[int, dict[Op, float]]  # loaded[layer]: the same for a MoE layer priced at its own load factor
+    first_us: dict[Op, float]  # embedding
+    last_us: dict[Op, float]  # lm_head, lm_head.gather, step.overhead
+    send_us: tuple[float, ...]  # send[s]: us from stage s to s+1 (0 for the last)
     stage_ns: tuple[int, ...]  # stage_ns[s]: integer ns of stage s, exactly evaluate()'s
     send_ns: tuple[int, ...]
 
     def layer_us(self, layer: int, kind: LayerKind) -> dict[Op, float]:
-        return self.loaded.get(layer) or self.layers[kind.label]
+        return self.loaded_us.get(layer) or self.layers_us[kind.label]
 
 
 def plan_costs(plan: Plan) -> dict[Phase, PhaseCosts]:
@@ -96,16 +96,16 @@ def plan_costs(plan: Plan) -> dict[Phase, PhaseCosts]:
             if s == S - 1:
                 send.append(0.0), send_ns.append(0)
             else:
-                seconds = ctx.send_recv(step, layout.stage_gpus(0, s).start, layout.stage_gpus(0, s + 1).start)
-                send.append(seconds * US), send_ns.append(round(seconds * NS))
+                seconds = ctx.send_recv_s(step, layout.stage_gpus(0, s).start, layout.stage_gpus(0, s + 1).start)
+                send.append(seconds * US_PER_S), send_ns.append(round(seconds * NS_PER_S))
         out[phase] = PhaseCosts(
             phase=phase,
             step=step,
-            layers={k.label: {op: t * US for op, t in base.layer_ops[k].items()} for k in kinds},
-            loaded={layer: {op: t * US for op, t in table.layer_ops(layer).items()} for layer in factors},
-            first={op: t * US for op, t in base.first_ops.items()},
-            last={op: t * US for op, t in base.last_ops.items()},
-            send=tuple(send),
+            layers_us={k.label: {op: t * US_PER_S for op, t in base.layer_ops_s[k].items()} for k in kinds},
+            loaded_us={layer: {op: t * US_PER_S for op, t in table.layer_ops_s(layer).items()} for layer in factors},
+            first_us={op: t * US_PER_S for op, t in base.first_ops_s.items()},
+            last_us={op: t * US_PER_S for op, t in base.last_ops_s.items()},
+            send_us=tuple(send),
             stage_ns=tuple(stage_ns),
             send_ns=tuple(send_ns),
         )
@@ -246,7 +246,7 @@ class _Builder:
                             layers=tuple(lay.stages[s]))
             if s == 0:
                 self.edge(head, sid)
-                emb = self.node(f"{P}.emb", NodeKind.EMBEDDING, self.stage_ranks(r, 0), costs.first[Op.EMBEDDING], replica=r,
+                emb = self.node(f"{P}.emb", NodeKind.EMBEDDING, self.stage_ranks(r, 0), costs.first_us[Op.EMBEDDING], replica=r,
                                 phase=phase, stage=0, op=Op.EMBEDDING)
                 self.edge(sid, emb)
                 frontier = {g: [emb] for g, _ in self.groups(r, s)}
@@ -257,7 +257,7 @@ class _Builder:
                 frontier = self.layer(ctx, s, layer, frontier)
             if s < lay.pp - 1:
                 ranks = self.stage_ranks(r, s) + self.stage_ranks(r, s + 1)
-                send = self.node(f"{P}.s{s}.send", NodeKind.SEND_RECV, ranks, costs.send[s], replica=r, phase=phase, stage=s,
+                send = self.node(f"{P}.s{s}.send", NodeKind.SEND_RECV, ranks, costs.send_us[s], replica=r, phase=phase, stage=s,
                                  to_stage=s + 1, op=Op.SEND_RECV)
                 for nodes in frontier.values():
                     for u in nodes:
@@ -266,7 +266,7 @@ class _Builder:
                 self.lm_head(ctx, s, frontier)
 
     def lm_head(self, ctx: _Branch, s: int, frontier: dict) -> None:
-        last = ctx.costs.last
+        last = ctx.costs.last_us
         for g, granks in self.groups(ctx.r, s):
             base = dict(replica=ctx.r, phase=ctx.phase, stage=s)
             gsuf = "" if g is None else f".g{g}"
@@ -533,11 +533,11 @@ def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[Phase, P
         "tpot_us": pred.metrics.tpot_ms * 1e3,
         "op_us": {
             phase.value: {
-                "layers": {label: _by_name(ops) for label, ops in c.layers.items()},
-                "loaded": {str(layer): _by_name(ops) for layer, ops in c.loaded.items()},
-                "first": _by_name(c.first),
-                "last": _by_name(c.last),
-                "send": list(c.send),
+                "layers": {label: _by_name(ops) for label, ops in c.layers_us.items()},
+                "loaded": {str(layer): _by_name(ops) for layer, ops in c.loaded_us.items()},
+                "first": _by_name(c.first_us),
+                "last": _by_name(c.last_us),
+                "send": list(c.send_us),
             }
             for phase, c in costs.items()
         },
