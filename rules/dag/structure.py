@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import networkx as nx
+
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
@@ -31,8 +33,6 @@ class Acyclic(DagRule):
     def violations(self, view):
         if view.acyclic:
             return
-        import networkx as nx
-
         cycle = nx.find_cycle(view.dag)
         yield self.at(cycle[0][0], "cycle " + " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}")
 

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
+import networkx as nx
+
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Phase, StrEnum
@@ -235,8 +237,6 @@ class DagView:
 
     @cached_property
     def acyclic(self) -> bool:
-        import networkx as nx
-
         return nx.is_directed_acyclic_graph(self.dag)
 
     def edge_kind(self, u: Any, v: Any) -> Any:

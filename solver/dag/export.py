@@ -16,6 +16,7 @@ import networkx as nx
 
 from shardplan.models.errors import SpecError
 from shardplan.rules.dag.catalog import graph_schema_problems
+from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
 
@@ -270,8 +271,6 @@ def write_graph(dag: nx.DiGraph, path: str | Path) -> None:
 def write_dag(plan: Any, path: str | Path, detail: str = "logical") -> nx.DiGraph:
     """Build ``plan``'s DAG at ``detail`` and write it to ``path`` (format from the extension:
     .json, .graphml, .dot/.gv, .mmd/.mermaid); raises ``SpecError("dag", ...)`` for another one."""
-    from shardplan.solver.dag import build_dag
-
     write = writer_for(path)
     dag = build_dag(plan, detail)
     write(dag, path)

@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
-from shardplan.hardware.profile import PROFILE_DIR, Profile
+from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
@@ -121,6 +121,7 @@ class OpFactors:
 
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
     with open(path, newline="", encoding="utf-8") as fh:
@@ -250,6 +251,7 @@ class FitResult:
 
 def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields: Sequence[str] = FITTED) -> FitResult:
     """Least squares on log error over ``points`` for ``fields`` of ``start``; values rounded."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
     fields = [f for f in fields if f in BOUNDS]
@@ -354,8 +356,6 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
 @lru_cache(maxsize=1)
 def default_op_factors() -> OpFactors:
     """Op factors when no op_points.csv is given: those stored in the generic profile."""
-    from shardplan.hardware.profile import get_profile
-
     g = get_profile("generic")
     return OpFactors(
         gemm_efficiency=g.gemm_efficiency,

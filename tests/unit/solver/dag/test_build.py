@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
 from shardplan.rules.dag.catalog import DAG_RULES, is_sharded
 from shardplan.rules.plan import Plan
 from shardplan.solver.dag import build_dag, check_dag, contiguous_hosting, critical_path, critical_path_us
@@ -153,8 +154,6 @@ def test_folded_replicas_keep_the_rules_and_the_critical_paths() -> None:
 
 
 def test_every_rule_is_registered_with_a_kebab_name_and_a_source() -> None:
-    from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
-
     ids = [r.id for r in DAG_RULES]
     assert len(ids) == len(set(ids)) and all(i.startswith("DAG-") for i in ids)
     assert not set(ids) & {r.id for r in CATALOG}
