@@ -87,7 +87,7 @@ def collective_kind(op: str, phase: str, attn_dp: int) -> NodeKind | None:
 def _fix_collectives(g: Any) -> list[Change]:
     view = DagView(g)
     out: list[Change] = []
-    siblings: dict[str, list] = defaultdict(list)  # siblings[collective id]: shards it rejoins
+    siblings: dict[str, list[Any]] = defaultdict(list)  # siblings[collective id]: shards it rejoins
     for n, d in view.data.items():
         if not isinstance(d.get("rejoin"), str) or d.get("kind") in STATE | CONTROL:
             continue
@@ -111,7 +111,7 @@ def _fix_collectives(g: Any) -> list[Change]:
     return out
 
 
-def _stray(g: Any, n: Any) -> list:
+def _stray(g: Any, n: Any) -> list[Any]:
     """Data successors of a node that lost its collective: where its collective's output went
     (anything but its KV cache update and the collective it names)."""
     named = g.nodes[n].get("rejoin")
@@ -121,7 +121,7 @@ def _stray(g: Any, n: Any) -> list:
     ]
 
 
-def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
+def _recreate(g: Any, view: DagView, coll: str, shards: list[Any]) -> Change | None:
     first = g.nodes[shards[0]]
     op = first.get("rejoin_op")
     layout = view.layout
@@ -157,16 +157,16 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
 def _fix_kv(g: Any) -> list[Change]:
     view = DagView(g)
     out: list[Change] = []
-    heads: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    heads: dict[tuple[Any, ...], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for kind in (NodeKind.PREV_TOKEN, NodeKind.TOKEN):
         for n in view.by_kind.get(kind, []):
             heads[view.branch_of(n)][kind].append(n)
 
-    def only(branch: tuple, kind: str) -> str | None:
+    def only(branch: tuple[Any, ...], kind: str) -> str | None:
         found = heads[branch][kind]
         return found[0] if len(found) == 1 else None
 
-    def key(n: Any) -> tuple:
+    def key(n: Any) -> tuple[Any, ...]:
         d = view.data[n]
         return d.get("replica"), d.get("phase"), d.get("layer"), tuple(sorted(view.ranks(n)))
 
@@ -275,7 +275,7 @@ def _fix_pipeline(g: Any) -> list[Change]:
     return out
 
 
-def _stage_exits(g: Any, view: DagView, nodes: list, s: int, last_layer: int) -> list:
+def _stage_exits(g: Any, view: DagView, nodes: list[Any], s: int, last_layer: int) -> list[Any]:
     """Nodes that end stage ``s``'s last layer and feed nothing: what a SendRecv should receive."""
     exits = []
     for n in nodes:

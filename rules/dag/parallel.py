@@ -5,9 +5,10 @@ experts and combine."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
-from shardplan.rules.base import Kind
+from shardplan.rules.base import Diagnostic, Kind
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
@@ -17,6 +18,7 @@ from shardplan.rules.dag.view import (
     SP_KINDS,
     STATE,
     DagRule,
+    DagView,
     NodeKind,
     _int,
     _ranges,
@@ -33,7 +35,7 @@ class TpRejoins(DagRule):
     example_good = "attention shards -> all-reduce -> FFN"
     fixable = True  # a missing collective, or a missing edge into it, is restored
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             kind = d.get("kind")
             if kind in COLLECTIVE or (kind == NodeKind.EXPERT and not is_sharded(d)):
@@ -64,7 +66,7 @@ class TpWithinLayer(DagRule):
     example_bad = "the FFN shard of layer 3 on GPU 1 feeding layer 4's attention shard on GPU 1"
     example_good = "each layer's shards rejoin, then the next layer splits again"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             if not is_sharded(d) or d.get("kind") in COLLECTIVE or d.get("kind") in CONTROL:
                 continue
@@ -86,7 +88,7 @@ class EpInsideMoe(DagRule):
     example_bad = "an Expert node in a dense layer, or in no layer at all"
     example_good = "router -> dispatch -> experts -> combine inside a MoE layer"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             kind = d.get("kind")
             if kind in MOE_KINDS or kind == NodeKind.ALL_TO_ALL or "experts" in d or "ep_rank" in d:
@@ -103,7 +105,7 @@ class EpNotInsideTp(DagRule):
     example_bad = "an Expert node fed by attention TP shard 1"
     example_good = "attention shards -> all-reduce -> router -> experts"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n in (*view.by_kind.get(NodeKind.EXPERT, []), *view.by_kind.get(NodeKind.ROUTER, [])):
             for u in view.pred(n):
                 du = view.data[u]
@@ -122,19 +124,19 @@ class EpPartitions(DagRule):
     example_bad = "every Expert node hosting all 256 experts, or twice as many Expert nodes as GPUs"
     example_good = "8 Expert nodes on 8 GPUs hosting experts 0-31, 32-63, ..."
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None or not view.num_experts:
             return
         ep, etp = view.layout.ep, view.layout.expert_tp
         per_rank = etp if view.graph.get("detail") == "expanded" else 1
-        groups: dict[tuple, list] = defaultdict(list)
+        groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
         for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             groups[(d.get("replica"), d.get("phase"), d.get("layer"))].append(n)
         for (r, phase, layer), nodes in groups.items():
             where = f"replica {r} {phase} layer {layer}"
-            by_rank: dict[Any, list] = defaultdict(list)
-            hosted: set = set()
+            by_rank: dict[Any, list[Any]] = defaultdict(list)
+            hosted: set[Any] = set()
             owner: dict[int, Any] = {}
             for n in nodes:
                 d = view.data[n]
@@ -165,7 +167,7 @@ class SpInsideAttention(DagRule):
     example_bad = "an FFN node with sp_rank 1"
     example_good = "attention shards (sp_rank, tp_rank) -> sequence exchange -> all-reduce -> FFN"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             if ("sp_rank" in d or _int(d.get("sp"), 1) > 1) and d.get("kind") not in SP_KINDS:
                 yield self.at(n, f"{d.get('kind')} carries a sequence split")
@@ -181,7 +183,7 @@ class NoTpInsideExpertNodes(DagRule):
     example_bad = "Expert nodes with tp_rank 0 and 1 in a plan without --allow expert-tp"
     example_good = "one Expert node per GPU, each hosting whole experts"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             if "tp_rank" in d or _int(d.get("tp"), 1) > 1:
@@ -196,7 +198,7 @@ class CollectiveSpan(DagRule):
     example_bad = "an all-reduce on GPU 0 alone joining shards on GPUs 0-7"
     example_good = "an all-reduce on GPUs 0-7 after shards on GPUs 0-7"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for kind in COLLECTIVE:
             for n in view.by_kind.get(kind, []):
                 mine = view.ranks(n)
@@ -219,7 +221,7 @@ class ExpertsRejoinAfterCompute(DagRule):
     example_bad = "Expert 3 feeding Expert 4"
     example_good = "each Expert -> combine"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         single = view.layout is not None and view.layout.gpus_per_stage == 1
         for n in view.by_kind.get(NodeKind.EXPERT, []):
             for v in view.succ(n):
@@ -240,11 +242,11 @@ class MoeDecomposed(DagRule):
     example_bad = "a MoE layer whose Expert nodes have no router before them, or no combine after them"
     example_good = "router -> all-to-all -> experts -> all-to-all"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         lay = view.layout
-        layers: dict[tuple, dict] = defaultdict(lambda: defaultdict(list))
+        layers: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(lambda: defaultdict(list))
         for kind in (NodeKind.ROUTER, NodeKind.EXPERT):
             for n in view.by_kind.get(kind, []):
                 d = view.data[n]
@@ -256,7 +258,7 @@ class MoeDecomposed(DagRule):
                 if not found.get(NodeKind.ROUTER) or not found.get(NodeKind.EXPERT):
                     yield self.at(None, f"replica {key[0]} {key[1]} MoE layer {layer} lacks a router or its experts")
         dispatch_needed = lay.attn_dp > 1
-        routed: dict = {}  # routed[all-to-all]: whether a router feeds it
+        routed: dict[Any, Any] = {}  # routed[all-to-all]: whether a router feeds it
 
         def from_router(u: Any) -> bool:
             if u not in routed:

@@ -4,8 +4,10 @@ updates, token order, a single-token step, ranks inside the plan, the schema, th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
-from shardplan.rules.base import Kind
+from shardplan.rules.base import Diagnostic, Kind
 from shardplan.rules.dag.view import (
     COMPUTE,
     EDGE_KINDS,
@@ -17,6 +19,7 @@ from shardplan.rules.dag.view import (
     STATE,
     TYPED,
     DagRule,
+    DagView,
     NodeKind,
     longest_path_us,
 )
@@ -35,7 +38,7 @@ class NoHiddenCommunication(DagRule):
     example_bad = "attention shard on GPU 0 feeding the FFN shard on GPU 1"
     example_good = "attention shards -> all-reduce -> FFN shards"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         local = COMPUTE | STATE
         for u, v, kind in view.edges:
             if kind == "sync" or view.kind(u) not in local or view.kind(v) not in local:
@@ -54,7 +57,7 @@ class KvRead(DagRule):
     example_good = "previous token -> KV cache -> attention"
     fixable = True
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n in view.by_kind.get(NodeKind.ATTENTION, []):
             d = view.data[n]
             if d.get("phase") != Phase.DECODE:
@@ -80,7 +83,7 @@ class KvUpdate(DagRule):
     example_good = "attention -> KV cache update -> token"
     fixable = True
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n in view.by_kind.get(NodeKind.ATTENTION, []):
             ups = [v for v in view.out_adj[n] if view.kind(v) == NodeKind.KV_CACHE_UPDATE]
             if not ups:
@@ -105,7 +108,7 @@ class TokenOrder(DagRule):
     example_bad = "a decode branch with no PrevToken node, or a stage that does not wait for it"
     example_good = "decode -> previous token -> stage 0 -> ... -> token"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for (r, phase), nodes in view.branches.items():
             kinds = defaultdict(list)
             for n in nodes:
@@ -136,7 +139,7 @@ class SingleTokenStep(DagRule):
     example_bad = "a decode phase with new_tokens 4, or two Token nodes in one decode branch"
     example_good = "one PrevToken, one Token, new_tokens 1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for (r, phase), nodes in view.branches.items():
             if phase != Phase.DECODE:
                 continue
@@ -163,7 +166,7 @@ class RanksInPlan(DagRule):
     example_bad = "an attention shard on GPU 40 of a 32-GPU plan, or on another stage's GPU"
     example_good = "stage 1 of a tp=8 plan on GPUs 8-15"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         lay = view.layout
         n_gpus = view.num_gpus
         if lay is not None and n_gpus != lay.num_gpus:
@@ -208,7 +211,7 @@ class RanksInPlan(DagRule):
             yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}")
 
 
-def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> frozenset | None:
+def _expected_ranks(lay: Layout, d: dict[Any, Any], stage: range, r: int, s: int) -> frozenset[Any] | None:
     """The GPUs the layout's numbering gives a shard or an Expert node; None when it has no fixed place."""
     kind = d.get("kind")
     try:
@@ -235,7 +238,7 @@ class Schema(DagRule):
     example_bad = "a node of kind 'Magic', a node without est_us, an edge of kind 'control'"
     example_good = "kind=Attention ranks=[0, 1] est_us=12.5 replica=0 phase=decode stage=0 layer=3"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for problem in view.problems:
             yield self.at(None, problem)
         for n, d in view.dag.nodes(data=True):
@@ -275,7 +278,7 @@ class CriticalPath(DagRule):
     example_bad = "a decode branch whose longest path is 12 ms for a plan with TPOT 10 ms"
     example_good = "decode longest path = TPOT"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if not view.acyclic:
             return
         for (r, phase), nodes in view.branches.items():

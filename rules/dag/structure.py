@@ -4,16 +4,19 @@ stages joined by pipeline edges, layers in order, the model's two ends on the ri
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import networkx as nx
 
+from shardplan.rules.base import Diagnostic
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
     CONTROL,
     STAGED,
     DagRule,
+    DagView,
     NodeKind,
     _int,
     _ranges,
@@ -30,7 +33,7 @@ class Acyclic(DagRule):
     example_bad = "an edge from layer 5's all-reduce back to layer 4's attention"
     example_good = "every edge points forward in layer and stage order"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.acyclic:
             return
         cycle = nx.find_cycle(view.dag)
@@ -48,7 +51,7 @@ class SingleRoot(DagRule):
     example_bad = "an all-reduce whose output feeds nothing"
     example_good = "request -> replica -> phase -> ... -> token"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         dag = view.dag
         roots = [n for n in dag if dag.in_degree(n) == 0]
         requests = view.by_kind.get(NodeKind.REQUEST, [])
@@ -84,7 +87,7 @@ class SplitAtRoot(DagRule):
     example_bad = "TP shard nodes hanging directly off the Request or a Replica"
     example_good = "request -> replica -> phase -> stage -> layer -> attention shards"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         top = (NodeKind.REQUEST, NodeKind.REPLICA, NodeKind.PHASE, NodeKind.PREV_TOKEN)
         for n, d in view.data.items():
             if not is_sharded(d):
@@ -107,7 +110,7 @@ class DataParallelAtRoot(DagRule):
     example_bad = "a Replica node under a stage, or replicas that add up to more than the plan's dp"
     example_good = "request -> replica 0 .. replica dp-1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         total = 0
         for n in view.by_kind.get(NodeKind.REPLICA, []):
             preds = list(view.in_adj[n])
@@ -133,16 +136,16 @@ class ReplicasIndependent(DagRule):
     example_bad = "an edge from replica 0's layer 3 to replica 1's layer 4"
     example_good = "two replicas on disjoint GPUs with no edge between them"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for u, v, _ in view.edges:
             ru, rv = view.data[u].get("replica"), view.data[v].get("replica")
             if ru is not None and rv is not None and ru != rv:
                 yield self.at(u, f"edge to {v} joins replica {ru} to replica {rv}")
-        used: dict[Any, set] = defaultdict(set)
+        used: dict[Any, set[Any]] = defaultdict(set)
         for n, d in view.data.items():
             if d.get("replica") is not None and d.get("kind") != NodeKind.REQUEST:
                 used[d["replica"]].update(view.ranks(n))
-        clash: dict[int, list] = defaultdict(list)
+        clash: dict[int, list[Any]] = defaultdict(list)
         reps = sorted(used, key=str)
         for i, a in enumerate(reps):
             for b in reps[i + 1:]:
@@ -163,8 +166,8 @@ class PhasesSeparate(DagRule):
     example_bad = "an edge from a prefill layer into the decode branch"
     example_good = "replica -> prefill ...; replica -> decode ..."
 
-    def violations(self, view):
-        phases: dict[Any, list] = defaultdict(list)
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        phases: dict[Any, list[Any]] = defaultdict(list)
         for n in view.by_kind.get(NodeKind.PHASE, []):
             d = view.data[n]
             phases[d.get("replica")].append(d.get("phase"))
@@ -189,7 +192,7 @@ class ParallelStages(DagRule):
     example_bad = "the phase node feeding stage 0 and stage 1 side by side"
     example_good = "stage 0 -> send -> stage 1 -> send -> stage 2"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for key, nodes in view.branches.items():
             count: dict[Any, int] = defaultdict(int)
             for n in nodes:
@@ -198,7 +201,7 @@ class ParallelStages(DagRule):
             for s, c in count.items():
                 if c > 1:
                     yield self.at(None, f"replica {key[0]} {key[1]}: {c} Stage nodes for stage {s}")
-            fan: dict[Any, set] = defaultdict(set)
+            fan: dict[Any, set[Any]] = defaultdict(set)
             for n in nodes:
                 s = view.stage(n)
                 for v in view.succ(n):
@@ -227,7 +230,7 @@ class CrossStage(DagRule):
 
     fixable = True  # a SendRecv edge of the wrong kind is relabelled
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         last = view.layout.pp - 1 if view.layout else None
         for u, v, kind in view.edges:
             ku, kv = view.kind(u), view.kind(v)
@@ -261,7 +264,7 @@ class LayerOrder(DagRule):
     example_bad = "layer 7's attention feeding layer 9, or layer 12 on a stage that does not own it"
     example_good = "layer l's last collective -> layer l+1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         owner = view.stage_of_layer
         stages = view.layout.stages if view.layout else ()
         for n, d in view.data.items():
@@ -300,7 +303,7 @@ class EndsPlaced(DagRule):
     example_bad = "the LM head on stage 0 of a two-stage pipeline"
     example_good = "stage 0: embedding, layers; stage 1: layers, LM head, sample"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         last = view.layout.pp - 1
@@ -331,7 +334,7 @@ class PipelineEdges(DagRule):
     example_good = "stage 0 -> send -> stage 1"
     fixable = True
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         pp = view.layout.pp

@@ -111,7 +111,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     return out
 
 
-def _layout_from(g: dict) -> Layout | None:
+def _layout_from(g: dict[Any, Any]) -> Layout | None:
     data = g.get("layout")
     if not isinstance(data, dict):
         return None
@@ -122,7 +122,7 @@ def _layout_from(g: dict) -> Layout | None:
         return None
 
 
-def is_sharded(d: dict) -> bool:
+def is_sharded(d: dict[Any, Any]) -> bool:
     """A node that holds one shard of an operator, or a logical operator split into shards."""
     return "tp_rank" in d or "sp_rank" in d or _int(d.get("tp"), 1) > 1 or _int(d.get("sp"), 1) > 1
 
@@ -175,7 +175,7 @@ class DagView:
 
     # --- indexes ---------------------------------------------------------------------------
     @cached_property
-    def data(self) -> dict:
+    def data(self) -> dict[Any, Any]:
         """Node attributes with every scope attribute of the wrong type left out (the schema rule
         reports those from the raw attributes), so that no rule trips over a malformed file."""
         raw = dict(getattr(self.dag, "_node", None) or self.dag.nodes(data=True))
@@ -185,15 +185,15 @@ class DagView:
         return raw
 
     @cached_property
-    def kinds(self) -> dict:
+    def kinds(self) -> dict[Any, Any]:
         return {n: d.get("kind") for n, d in self.data.items()}
 
     @cached_property
-    def stages(self) -> dict:
+    def stages(self) -> dict[Any, Any]:
         return {n: d.get("stage") for n, d in self.data.items()}
 
     @cached_property
-    def layers(self) -> dict:
+    def layers(self) -> dict[Any, Any]:
         return {n: d.get("layer") for n, d in self.data.items()}
 
     @cached_property
@@ -201,10 +201,10 @@ class DagView:
         """(u, v, edge kind) of every edge; a kind that is not a string reads as None."""
         return [(u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)]
 
-    def stages_and_sends(self, nodes: Iterable) -> tuple[dict, dict]:
+    def stages_and_sends(self, nodes: Iterable[Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
         """A branch's Stage nodes and its stage-to-stage SendRecv nodes, each by stage index."""
-        stages: dict[Any, list] = defaultdict(list)
-        sends: dict[Any, list] = defaultdict(list)
+        stages: dict[Any, list[Any]] = defaultdict(list)
+        sends: dict[Any, list[Any]] = defaultdict(list)
         for n in nodes:
             if self.kind(n) == NodeKind.STAGE:
                 stages[self.stage(n)].append(n)
@@ -216,16 +216,16 @@ class DagView:
         return self.kinds[n]
 
     @cached_property
-    def by_kind(self) -> dict[str, list]:
-        out: dict[str, list] = defaultdict(list)
+    def by_kind(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = defaultdict(list)
         for n, d in self.data.items():
             out[d.get("kind")].append(n)
         return out
 
     @cached_property
-    def branches(self) -> dict[tuple[Any, Any], list]:
+    def branches(self) -> dict[tuple[Any, Any], list[Any]]:
         """(replica, phase) -> nodes of that branch."""
-        out: dict[tuple, list] = defaultdict(list)
+        out: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
         for n, d in self.data.items():
             if "phase" in d and "replica" in d:
                 out[(d["replica"], d["phase"])].append(n)
@@ -251,17 +251,17 @@ class DagView:
     def in_adj(self) -> Any:
         return getattr(self.dag, "_pred", None) or self.dag.pred
 
-    def succ(self, n: Any, data_only: bool = True) -> list:
+    def succ(self, n: Any, data_only: bool = True) -> list[Any]:
         if not data_only:
             return list(self.out_adj[n])
         return [v for v, e in self.out_adj[n].items() if e.get("kind") != "sync"]
 
-    def pred(self, n: Any, data_only: bool = True) -> list:
+    def pred(self, n: Any, data_only: bool = True) -> list[Any]:
         if not data_only:
             return list(self.in_adj[n])
         return [u for u, e in self.in_adj[n].items() if e.get("kind") != "sync"]
 
-    def ranks(self, n: Any) -> frozenset:
+    def ranks(self, n: Any) -> frozenset[Any]:
         found = self._rank_cache.get(n)
         if found is None:
             r = self.data[n].get("ranks")
@@ -275,11 +275,11 @@ class DagView:
         return found
 
     @cached_property
-    def _rank_cache(self) -> dict:
+    def _rank_cache(self) -> dict[Any, Any]:
         return {}
 
     @cached_property
-    def _rank_objects(self) -> dict:
+    def _rank_objects(self) -> dict[Any, Any]:
         return {}
 
     @cached_property
@@ -299,7 +299,7 @@ class DagView:
         r = self.ranks(n)
         return (min(r), max(r)) if r else (0, -1)
 
-    def forward(self, starts: Iterable, data_only: bool = False, within: set | None = None) -> set:
+    def forward(self, starts: Iterable[Any], data_only: bool = False, within: set[Any] | None = None) -> set[Any]:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -310,7 +310,7 @@ class DagView:
                     todo.append(v)
         return seen
 
-    def backward(self, starts: Iterable, within: set | None = None) -> set:
+    def backward(self, starts: Iterable[Any], within: set[Any] | None = None) -> set[Any]:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -362,7 +362,7 @@ class DagRule(Rule):
 
 
 
-def longest_path_us(dag: Any, nodes: Iterable) -> tuple[float, list]:
+def longest_path_us(dag: Any, nodes: Iterable[Any]) -> tuple[float, list[Any]]:
     """Longest path (sum of est_us of its nodes) through the subgraph on ``nodes``, and the path.
     Assumes that subgraph is acyclic (Kahn's order; nodes on a cycle are left out)."""
     members = set(nodes)
@@ -371,8 +371,8 @@ def longest_path_us(dag: Any, nodes: Iterable) -> tuple[float, list]:
     attrs = getattr(dag, "_node", None) or dag.nodes
     indeg = {n: sum(1 for u in pred[n] if u in members) for n in members}
     todo = deque(n for n, k in indeg.items() if k == 0)
-    best: dict = {}
-    back: dict = {}
+    best: dict[Any, Any] = {}
+    back: dict[Any, Any] = {}
     while todo:
         n = todo.popleft()
         est = attrs[n].get("est_us", 0.0)

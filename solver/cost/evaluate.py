@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
@@ -332,10 +333,10 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
 
 # max_batch[(problem, layout at batch 1, memory fields of the profile)]: memoised largest batch.
 # Memory does not depend on the time factors, so the fitter's candidate profiles share entries.
-_MAX_BATCH: dict[tuple, int] = {}
+_MAX_BATCH: dict[tuple[Any, ...], int] = {}
 
 
-def _memory_fields(profile: Profile) -> tuple:
+def _memory_fields(profile: Profile) -> tuple[Any, ...]:
     """The profile fields that memory_reports and the bisection read."""
     return (
         profile.usable_memory_fraction, profile.runtime_overhead_gib, profile.comm_buffer_gib,

@@ -265,7 +265,7 @@ class _Builder:
             else:
                 self.lm_head(ctx, s, frontier)
 
-    def lm_head(self, ctx: _Branch, s: int, frontier: dict) -> None:
+    def lm_head(self, ctx: _Branch, s: int, frontier: dict[Any, Any]) -> None:
         last = ctx.costs.last_us
         for g, granks in self.groups(ctx.r, s):
             base = dict(replica=ctx.r, phase=ctx.phase, stage=s)
@@ -287,7 +287,7 @@ class _Builder:
                 self.edge(gather, sample)
             self.edge(sample, ctx.token)
 
-    def group_shards(self, base: str, g: int | None, granks: tuple[int, ...]) -> list[tuple[str, tuple, dict]]:
+    def group_shards(self, base: str, g: int | None, granks: tuple[int, ...]) -> list[tuple[str, tuple[Any, ...], dict[Any, Any]]]:
         """Shards of an operator tensor-parallel over an attention group (FFN, shared expert, LM head)."""
         n = len(granks)
         if g is None:
@@ -317,7 +317,7 @@ class _Builder:
                 out.append((base + suffix, (tpg[t],), attrs))
         return out
 
-    def layer(self, ctx: _Branch, s: int, layer: int, frontier: dict) -> dict:
+    def layer(self, ctx: _Branch, s: int, layer: int, frontier: dict[Any, Any]) -> dict[Any, Any]:
         kind: LayerKind = self._kinds[layer]
         ops = ctx.costs.layer_us(layer, kind)
         base = dict(replica=ctx.r, phase=ctx.phase, stage=s, layer=layer, layer_kind=kind.label)
@@ -326,8 +326,8 @@ class _Builder:
             return self.moe(ctx, s, layer, base, ops, attn_out)
         return {g: self.dense_ffn(ctx, layer, g, granks, attn_out[g], base, ops) for g, granks in self.groups(ctx.r, s)}
 
-    def attention(self, ctx: _Branch, s: int, layer: int, g: int | None, granks: tuple[int, ...], inputs: list,
-                  base: dict, ops: dict) -> list[str]:
+    def attention(self, ctx: _Branch, s: int, layer: int, g: int | None, granks: tuple[int, ...], inputs: list[Any],
+                  base: dict[Any, Any], ops: dict[Any, Any]) -> list[str]:
         """The layer's entry, attention's tp x sp shards with their KV cache read and update, the
         sequence exchange and the all-reduce that rejoins them; returns the nodes that end it."""
         lay, r = self.lay, ctx.r
@@ -374,8 +374,8 @@ class _Builder:
             return [ar]
         return list(sp_nodes.values()) or [nid for nid, _, _ in shards]
 
-    def dense_ffn(self, ctx: _Branch, layer: int, g: int | None, granks: tuple[int, ...], inputs: list,
-                  base: dict, ops: dict) -> list[str]:
+    def dense_ffn(self, ctx: _Branch, layer: int, g: int | None, granks: tuple[int, ...], inputs: list[Any],
+                  base: dict[Any, Any], ops: dict[Any, Any]) -> list[str]:
         """A dense FFN: tensor-parallel over the attention group, then an all-reduce."""
         L = f"{ctx.P}.L{layer}"
         gsuf = "" if g is None else f".g{g}"
@@ -392,7 +392,7 @@ class _Builder:
                 self.edge(nid, ar)
         return [ar] if ar else [nid for nid, _, _ in shards]
 
-    def moe(self, ctx: _Branch, s: int, layer: int, base: dict, ops: dict, attn_out: dict) -> dict:
+    def moe(self, ctx: _Branch, s: int, layer: int, base: dict[Any, Any], ops: dict[Any, Any], attn_out: dict[Any, Any]) -> dict[Any, Any]:
         lay, r = self.lay, ctx.r
         L = f"{ctx.P}.L{layer}"
         stage = self.stage_ranks(r, s)
@@ -504,7 +504,7 @@ class _Branch:
     prev: str | None
 
 
-def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[Phase, PhaseCosts]) -> dict:
+def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[Phase, PhaseCosts]) -> dict[Any, Any]:
     """What a file needs to be validated on its own: the layout, the model's MoE layers, the policy."""
     problem, lay, model = plan.problem, plan.layout, plan.problem.model
     pred = plan.prediction

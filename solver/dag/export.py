@@ -22,7 +22,7 @@ TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, list
 
 
 # --- JSON ----------------------------------------------------------------------------------------
-def to_json_data(dag: nx.DiGraph) -> dict:
+def to_json_data(dag: nx.DiGraph) -> dict[Any, Any]:
     """The node-link form: ``networkx.node_link_data(G, edges="edges")``."""
     try:
         return nx.node_link_data(dag, edges="edges")
@@ -112,7 +112,7 @@ def _gpus(ranks: Iterable[int]) -> str:
     return "GPUs " + ",".join(map(str, r[:6])) + ("..." if len(r) > 6 else "")
 
 
-def node_label(n: Any, d: dict, sep: str = "\n") -> str:
+def node_label(n: Any, d: dict[Any, Any], sep: str = "\n") -> str:
     """Kind, scope, split and time of a node, on a few short lines."""
     kind = d.get("kind", "?")
     head = kind
@@ -143,8 +143,8 @@ def node_label(n: Any, d: dict, sep: str = "\n") -> str:
     return sep.join(parts)
 
 
-def _clusters(dag: nx.DiGraph) -> dict[tuple, list]:
-    out: dict[tuple, list] = {}
+def _clusters(dag: nx.DiGraph) -> dict[tuple[Any, ...], list[Any]]:
+    out: dict[tuple[Any, ...], list[Any]] = {}
     for n, d in dag.nodes(data=True):
         key = (d.get("replica"), d.get("phase"), d.get("stage"))
         out.setdefault(key, []).append(n)
@@ -193,8 +193,8 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     keep = None if keep_layers is None else set(keep_layers)
     ids: dict[Any, str] = {}  # ids[node]: its Mermaid id (left-out layers share their stage's gap id)
     labels: dict[str, str] = {}
-    place: dict[str, tuple] = {}  # place[Mermaid id]: (replica, phase, stage)
-    gap_layers: dict[str, list] = {}
+    place: dict[str, tuple[Any, ...]] = {}  # place[Mermaid id]: (replica, phase, stage)
+    gap_layers: dict[str, list[Any]] = {}
     for n, d in dag.nodes(data=True):
         if phase is not None and d.get("phase") not in (None, phase):
             continue
@@ -211,7 +211,7 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     for gid, layers in gap_layers.items():
         labels[gid] = f"... layers {min(layers)}-{max(layers)} ..."
     lines = ["flowchart TD"]
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for nid, key in place.items():
         groups.setdefault(key, []).append(nid)
     top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (k[0], str(k[1])))

@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
@@ -84,7 +85,7 @@ PRIORS: dict[str, tuple[float, float]] = {
 PRIOR_WEIGHT = 0.3
 
 # Engine facts per software generation (not fitted): scheduler limits of what was measured.
-ENGINES: dict[str, dict] = {
+ENGINES: dict[str, dict[Any, Any]] = {
     "trtllm": dict(
         software="TensorRT-LLM 0.17-1.0, in-flight batching (trtllm-bench, engine flow and PyTorch backend)",
         max_batch=2048, max_num_tokens=8192,
