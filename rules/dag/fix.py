@@ -141,7 +141,7 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list[Any]) -> Change | N
         attrs["group"] = groups.pop()
     # The graph holds plain strings, as a file read back does.
     g.add_node(coll, kind=kind.value, ranks=ranks, est_us=est, op=op, group_size=len(ranks), repaired=True, **attrs)
-    kinds = {}
+    kinds: dict[Any, str] = {}  # kinds[target]: the edge kind a shard had into it
     for n in shards:
         for v in targets:
             if g.has_edge(n, v):

@@ -258,7 +258,7 @@ class MoeDecomposed(DagRule):
                 if not found.get(NodeKind.ROUTER) or not found.get(NodeKind.EXPERT):
                     yield self.at(None, f"replica {key[0]} {key[1]} MoE layer {layer} lacks a router or its experts")
         dispatch_needed = lay.attn_dp > 1
-        routed: dict[Any, Any] = {}  # routed[all-to-all]: whether a router feeds it
+        routed: dict[Any, bool] = {}  # routed[all-to-all]: whether a router feeds it
 
         def from_router(u: Any) -> bool:
             if u not in routed:

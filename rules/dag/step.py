@@ -183,7 +183,7 @@ class RanksInPlan(DagRule):
                 continue
             yield from self._placed(view, lay, n, d)
 
-    def _placed(self, view, lay, n, d):
+    def _placed(self, view: DagView, lay: Layout, n: Any, d: dict[str, Any]) -> Iterator[Diagnostic]:
         r, s = d.get("replica"), d.get("stage")
         if not isinstance(r, int):
             return

@@ -95,7 +95,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     for key in ("num_gpus", "num_layers", "num_experts"):
         if not _is_int(g.get(key)) or g[key] < 0:
             out.append(f"graph attribute {key} is missing or not an integer >= 0")
-    if out:
+    if out or layout is None:  # layout is None only when out already says so
         return out
     if g["num_layers"] != layout.num_layers:
         out.append(f"graph attribute num_layers is {g['num_layers']}; the layout's stages hold {layout.num_layers}")
@@ -237,7 +237,7 @@ class DagView:
 
     @cached_property
     def acyclic(self) -> bool:
-        return nx.is_directed_acyclic_graph(self.dag)
+        return bool(nx.is_directed_acyclic_graph(self.dag))
 
     def edge_kind(self, u: Any, v: Any) -> Any:
         return self.dag.succ[u][v].get("kind")
@@ -390,7 +390,7 @@ def longest_path_us(dag: Any, nodes: Iterable[Any]) -> tuple[float, list[Any]]:
                     todo.append(v)
     if not best:
         return 0.0, []
-    end = max(best, key=best.get)
+    end = max(best, key=lambda n: best[n])
     path = [end]
     while back.get(path[-1]) is not None:
         path.append(back[path[-1]])

@@ -25,7 +25,7 @@ Definitions (DESIGN.md "Cost model", 004 §2-§8):
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -124,7 +124,7 @@ def _stage_ops_us(
 ) -> dict[str, float]:
     """Microseconds per operator over a stage: ``counts`` layers priced by kind, plus ``layers``
     priced one by one (seconds per operator each)."""
-    ops: Counter[Op] = Counter()
+    ops: defaultdict[Op, float] = defaultdict(float)
     for kind, n in counts.items():
         for name, seconds in table.layer_ops_s[kind].items():
             ops[name] += n * seconds * 1e6
@@ -232,7 +232,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         chunk_ns.append(chunk_table.stage_ns(layers, counts[s], first, last))
         dec_ns.append(decode_table.stage_ns(layers, counts[s], first, last))
         if last:
-            send_chunk.append(0), send_dec.append(0)
+            send_chunk.append(0)
+            send_dec.append(0)
         else:
             nxt = layout.stage_gpus(0, s + 1).start
             send_chunk.append(round(ctx.send_recv_s(chunk_step, gpus.start, nxt) * NS_PER_S))

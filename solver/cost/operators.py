@@ -17,6 +17,7 @@ from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collectiv
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.derived import (
+    LayerParams,
     attention_score_flops,
     cached_tokens,
     kv_bytes_per_token_layer,
@@ -177,9 +178,11 @@ class CostContext:
         partial = seqs * m.attention.num_heads / s.tp * (m.attention.v_head_dim + 1) * 4  # fp32 output + LSE
         return self.collective_s(Collective.ALL_REDUCE, partial, s.sp_group)
 
-    def _moe(self, lp, step: Step, group_tokens: int, load_factor: float) -> dict[Op, float]:
+    def _moe(self, lp: LayerParams, step: Step, group_tokens: int, load_factor: float) -> dict[Op, float]:
         m, s = self.model, self.shape
         moe = m.moe
+        if moe is None:
+            raise ValueError(f"{m.name} has no experts: no MoE layer to price")
         e_bytes, e_class = m.expert_dtype.bytes, m.expert_dtype.compute_class
         ops: dict[Op, float] = {}
         ops[Op.MOE_ROUTER] = self.gemm_s(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")

@@ -47,6 +47,9 @@ from shardplan.solver.cost.evaluate import (
 from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
+# A node of an operator split over GPUs: (node id, its GPUs, its split attributes: group, tp_rank, ...).
+Shard = tuple[str, tuple[int, ...], dict[str, int]]
+
 NODE_BUDGET = 100_000  # replicas are folded into one when the full graph would exceed this
 US_PER_S = 1e6
 
@@ -61,7 +64,7 @@ class PhaseCosts:
     loaded_us: dict[int, dict[Op, float]]  # loaded[layer]: the same for a MoE layer priced at its own load factor
     first_us: dict[Op, float]  # embedding
     last_us: dict[Op, float]  # lm_head, lm_head.gather, step.overhead
-    send_us: tuple[float, ...]  # send[s]: us from stage s to s+1 (0 for the last)
+    send_us: tuple[float, ...]  # send_us[s]: us from stage s to s+1 (0 for the last)
     stage_ns: tuple[int, ...]  # stage_ns[s]: integer ns of stage s, exactly evaluate()'s
     send_ns: tuple[int, ...]
 
@@ -90,14 +93,18 @@ def plan_costs(plan: Plan) -> dict[Phase, PhaseCosts]:
     for phase, step in steps.items():
         base = phase_table(ctx, step, kinds)
         table = LoadedLayers(ctx, step, base, factors)
-        send, send_ns, stage_ns = [], [], []
+        send_us: list[float] = []
+        send_ns: list[int] = []
+        stage_ns: list[int] = []
         for s in range(S):
             stage_ns.append(table.stage_ns(layout.stage_layers(s), counts[s], s == 0, s == S - 1))
             if s == S - 1:
-                send.append(0.0), send_ns.append(0)
+                send_us.append(0.0)
+                send_ns.append(0)
             else:
                 seconds = ctx.send_recv_s(step, layout.stage_gpus(0, s).start, layout.stage_gpus(0, s + 1).start)
-                send.append(seconds * US_PER_S), send_ns.append(round(seconds * NS_PER_S))
+                send_us.append(seconds * US_PER_S)
+                send_ns.append(round(seconds * NS_PER_S))
         out[phase] = PhaseCosts(
             phase=phase,
             step=step,
@@ -105,7 +112,7 @@ def plan_costs(plan: Plan) -> dict[Phase, PhaseCosts]:
             loaded_us={layer: {op: t * US_PER_S for op, t in table.layer_ops_s(layer).items()} for layer in factors},
             first_us={op: t * US_PER_S for op, t in base.first_ops_s.items()},
             last_us={op: t * US_PER_S for op, t in base.last_ops_s.items()},
-            send_us=tuple(send),
+            send_us=tuple(send_us),
             stage_ns=tuple(stage_ns),
             send_ns=tuple(send_ns),
         )
@@ -133,6 +140,8 @@ def expert_hosting(plan: Plan, layer: int) -> tuple[tuple[int, ...], ...]:
             if len(lists) != ep:
                 raise SpecError("experts", f"layer {layer} is placed on {len(lists)} EP ranks; the plan has ep={ep}")
             return lists
+    if model.moe is None:
+        raise SpecError("experts", f"{model.name} has no experts to host")
     return contiguous_hosting(model.moe.num_experts, ep)
 
 
@@ -140,6 +149,8 @@ def expert_loads(plan: Plan, layer: int) -> tuple[float, ...] | None:
     """Tokens each EP rank serves in MoE ``layer`` when the plan's placement carries its routing
     profile (``PlanPlacement``: ``stage_of(layer).profile``); None otherwise (uniform routing)."""
     placement = plan.experts
+    if placement is None:
+        return None
     try:
         profile = placement.stage_of(layer).profile
         return tuple(placement.layer(layer).gpu_loads(profile.layer_loads(layer)))
@@ -287,7 +298,7 @@ class _Builder:
                 self.edge(gather, sample)
             self.edge(sample, ctx.token)
 
-    def group_shards(self, base: str, g: int | None, granks: tuple[int, ...]) -> list[tuple[str, tuple[Any, ...], dict[Any, Any]]]:
+    def group_shards(self, base: str, g: int | None, granks: tuple[int, ...]) -> list[Shard]:
         """Shards of an operator tensor-parallel over an attention group (FFN, shared expert, LM head)."""
         n = len(granks)
         if g is None:
@@ -297,12 +308,13 @@ class _Builder:
             return [(f"{base}.g{g}", granks, {"group": g})]
         return [(f"{base}.g{g}.t{i}", (gpu,), {"group": g, "tp_rank": i}) for i, gpu in enumerate(granks)]
 
-    def attention_shards(self, base: str, r: int, s: int, g: int | None, granks: tuple[int, ...]):
+    def attention_shards(self, base: str, r: int, s: int, g: int | None,
+                         granks: tuple[int, ...]) -> list[Shard]:
         lay = self.lay
         if g is None:
-            attrs = {k: v for k, v in (("tp", lay.tp), ("sp", lay.sp)) if v > 1}
-            return [(base, granks, attrs)]
-        out = []
+            degrees = {k: v for k, v in (("tp", lay.tp), ("sp", lay.sp)) if v > 1}
+            return [(base, granks, degrees)]
+        out: list[Shard] = []
         for i in range(lay.sp):
             tpg = lay.tp_group(r, s, g, i)
             for t in range(lay.tp):
@@ -358,7 +370,7 @@ class _Builder:
                       **base, **attrs, **({"rejoin": rejoin, "rejoin_op": Op.ATTN_SP if rejoin in sp_nodes.values() else Op.ATTN_ALLREDUCE} if rejoin else {}))
             self.edge(entry, nid)
             suffix = nid[len(f"{L}.attn"):]
-            if ctx.phase == Phase.DECODE:
+            if ctx.prev is not None:  # decode: attention reads the cache the previous token left
                 kv = self.node(f"{L}.kv{suffix}", NodeKind.KV_CACHE, ranks, **base, **attrs)
                 self.edge(ctx.prev, kv, "sync")
                 self.edge(kv, nid)
@@ -418,7 +430,7 @@ class _Builder:
                     shared_nodes.append(nid)
                     for gpu in ranks:
                         shared_on[gpu] = nid
-            routers = [(f"{L}.router", granks, {})] if g is None else [
+            routers: list[Shard] = [(f"{L}.router", granks, {})] if g is None else [
                 (f"{L}.router{gsuf}" + (f".p{i}" if len(granks) > 1 else ""), (gpu,), {"group": g}) for i, gpu in enumerate(granks)
             ]
             for nid, ranks, attrs in routers:
@@ -438,6 +450,7 @@ class _Builder:
             ear_logical = self.node(f"{L}.expert.ar", NodeKind.ALL_REDUCE, stage, ops[Op.MOE_EXPERT_ALLREDUCE],
                                     op=Op.MOE_EXPERT_ALLREDUCE, group_size=etp, rejoin=combine, rejoin_op=Op.MOE_COMBINE,
                                     **base)
+            assert combine is not None  # experts' all-reduce implies attn_dp > 1 and a stage of G > 1 GPUs
             self.edge(ear_logical, combine)
         hosting = self.hosting(layer)
         # The most-loaded EP rank takes the cost model's expert time; the others their share of it:
@@ -455,7 +468,9 @@ class _Builder:
                 ear = self.node(f"{L}.expert.ar.e{k}", NodeKind.ALL_REDUCE, ranks_k, ops[Op.MOE_EXPERT_ALLREDUCE],
                                 op=Op.MOE_EXPERT_ALLREDUCE, group_size=etp, ep_rank=k, rejoin=combine,
                                 rejoin_op=Op.MOE_COMBINE, **base)
+                assert combine is not None  # as above
                 self.edge(ear, combine)
+            nodes: list[Shard]
             if self.expanded:
                 nodes = [(f"{L}.expert.e{k}" + (f".t{t}" if etp > 1 else ""), (gpu,), {"tp_rank": t} if etp > 1 else {})
                          for t, gpu in enumerate(ranks_k)]

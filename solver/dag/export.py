@@ -22,12 +22,14 @@ TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, list
 
 
 # --- JSON ----------------------------------------------------------------------------------------
-def to_json_data(dag: nx.DiGraph) -> dict[Any, Any]:
+def to_json_data(dag: nx.DiGraph) -> dict[str, Any]:
     """The node-link form: ``networkx.node_link_data(G, edges="edges")``."""
+    data: dict[str, Any]
     try:
-        return nx.node_link_data(dag, edges="edges")
+        data = nx.node_link_data(dag, edges="edges")
     except TypeError:  # networkx < 3.4 names the keyword ``link``
-        return nx.node_link_data(dag, link="edges")
+        data = nx.node_link_data(dag, link="edges")
+    return data
 
 
 def from_json_data(data: Any) -> nx.DiGraph:
