@@ -24,7 +24,7 @@ import importlib.util
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -120,6 +120,14 @@ class OpFactors:
     note: str
 
 
+def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
+    """The integers ``pattern`` captures in an operator row's ``shape_params`` (``M=128 N=4096 ...``)."""
+    found = re.search(pattern, row["shape_params"])
+    if found is None:
+        raise SpecError("op_points", f"shape_params {row['shape_params']!r} has no {pattern}")
+    return tuple(int(x) for x in found.groups())
+
+
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
@@ -134,15 +142,15 @@ def op_factors(path: str | Path) -> OpFactors:
         for r in gemm:
             if r["dtype"] != dtype:
                 continue
-            m = int(re.search(r"M=(\d+)", r["shape_params"]).group(1))
+            (m,) = _shape_ints(r, r"M=(\d+)")
             if m < 1024:
                 continue  # below that the GEMM is bound by weight reads, not by the curve
             gpu = get_gpu(r["gpu"])
-            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
+            n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
             achieved = 2.0 * m * n * k / (float(r["latency_us"]) * 1e-6) / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
             pts.append((m, achieved))
 
-        def res(x):
+        def res(x: Sequence[float]) -> list[float]:
             eff, half = x
             return [math.log(eff * m / (m + half) / a) for m, a in pts]
 
@@ -156,17 +164,17 @@ def op_factors(path: str | Path) -> OpFactors:
     for r in gemm:
         if "M=1 " in r["shape_params"] and r["dtype"] == "bfloat16":
             gpu = get_gpu(r["gpu"])
-            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
+            n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
             stream.append(2.0 * n * k / (float(r["latency_us"]) * 1e-6) / gpu.hbm_bytes_per_s)
     # All-reduce over NVLink (TensorRT-LLM's custom kernels, what its engines run).
     ar = []
     for r in rows:
         if r["op"] == "all_reduce" and "custom AR" in r["backend"]:
-            n = int(re.search(r"num_gpus=(\d+)", r["shape_params"]).group(1))
-            elements = int(re.search(r"elements=(\d+)", r["shape_params"]).group(1))
+            (n,) = _shape_ints(r, r"num_gpus=(\d+)")
+            (elements,) = _shape_ints(r, r"elements=(\d+)")
             ar.append((r["gpu"], n, elements * 2, float(r["latency_us"]) * 1e-6))
 
-    def ar_res(x):
+    def ar_res(x: Sequence[float]) -> list[float]:
         bw, lat = x
         out = []
         for gpu, n, nbytes, seconds in ar:
@@ -259,15 +267,16 @@ def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields:
     lo, hi, x0 = [], [], []
     for f in fields:
         a, b = _bounds(f, ops, start.gpu)
-        lo.append(a), hi.append(b)
+        lo.append(a)
+        hi.append(b)
         x0.append(min(max(getattr(start, f), a), b))
     scale = [max(abs(v), 1e-3) for v in x0]
     weights = _weights(points)
 
-    def candidate(x) -> Profile:
+    def candidate(x: Sequence[float]) -> Profile:
         return start.model_copy(update={f: float(v) for f, v in zip(fields, x)})
 
-    def res(x):
+    def res(x: Sequence[float]) -> list[float]:
         prof = candidate(x)
         rows = [w * residual(p, prof) for p, w in zip(points, weights)]
         priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x) if f in PRIORS]
@@ -309,7 +318,7 @@ def calibrate(
     op_csv: str | Path | None = None,
     *,
     gpu: str | None = None,
-    row_filter=None,
+    row_filter: Callable[[Point], bool] | None = None,
     jobs: int = 1,
 ) -> list[FitResult]:
     """Fit one profile per (GPU, software generation) found in ``points_csv`` (only ``gpu``'s if
@@ -324,7 +333,7 @@ def calibrate(
             raise SpecError("gpu", f"no usable rows for {name} in {points_csv}")
     ops = op_factors(op_csv) if op_csv else default_op_factors()
     groups = group_points(points)
-    newest = {}
+    newest: dict[str, int] = {}  # newest[gpu]: index in GENERATIONS of its newest software
     for gpu_name, software in groups:
         rank = GENERATIONS.index(software)
         newest[gpu_name] = min(rank, newest.get(gpu_name, rank))
@@ -337,7 +346,7 @@ def calibrate(
     return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks)]
 
 
-def _fit_task(task) -> FitResult:
+def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool]) -> FitResult:
     (gpu, software), pts, ops, default = task
     fields = FITTED_BY_SOFTWARE.get(software, FITTED)
     return fit_profile(pts, shared_profile(ops, gpu, software, default), ops, fields)
@@ -430,18 +439,13 @@ def _sig(value: float, digits: int = DIGITS) -> float:
 
 def _id_ranges(ids: Iterable[str]) -> str:
     nums = sorted({int(i) for i in ids if i.isdigit()})
-    parts, start, prev = [], None, None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive ids
     for n in nums:
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
         else:
-            parts.append(f"{start}-{prev}" if prev > start else str(start))
-            start = prev = n
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-    return ", ".join(parts)
+            runs.append([n, n])
+    return ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in runs)
 
 
 __all__ = [
