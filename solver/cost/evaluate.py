@@ -147,10 +147,10 @@ def layer_load_factors(model: ModelSpec, layout: Layout) -> dict[int, float]:
     moe_layers = model.moe.layers if model.moe else ()
     if len(factors) != len(moe_layers):
         raise SpecError("moe_load_factor", f"{len(factors)} factors for {len(moe_layers)} MoE layers")
-    for layer, f in zip(moe_layers, factors):
+    for layer, f in zip(moe_layers, factors, strict=True):
         if not (math.isfinite(f) and f >= 1 - 1e-9):
             raise SpecError("moe_load_factor", f"layer {layer}: max/mean load {f} is not a finite number >= 1")
-    return {layer: f for layer, f in zip(moe_layers, factors) if f != 1.0}
+    return {layer: f for layer, f in zip(moe_layers, factors, strict=True) if f != 1.0}
 
 
 class LoadedLayers:
@@ -253,8 +253,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         )
 
     ttft_ns = sum(chunk_ns) + sum(send_chunk)
-    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec)))
-    slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk))
+    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec, strict=True)))
+    slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk, strict=True))
     cycle = cycle_ns(round_ns, slowest_chunk_ns, batch, wl.osl, chunk)
     tokens_per_s = layout.dp * batch * NS_PER_S / cycle
     metrics = Metrics(

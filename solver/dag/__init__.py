@@ -17,7 +17,7 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import networkx as nx
 

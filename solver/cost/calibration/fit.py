@@ -274,12 +274,12 @@ def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields:
     weights = _weights(points)
 
     def candidate(x: Sequence[float]) -> Profile:
-        return start.model_copy(update={f: float(v) for f, v in zip(fields, x)})
+        return start.model_copy(update={f: float(v) for f, v in zip(fields, x, strict=True)})
 
     def res(x: Sequence[float]) -> list[float]:
         prof = candidate(x)
-        rows = [w * residual(p, prof) for p, w in zip(points, weights)]
-        priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x) if f in PRIORS]
+        rows = [w * residual(p, prof) for p, w in zip(points, weights, strict=True)]
+        priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x, strict=True) if f in PRIORS]
         return rows + priors
 
     fit = least_squares(
@@ -343,7 +343,7 @@ def calibrate(
             results = list(pool.map(_fit_task, tasks))
     else:
         results = [_fit_task(t) for t in tasks]
-    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks)]
+    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks, strict=True)]
 
 
 def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool]) -> FitResult:

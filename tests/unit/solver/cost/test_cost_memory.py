@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardplan.models.derived import weight_bytes_total
-from shardplan.rules.problem import Objective
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, memory_reports
 from tests.unit.solver.cost.factory import GIB, layout, problem
 
@@ -13,7 +14,10 @@ from tests.unit.solver.cost.factory import GIB, layout, problem
 def test_kv_grows_linearly_with_batch_and_context():
     short = problem("llama-3.1-70b", "8xH100", isl=1024, osl=1024)
     long = problem("llama-3.1-70b", "8xH100", isl=3072, osl=1024)  # twice the context
-    kv = lambda p, b: memory_reports(p, layout(p, tp=4, batch=b))[0].kv_cache_gib
+
+    def kv(p: Problem, b: int) -> float:
+        return memory_reports(p, layout(p, tp=4, batch=b))[0].kv_cache_gib
+
     assert kv(short, 16) == pytest.approx(2 * kv(short, 8))
     assert kv(short, 64) == pytest.approx(8 * kv(short, 8))
     assert kv(long, 8) == pytest.approx(2 * kv(short, 8))
@@ -39,7 +43,12 @@ def test_16_bit_70b_on_tp2_is_memory_starved():
     tp2, tp4 = layout(p, tp=2), layout(p, tp=4)
     assert 1 <= max_batch(p, tp2) <= int((80 - weight_bytes_total(p.model) / 2 / GIB) / per_seq)
     assert max_batch(p, tp4) > 5 * max_batch(p, tp2)
-    per_gpu = lambda l: best_throughput(p, l).metrics.output_tokens_per_s_per_gpu
+
+    def per_gpu(lay: Layout) -> float:
+        best = best_throughput(p, lay)
+        assert best is not None
+        return best.metrics.output_tokens_per_s_per_gpu
+
     assert per_gpu(tp2) < 0.5 * per_gpu(tp4)
 
 

@@ -3,6 +3,7 @@ whose critical paths are the plans' TTFT and TPOT."""
 
 from __future__ import annotations
 
+import networkx as nx
 import pytest
 
 from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
@@ -65,7 +66,10 @@ def test_plan_dag_is_valid_and_its_critical_paths_are_ttft_and_tpot(name: str, d
 def test_logical_has_one_node_per_operator_and_expanded_one_per_shard() -> None:
     plan = evaluated("llama-3.1-8b", "8xH100", tp=2, sp=2, attn_dp=2, batch=4)
     logical, expanded = build_dag(plan, "logical"), build_dag(plan, "expanded")
-    attn = lambda g: [n for n, d in g.nodes(data=True) if d["kind"] == "Attention" and d["layer"] == 0 and d["phase"] == "decode"]
+    def attn(g: nx.DiGraph) -> list[str]:
+        return [n for n, d in g.nodes(data=True)
+                if d["kind"] == "Attention" and d["layer"] == 0 and d["phase"] == "decode"]
+
     assert len(attn(logical)) == 1
     assert logical.nodes[attn(logical)[0]]["ranks"] == tuple(range(8))
     shards = attn(expanded)
