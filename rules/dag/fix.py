@@ -228,7 +228,13 @@ def _new_id(g: Any, nid: str) -> str:
 
 def _state_attrs(d: dict[str, Any], kind: NodeKind) -> dict[str, Any]:
     keep = (*SCOPE, "group", "sp_rank", "tp_rank", "tp", "sp")
-    return {"kind": kind.value, "ranks": tuple(d.get("ranks", ())), "est_us": 0.0, "repaired": True, **{k: d[k] for k in keep if k in d}}
+    return {
+        "kind": kind.value,
+        "ranks": tuple(d.get("ranks", ())),
+        "est_us": 0.0,
+        "repaired": True,
+        **{k: d[k] for k in keep if k in d},
+    }
 
 
 # --- pipeline edges (DAG-028, DAG-008) ----------------------------------------------------------
@@ -249,18 +255,32 @@ def _fix_pipeline(g: Any) -> list[Change]:
                     ranks = tuple(view.data[stage_node[s][0]]["ranks"]) + tuple(view.data[nxt[0]]["ranks"])
                     send_us = ((g.graph.get("op_us") or {}).get(phase, {}).get("send") or [])
                     est = send_us[s] if s < len(send_us) else 0.0
-                    g.add_node(x, kind=NodeKind.SEND_RECV.value, ranks=ranks, est_us=est, replica=r, phase=phase, stage=s, to_stage=s + 1,
-                               op=Op.SEND_RECV.value, repaired=True)
+                    g.add_node(
+                        x,
+                        kind=NodeKind.SEND_RECV.value,
+                        ranks=ranks,
+                        est_us=est,
+                        replica=r,
+                        phase=phase,
+                        stage=s,
+                        to_stage=s + 1,
+                        op=Op.SEND_RECV.value,
+                        repaired=True,
+                    )
                     for u in exits:
                         g.add_edge(u, x, kind="pipeline")
                     g.add_edge(x, nxt[0], kind="pipeline")
-                    out.append(Change("DAG-028", f"inserted the missing SendRecv {x} from stage {s} to {s + 1}", (x, *exits)))
+                    out.append(
+                        Change("DAG-028", f"inserted the missing SendRecv {x} from stage {s} to {s + 1}", (x, *exits))
+                    )
                 continue
             for x in sends[s]:
                 if not any(view.stage(u) == s for u in g.pred[x]) and exits:
                     for u in exits:
                         g.add_edge(u, x, kind="pipeline")
-                    out.append(Change("DAG-028", f"restored the pipeline edges into {x} from " + ", ".join(exits), (x, *exits)))
+                    out.append(
+                        Change("DAG-028", f"restored the pipeline edges into {x} from " + ", ".join(exits), (x, *exits))
+                    )
                 if len(nxt) == 1 and not any(v == nxt[0] for v in g.succ[x]) and not g.pred[nxt[0]]:
                     g.add_edge(x, nxt[0], kind="pipeline")
                     out.append(Change("DAG-028", f"restored the pipeline edge {x} -> {nxt[0]}", (x, nxt[0])))
@@ -269,7 +289,11 @@ def _fix_pipeline(g: Any) -> list[Change]:
                         g.edges[u, x]["kind"] = "pipeline"
                         out.append(Change("DAG-008", f"relabelled {u} -> {x} as a pipeline edge", (u, x)))
                 for v in list(g.succ[x]):
-                    if view.kind(v) == NodeKind.STAGE and view.stage(v) == s + 1 and g.edges[x, v].get("kind") != "pipeline":
+                    if (
+                        view.kind(v) == NodeKind.STAGE
+                        and view.stage(v) == s + 1
+                        and g.edges[x, v].get("kind") != "pipeline"
+                    ):
                         g.edges[x, v]["kind"] = "pipeline"
                         out.append(Change("DAG-008", f"relabelled {x} -> {v} as a pipeline edge", (x, v)))
     return out

@@ -29,7 +29,10 @@ from shardplan.rules.dag.view import (
 class TpRejoins(DagRule):
     id = "DAG-010"
     name = "tp-not-rejoined"
-    statement = "the shards of a tensor- or sequence-parallel operator rejoin at an explicit collective before anything else reads them"
+    statement = (
+        "the shards of a tensor- or sequence-parallel operator rejoin at an explicit collective "
+        "before anything else reads them"
+    )
     source = "001 §3.3 (TP branches re-converge), 001 §4.4, 000 §7.3"
     example_bad = "attention shards feeding the FFN directly, the all-reduce removed"
     example_good = "attention shards -> all-reduce -> FFN"
@@ -51,7 +54,9 @@ class TpRejoins(DagRule):
             stray = [v for v in outs if view.kind(v) not in COLLECTIVE and view.kind(v) != NodeKind.KV_CACHE_UPDATE]
             named = d.get("rejoin")
             if not joined:
-                yield self.at(n, "shard output reaches no collective" + (f" (feeds {stray[0]} directly)" if stray else ""))
+                yield self.at(
+                    n, "shard output reaches no collective" + (f" (feeds {stray[0]} directly)" if stray else "")
+                )
             elif stray:
                 yield self.at(n, f"shard output feeds {stray[0]} before its collective")
             elif isinstance(named, str) and named not in joined:
@@ -150,7 +155,9 @@ class EpPartitions(DagRule):
                         yield self.at(n, f"GPU {g} already serves EP rank {owner[g]}")
             bad = [k for k in by_rank if not isinstance(k, int) or not 0 <= k < ep]
             if bad or len(by_rank) != ep:
-                yield self.at(None, f"{where}: {len(by_rank)} EP ranks {sorted(map(str, by_rank))[:6]}; the plan has ep={ep}")
+                yield self.at(
+                    None, f"{where}: {len(by_rank)} EP ranks {sorted(map(str, by_rank))[:6]}; the plan has ep={ep}"
+                )
             for k, ns in by_rank.items():
                 if len(ns) != per_rank:
                     yield self.at(ns[0], f"{where}: EP rank {k} has {len(ns)} Expert nodes, expected {per_rank}")
@@ -216,7 +223,9 @@ class CollectiveSpan(DagRule):
 class ExpertsRejoinAfterCompute(DagRule):
     id = "DAG-026"
     name = "experts-rejoin-early"
-    statement = "expert branches stay apart until their computation ends: an Expert node feeds only the combine collectives"
+    statement = (
+        "expert branches stay apart until their computation ends: an Expert node feeds only the combine collectives"
+    )
     source = "001 §3.4 (EP branches do not rejoin until after expert computation)"
     example_bad = "Expert 3 feeding Expert 4"
     example_good = "each Expert -> combine"
@@ -284,6 +293,7 @@ class MoeDecomposed(DagRule):
                 yield self.at(n, f"expert not fed by {how}")
             layer = view.layers[n]
             if lay.gpus_per_stage > 1 and not any(
-                view.kinds[v] in COLLECTIVE and view.kinds[v] != NodeKind.SEND_RECV and view.layers[v] == layer for v in view.succ(n)
+                view.kinds[v] in COLLECTIVE and view.kinds[v] != NodeKind.SEND_RECV and view.layers[v] == layer
+                for v in view.succ(n)
             ):
                 yield self.at(n, "expert output is combined by no collective of its layer")

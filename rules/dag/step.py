@@ -51,7 +51,9 @@ class NoHiddenCommunication(DagRule):
 class KvRead(DagRule):
     id = "DAG-017"
     name = "kv-read-missing"
-    statement = "in decode every attention node reads the KV cache on its GPUs, and that cache depends on the previous token"
+    statement = (
+        "in decode every attention node reads the KV cache on its GPUs, and that cache depends on the previous token"
+    )
     source = "000 §7.2 (explicit KV cache dependencies)"
     example_bad = "a decode attention node with no KVCache predecessor"
     example_good = "previous token -> KV cache -> attention"
@@ -117,7 +119,9 @@ class TokenOrder(DagRule):
                 yield self.at(None, f"replica {r} {phase}: no Token node ends the branch")
             for t in kinds[NodeKind.TOKEN]:
                 if view.dag.out_degree(t):
-                    yield self.at(t, "the token feeds " + ", ".join(map(str, list(view.out_adj[t])[:3])) + " in its own step")
+                    yield self.at(
+                        t, "the token feeds " + ", ".join(map(str, list(view.out_adj[t])[:3])) + " in its own step"
+                    )
             if phase != Phase.DECODE:
                 for n in kinds[NodeKind.PREV_TOKEN]:
                     yield self.at(n, "a previous-token node in a prefill branch")
@@ -204,11 +208,17 @@ class RanksInPlan(DagRule):
         if d.get("kind") == NodeKind.SEND_RECV and s + 1 < lay.pp:
             top = lay.stage_gpus(r, s + 1).stop  # stages of a replica are consecutive runs of ids
         if lo < stage.start or hi >= top:
-            yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]} outside replica {r} stage {s}'s GPUs {stage.start}-{stage.stop - 1}")
+            yield self.at(
+                n,
+                f"ranks {sorted(view.ranks(n))[:8]} outside replica {r} stage {s}'s GPUs "
+                f"{stage.start}-{stage.stop - 1}",
+            )
             return
         expected = _expected_ranks(lay, d, stage, r, s)
         if expected is not None and view.ranks(n) != expected:
-            yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}")
+            yield self.at(
+                n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}"
+            )
 
 
 def _expected_ranks(lay: Layout, d: dict[Any, Any], stage: range, r: int, s: int) -> frozenset[Any] | None:
@@ -233,7 +243,9 @@ def _expected_ranks(lay: Layout, d: dict[Any, Any], stage: range, r: int, s: int
 class Schema(DagRule):
     id = "DAG-022"
     name = "dag-schema"
-    statement = "nodes and edges carry the schema's attributes: a known kind, ranks, est_us, and the scope their kind needs"
+    statement = (
+        "nodes and edges carry the schema's attributes: a known kind, ranks, est_us, and the scope their kind needs"
+    )
     source = "DESIGN.md (Execution DAG: node and edge attributes), 000 §8"
     example_bad = "a node of kind 'Magic', a node without est_us, an edge of kind 'control'"
     example_good = "kind=Attention ranks=[0, 1] est_us=12.5 replica=0 phase=decode stage=0 layer=3"
@@ -272,7 +284,9 @@ class Schema(DagRule):
 class CriticalPath(DagRule):
     id = "DAG-029"
     name = "critical-path-mismatch"
-    statement = "the longest path of each branch (sum of est_us) matches the plan's TTFT (prefill) and TPOT (decode) within 1 %"
+    statement = (
+        "the longest path of each branch (sum of est_us) matches the plan's TTFT (prefill) and TPOT (decode) within 1 %"
+    )
     source = "004 §6 (critical path), DESIGN.md (Cost model)"
     kind = Kind.ADVISORY
     example_bad = "a decode branch whose longest path is 12 ms for a plan with TPOT 10 ms"

@@ -177,7 +177,11 @@ class PhasesSeparate(DagRule):
         for n in view.by_kind.get(NodeKind.REPLICA, []):
             r = view.data[n].get("replica")
             if sorted(phases.get(r, [])) != [Phase.DECODE, Phase.PREFILL]:
-                yield self.at(n, f"replica {r} has phase branches {sorted(map(str, phases.get(r, [])))}, expected decode and prefill")
+                yield self.at(
+                    n,
+                    f"replica {r} has phase branches {sorted(map(str, phases.get(r, [])))}, "
+                    "expected decode and prefill",
+                )
         for u, v, _ in view.edges:
             pu, pv = view.data[u].get("phase"), view.data[v].get("phase")
             if pu is not None and pv is not None and pu != pv:
@@ -214,7 +218,9 @@ class ParallelStages(DagRule):
                         fan[s].add(t)
             for s, targets in fan.items():
                 if len(targets) > 1:
-                    yield self.at(None, f"replica {key[0]} {key[1]}: stage {s} feeds stages {sorted(targets)} in parallel")
+                    yield self.at(
+                        None, f"replica {key[0]} {key[1]}: stage {s} feeds stages {sorted(targets)} in parallel"
+                    )
 
 
 class CrossStage(DagRule):
@@ -328,7 +334,10 @@ class EndsPlaced(DagRule):
 class PipelineEdges(DagRule):
     id = "DAG-028"
     name = "pipeline-edge-missing"
-    statement = "every stage but the last hands its output to the next through a SendRecv: stage s =pipeline=> send =pipeline=> stage s+1"
+    statement = (
+        "every stage but the last hands its output to the next through a SendRecv: "
+        "stage s =pipeline=> send =pipeline=> stage s+1"
+    )
     source = "001 §3.2 (PP stages sequentially connected), 000 §4.3 (explicit inter-stage edges)"
     example_bad = "stage 1 with no edge from stage 0's send"
     example_good = "stage 0 -> send -> stage 1"

@@ -163,7 +163,9 @@ class DagView:
         self.problems = graph_schema_problems(dag)
         self.layout = _layout_from(self.graph)
         allow, moe = self.graph.get("allow"), self.graph.get("moe_layers")
-        self.allow = frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
+        self.allow = (
+            frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
+        )
         self.moe_layers = frozenset(x for x in moe if _is_int(x)) if isinstance(moe, (list, tuple)) else frozenset()
         self.num_layers = _int(self.graph.get("num_layers"), 0)
         self.num_experts = _int(self.graph.get("num_experts"), 0)
@@ -199,7 +201,9 @@ class DagView:
     @cached_property
     def edges(self) -> list[tuple[Any, Any, Any]]:
         """(u, v, edge kind) of every edge; a kind that is not a string reads as None."""
-        return [(u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)]
+        return [
+            (u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)
+        ]
 
     def stages_and_sends(self, nodes: Iterable[Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
         """A branch's Stage nodes and its stage-to-stage SendRecv nodes, each by stage index."""
@@ -355,7 +359,9 @@ class DagRule(Rule):
 
     def at(self, node: Any, message: str, hint: str | None = None) -> Diagnostic:
         severity = "warning" if self.kind is Kind.ADVISORY else "error"
-        return Diagnostic(self.id, severity, f"{node}: {message}" if node is not None else message, node=node, hint=hint)
+        return Diagnostic(
+            self.id, severity, f"{node}: {message}" if node is not None else message, node=node, hint=hint
+        )
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "fixable": self.fixable, "scope": "dag"}

@@ -60,7 +60,9 @@ class LayerKind:
 
 def layer_kind(model: ModelSpec, layer: int) -> LayerKind:
     a = model.attention
-    return LayerKind(moe=model.is_moe_layer(layer), windowed=a.sliding_window is not None and layer in a.sliding_window_layers)
+    return LayerKind(
+        moe=model.is_moe_layer(layer), windowed=a.sliding_window is not None and layer in a.sliding_window_layers
+    )
 
 
 def representative_layer(model: ModelSpec, kind: LayerKind) -> int:
@@ -82,7 +84,9 @@ class CostContext:
         self._tiers: dict[tuple[int, int, int], Tier] = {}
 
     # --- primitives ------------------------------------------------------------------------
-    def gemm_s(self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0) -> float:
+    def gemm_s(
+        self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0
+    ) -> float:
         """A GEMM of ``params`` weights over ``tokens`` tokens on one GPU: compute or weight-read bound."""
         if params <= 0 or tokens <= 0:
             return 0.0
@@ -141,7 +145,9 @@ class CostContext:
         ops[Op.ATTN_CORE] = self._attention_core(layer, step, seqs)
         ops[Op.ATTN_SP] = self._sp_exchange(layer, step, seqs)
         # Rejoin the tp x sp shards before the FFN: one all-reduce over the attention group.
-        ops[Op.ATTN_ALLREDUCE] = self.collective_s(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
+        ops[Op.ATTN_ALLREDUCE] = self.collective_s(
+            Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
+        )
 
         if kind.moe:
             ops.update(self._moe(lp, step, group_tokens, load_factor))
@@ -188,7 +194,9 @@ class CostContext:
         ops[Op.MOE_ROUTER] = self.gemm_s(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
         if lp.shared_experts:
             shared = lp.shared_experts / s.group_size
-            ops[Op.MOE_SHARED] = self.gemm_s(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
+            ops[Op.MOE_SHARED] = self.gemm_s(
+                shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class
+            )
         # Routed experts over the stage's G GPUs: the most-loaded GPU sets the time (004 §4.4).
         stage_tokens = step.tokens
         ep = s.ep
@@ -241,7 +249,9 @@ class CostContext:
         resident = lm_head_resident_bytes(m) / s.group_size
         return {
             Op.LM_HEAD: self.gemm_s(head, seqs, resident, "bf16"),
-            Op.LM_HEAD_GATHER: self.collective_s(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
+            Op.LM_HEAD_GATHER: self.collective_s(
+                Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group
+            ),
             Op.STEP_OVERHEAD: self.profile.step_overhead_us * 1e-6,
         }
 

@@ -233,7 +233,16 @@ class _Builder:
         P = f"r{r}.{phase}"
         rep = self.replica_ranks(r)
         step = costs.step
-        self.node(P, NodeKind.PHASE, rep, replica=r, phase=phase, sequences=step.sequences, new_tokens=step.new_tokens, context=step.context)
+        self.node(
+            P,
+            NodeKind.PHASE,
+            rep,
+            replica=r,
+            phase=phase,
+            sequences=step.sequences,
+            new_tokens=step.new_tokens,
+            context=step.context,
+        )
         self.edge(f"r{r}", P)
         token = self.node(f"{P}.token", NodeKind.TOKEN, self.stage_ranks(r, lay.pp - 1), replica=r, phase=phase)
         head = P
@@ -257,8 +266,16 @@ class _Builder:
                             layers=tuple(lay.stages[s]))
             if s == 0:
                 self.edge(head, sid)
-                emb = self.node(f"{P}.emb", NodeKind.EMBEDDING, self.stage_ranks(r, 0), costs.first_us[Op.EMBEDDING], replica=r,
-                                phase=phase, stage=0, op=Op.EMBEDDING)
+                emb = self.node(
+                    f"{P}.emb",
+                    NodeKind.EMBEDDING,
+                    self.stage_ranks(r, 0),
+                    costs.first_us[Op.EMBEDDING],
+                    replica=r,
+                    phase=phase,
+                    stage=0,
+                    op=Op.EMBEDDING,
+                )
                 self.edge(sid, emb)
                 frontier = {g: [emb] for g, _ in self.groups(r, s)}
             else:
@@ -268,8 +285,17 @@ class _Builder:
                 frontier = self.layer(ctx, s, layer, frontier)
             if s < lay.pp - 1:
                 ranks = self.stage_ranks(r, s) + self.stage_ranks(r, s + 1)
-                send = self.node(f"{P}.s{s}.send", NodeKind.SEND_RECV, ranks, costs.send_us[s], replica=r, phase=phase, stage=s,
-                                 to_stage=s + 1, op=Op.SEND_RECV)
+                send = self.node(
+                    f"{P}.s{s}.send",
+                    NodeKind.SEND_RECV,
+                    ranks,
+                    costs.send_us[s],
+                    replica=r,
+                    phase=phase,
+                    stage=s,
+                    to_stage=s + 1,
+                    op=Op.SEND_RECV,
+                )
                 for nodes in frontier.values():
                     for u in nodes:
                         self.edge(u, send, "pipeline")
@@ -291,7 +317,9 @@ class _Builder:
                           **({"rejoin": gather, "rejoin_op": Op.LM_HEAD_GATHER} if gather else {}))
                 for u in frontier[g]:
                     self.edge(u, nid)
-            sample = self.node(f"{ctx.P}.sample{gsuf}", NodeKind.SAMPLE, granks, last[Op.STEP_OVERHEAD], op=Op.STEP_OVERHEAD, **base)
+            sample = self.node(
+                f"{ctx.P}.sample{gsuf}", NodeKind.SAMPLE, granks, last[Op.STEP_OVERHEAD], op=Op.STEP_OVERHEAD, **base
+            )
             for nid, _, _ in shards:
                 self.edge(nid, gather or sample)
             if gather:
@@ -333,7 +361,9 @@ class _Builder:
         kind: LayerKind = self._kinds[layer]
         ops = ctx.costs.layer_us(layer, kind)
         base = dict(replica=ctx.r, phase=ctx.phase, stage=s, layer=layer, layer_kind=kind.label)
-        attn_out = {g: self.attention(ctx, s, layer, g, granks, frontier[g], base, ops) for g, granks in self.groups(ctx.r, s)}
+        attn_out = {
+            g: self.attention(ctx, s, layer, g, granks, frontier[g], base, ops) for g, granks in self.groups(ctx.r, s)
+        }
         if kind.moe:
             return self.moe(ctx, s, layer, base, ops, attn_out)
         return {g: self.dense_ffn(ctx, layer, g, granks, attn_out[g], base, ops) for g, granks in self.groups(ctx.r, s)}
@@ -346,14 +376,18 @@ class _Builder:
         L = f"{ctx.P}.L{layer}"
         gsuf = "" if g is None else f".g{g}"
         gattr = {"group": g} if g is not None else {}
-        entry = self.node(f"{L}{gsuf}", NodeKind.LAYER, granks, ops[Op.LAYER_OVERHEAD], op=Op.LAYER_OVERHEAD, **base, **gattr)
+        entry = self.node(
+            f"{L}{gsuf}", NodeKind.LAYER, granks, ops[Op.LAYER_OVERHEAD], op=Op.LAYER_OVERHEAD, **base, **gattr
+        )
         for u in inputs:
             self.edge(u, entry)
         sp_nodes: dict[int, str] = {}  # sp_nodes[tp rank]: the exchange of that rank's sequence shards
         if lay.sp > 1:
             sp_kind = NodeKind.ALL_REDUCE if ctx.phase == Phase.DECODE else NodeKind.ALL_GATHER
             if g is None:
-                sp_nodes[0] = self.node(f"{L}.attn.sp", sp_kind, granks, ops[Op.ATTN_SP], op=Op.ATTN_SP, group_size=lay.sp, **base)
+                sp_nodes[0] = self.node(
+                    f"{L}.attn.sp", sp_kind, granks, ops[Op.ATTN_SP], op=Op.ATTN_SP, group_size=lay.sp, **base
+                )
             else:
                 for t in range(lay.tp):
                     ranks = tuple(lay.tp_group(r, s, g, i)[t] for i in range(lay.sp))
@@ -361,13 +395,33 @@ class _Builder:
                                             ops[Op.ATTN_SP], op=Op.ATTN_SP, group_size=lay.sp, **base, **gattr)
         ar = None
         if lay.attention_group > 1:
-            ar = self.node(f"{L}.attn.ar{gsuf}", NodeKind.ALL_REDUCE, granks, ops[Op.ATTN_ALLREDUCE], op=Op.ATTN_ALLREDUCE,
-                           group_size=lay.attention_group, **base, **gattr)
+            ar = self.node(
+                f"{L}.attn.ar{gsuf}",
+                NodeKind.ALL_REDUCE,
+                granks,
+                ops[Op.ATTN_ALLREDUCE],
+                op=Op.ATTN_ALLREDUCE,
+                group_size=lay.attention_group,
+                **base,
+                **gattr,
+            )
         shards = self.attention_shards(f"{L}.attn", r, s, g, granks)
         for nid, ranks, attrs in shards:
             rejoin = sp_nodes.get(0 if g is None else attrs.get("tp_rank", 0)) or ar
-            self.node(nid, NodeKind.ATTENTION, ranks, ops[Op.ATTN_PROJ] + ops[Op.ATTN_CORE], op=ATTENTION_OPS,
-                      **base, **attrs, **({"rejoin": rejoin, "rejoin_op": Op.ATTN_SP if rejoin in sp_nodes.values() else Op.ATTN_ALLREDUCE} if rejoin else {}))
+            self.node(
+                nid,
+                NodeKind.ATTENTION,
+                ranks,
+                ops[Op.ATTN_PROJ] + ops[Op.ATTN_CORE],
+                op=ATTENTION_OPS,
+                **base,
+                **attrs,
+                **(
+                    {"rejoin": rejoin, "rejoin_op": Op.ATTN_SP if rejoin in sp_nodes.values() else Op.ATTN_ALLREDUCE}
+                    if rejoin
+                    else {}
+                ),
+            )
             self.edge(entry, nid)
             suffix = nid[len(f"{L}.attn"):]
             if ctx.prev is not None:  # decode: attention reads the cache the previous token left
@@ -397,14 +451,25 @@ class _Builder:
                            group_size=self.lay.attention_group, **base, **({"group": g} if g is not None else {}))
         shards = self.group_shards(f"{L}.ffn", g, granks)
         for nid, ranks, attrs in shards:
-            self.node(nid, NodeKind.FFN, ranks, ops[Op.FFN], op=Op.FFN, **base, **attrs, **({"rejoin": ar, "rejoin_op": Op.FFN_ALLREDUCE} if ar else {}))
+            self.node(
+                nid,
+                NodeKind.FFN,
+                ranks,
+                ops[Op.FFN],
+                op=Op.FFN,
+                **base,
+                **attrs,
+                **({"rejoin": ar, "rejoin_op": Op.FFN_ALLREDUCE} if ar else {}),
+            )
             for u in inputs:
                 self.edge(u, nid)
             if ar:
                 self.edge(nid, ar)
         return [ar] if ar else [nid for nid, _, _ in shards]
 
-    def moe(self, ctx: _Branch, s: int, layer: int, base: dict[Any, Any], ops: dict[Any, Any], attn_out: dict[Any, Any]) -> dict[Any, Any]:
+    def moe(
+        self, ctx: _Branch, s: int, layer: int, base: dict[Any, Any], ops: dict[Any, Any], attn_out: dict[Any, Any]
+    ) -> dict[Any, Any]:
         lay, r = self.lay, ctx.r
         L = f"{ctx.P}.L{layer}"
         stage = self.stage_ranks(r, s)
@@ -412,10 +477,20 @@ class _Builder:
         combine = None
         if G > 1:
             kind = NodeKind.ALL_REDUCE if lay.attn_dp == 1 else NodeKind.ALL_TO_ALL
-            combine = self.node(f"{L}.combine", kind, stage, ops[Op.MOE_COMBINE], op=Op.MOE_COMBINE, group_size=G, **base)
+            combine = self.node(
+                f"{L}.combine", kind, stage, ops[Op.MOE_COMBINE], op=Op.MOE_COMBINE, group_size=G, **base
+            )
         dispatch = None
         if Op.MOE_DISPATCH in ops and G > 1:
-            dispatch = self.node(f"{L}.dispatch", NodeKind.ALL_TO_ALL, stage, ops[Op.MOE_DISPATCH], op=Op.MOE_DISPATCH, group_size=G, **base)
+            dispatch = self.node(
+                f"{L}.dispatch",
+                NodeKind.ALL_TO_ALL,
+                stage,
+                ops[Op.MOE_DISPATCH],
+                op=Op.MOE_DISPATCH,
+                group_size=G,
+                **base,
+            )
         router_on: dict[int, str] = {}  # router_on[gpu]: the router node that runs on that GPU
         shared_nodes: list[str] = []
         for g, granks in self.groups(r, s):
@@ -423,16 +498,33 @@ class _Builder:
             shared_on: dict[int, str] = {}
             if Op.MOE_SHARED in ops:
                 for nid, ranks, attrs in self.group_shards(f"{L}.shared", g, granks):
-                    self.node(nid, NodeKind.SHARED_EXPERT, ranks, ops[Op.MOE_SHARED], op=Op.MOE_SHARED, **base, **attrs,
-                              **({"rejoin": combine, "rejoin_op": Op.MOE_COMBINE} if combine and (attrs.get("tp", 1) > 1 or "tp_rank" in attrs) else {}))
+                    self.node(
+                        nid,
+                        NodeKind.SHARED_EXPERT,
+                        ranks,
+                        ops[Op.MOE_SHARED],
+                        op=Op.MOE_SHARED,
+                        **base,
+                        **attrs,
+                        **(
+                            {"rejoin": combine, "rejoin_op": Op.MOE_COMBINE}
+                            if combine and (attrs.get("tp", 1) > 1 or "tp_rank" in attrs)
+                            else {}
+                        ),
+                    )
                     for u in attn_out[g]:
                         self.edge(u, nid)
                     shared_nodes.append(nid)
                     for gpu in ranks:
                         shared_on[gpu] = nid
-            routers: list[Shard] = [(f"{L}.router", granks, {})] if g is None else [
-                (f"{L}.router{gsuf}" + (f".p{i}" if len(granks) > 1 else ""), (gpu,), {"group": g}) for i, gpu in enumerate(granks)
-            ]
+            routers: list[Shard] = (
+                [(f"{L}.router", granks, {})]
+                if g is None
+                else [
+                    (f"{L}.router{gsuf}" + (f".p{i}" if len(granks) > 1 else ""), (gpu,), {"group": g})
+                    for i, gpu in enumerate(granks)
+                ]
+            )
             for nid, ranks, attrs in routers:
                 self.node(nid, NodeKind.ROUTER, ranks, ops[Op.MOE_ROUTER], op=Op.MOE_ROUTER, **base, **attrs)
                 for u in attn_out[g]:
@@ -447,9 +539,17 @@ class _Builder:
         etp = lay.expert_tp
         ear_logical = None
         if Op.MOE_EXPERT_ALLREDUCE in ops and not self.expanded:
-            ear_logical = self.node(f"{L}.expert.ar", NodeKind.ALL_REDUCE, stage, ops[Op.MOE_EXPERT_ALLREDUCE],
-                                    op=Op.MOE_EXPERT_ALLREDUCE, group_size=etp, rejoin=combine, rejoin_op=Op.MOE_COMBINE,
-                                    **base)
+            ear_logical = self.node(
+                f"{L}.expert.ar",
+                NodeKind.ALL_REDUCE,
+                stage,
+                ops[Op.MOE_EXPERT_ALLREDUCE],
+                op=Op.MOE_EXPERT_ALLREDUCE,
+                group_size=etp,
+                rejoin=combine,
+                rejoin_op=Op.MOE_COMBINE,
+                **base,
+            )
             assert combine is not None  # experts' all-reduce implies attn_dp > 1 and a stage of G > 1 GPUs
             self.edge(ear_logical, combine)
         hosting = self.hosting(layer)
@@ -478,8 +578,22 @@ class _Builder:
                 nodes = [(f"{L}.expert.e{k}", ranks_k, {"tp": etp} if etp > 1 else {})]
             for nid, ranks, attrs in nodes:
                 joins = ear or combine
-                self.node(nid, NodeKind.EXPERT, ranks, est, op=Op.MOE_EXPERTS, ep_rank=k, experts=hosting[k], **base, **attrs,
-                          **({"rejoin": joins, "rejoin_op": Op.MOE_EXPERT_ALLREDUCE if ear else Op.MOE_COMBINE} if joins else {}))
+                self.node(
+                    nid,
+                    NodeKind.EXPERT,
+                    ranks,
+                    est,
+                    op=Op.MOE_EXPERTS,
+                    ep_rank=k,
+                    experts=hosting[k],
+                    **base,
+                    **attrs,
+                    **(
+                        {"rejoin": joins, "rejoin_op": Op.MOE_EXPERT_ALLREDUCE if ear else Op.MOE_COMBINE}
+                        if joins
+                        else {}
+                    ),
+                )
                 if dispatch:
                     self.edge(dispatch, nid)
                 else:

@@ -217,7 +217,9 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     for nid, key in place.items():
         groups.setdefault(key, []).append(nid)
     top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (k[0], str(k[1])))
-    for nid in groups.get((None, None, None), []) + [x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v]:
+    for nid in groups.get((None, None, None), []) + [
+        x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v
+    ]:
         lines.append(f'  {nid}["{_m(labels[nid])}"]')
     for r, ph in top:
         lines.append(f'  subgraph r{r}_{ph}["replica {r} - {ph}"]')

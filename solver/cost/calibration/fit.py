@@ -56,7 +56,13 @@ FITTED_BY_SOFTWARE: dict[str, tuple[str, ...]] = {
     "trtllm-0.9": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us"),
     # Splitwise's stack scales badly with TP (decode at TP8 no faster than at TP4): its collectives
     # are fitted instead of a step overhead.
-    "splitwise": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us", "scaleup_bw_efficiency", "collective_latency_scale"),
+    "splitwise": (
+        "gemm_efficiency",
+        "hbm_efficiency",
+        "layer_overhead_us",
+        "scaleup_bw_efficiency",
+        "collective_latency_scale",
+    ),
 }
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.2, 0.95),
@@ -147,7 +153,14 @@ def op_factors(path: str | Path) -> OpFactors:
                 continue  # below that the GEMM is bound by weight reads, not by the curve
             gpu = get_gpu(r["gpu"])
             n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
-            achieved = 2.0 * m * n * k / (float(r["latency_us"]) * 1e-6) / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+            achieved = (
+                2.0
+                * m
+                * n
+                * k
+                / (float(r["latency_us"]) * 1e-6)
+                / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+            )
             pts.append((m, achieved))
 
         def res(x: Sequence[float]) -> list[float]:
@@ -279,7 +292,9 @@ def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields:
     def res(x: Sequence[float]) -> list[float]:
         prof = candidate(x)
         rows = [w * residual(p, prof) for p, w in zip(points, weights, strict=True)]
-        priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x, strict=True) if f in PRIORS]
+        priors = [
+            PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x, strict=True) if f in PRIORS
+        ]
         return rows + priors
 
     fit = least_squares(
@@ -360,7 +375,9 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
         f"fields {', '.join(result.fields)}; median |error| on those rows {result.median_abs_error:.1%}. "
         f"Shared factors: {ops.note}; attention, MoE, scale-out and memory overheads are engineering defaults"
     )
-    return FitResult(result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields)
+    return FitResult(
+        result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields
+    )
 
 
 @lru_cache(maxsize=1)
@@ -405,7 +422,9 @@ def calibrate_to_file(
         return results
     if len(results) > 1:
         names = ", ".join(r.profile.name for r in results)
-        raise SpecError("out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory")
+        raise SpecError(
+            "out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory"
+        )
     write_profile(results[0].profile, out)
     return results
 

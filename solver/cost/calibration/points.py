@@ -210,7 +210,11 @@ def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple[Any, ...], floa
         if _rate(row) != math.inf:
             continue
         isl, osl, value = int(row["isl"]), int(row["osl"]), float(row["value"])
-        per = {"request_throughput_req_per_s": 1, "output_tokens_per_s_total": osl, "total_tokens_per_s_total": isl + osl}
+        per = {
+            "request_throughput_req_per_s": 1,
+            "output_tokens_per_s_total": osl,
+            "total_tokens_per_s_total": isl + osl,
+        }
         if row["metric"] in per:
             key = _serving_config(row)
             found[key] = max(found.get(key, 0.0), value / per[row["metric"]])

@@ -90,7 +90,9 @@ def other(g: nx.DiGraph, like: str, avoid: set) -> str:
     order = list(g.nodes)
     start = order.index(like)
     ring = order[start + 1:] + order[:start]
-    same_branch = [n for n in ring if g.nodes[n].get("phase") == d.get("phase") and g.nodes[n].get("replica") == d.get("replica")]
+    same_branch = [
+        n for n in ring if g.nodes[n].get("phase") == d.get("phase") and g.nodes[n].get("replica") == d.get("replica")
+    ]
     for n in same_branch:
         if g.nodes[n]["kind"] == d["kind"] and n not in avoid:
             return n

@@ -37,7 +37,9 @@ def test_16_bit_70b_on_tp2_is_memory_starved():
     # per GPU, so no more than ~46 sequences fit (fewer after runtime and activations) - against
     # hundreds at TP4. The published table (TensorRT-LLM v0.14, 1000/1000) measured 785 tok/s at
     # TP2 against 3,775 at TP4: per GPU, TP2 is less than half of TP4. The model agrees.
-    p = problem("llama-3.1-70b", "8xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT)
+    p = problem(
+        "llama-3.1-70b", "8xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT
+    )
     per_seq = 2000 * 327_680 / 2 / GIB
     assert per_seq == pytest.approx(0.305, abs=0.001)
     tp2, tp4 = layout(p, tp=2), layout(p, tp=4)
@@ -55,7 +57,9 @@ def test_16_bit_70b_on_tp2_is_memory_starved():
 def test_layout_that_does_not_fit_reports_what_it_lacks():
     # TP1 on one 80 GB GPU: 141.1e9 B = 131.4 GiB of weights alone; the report says it does not fit
     # and by how much (at least 131.4 - 80 = 51.4 GiB), and the throughput search finds no batch.
-    p = problem("llama-3.1-70b", "1xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT)
+    p = problem(
+        "llama-3.1-70b", "1xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT
+    )
     pred = evaluate(p, layout(p, batch=1))
     worst = pred.worst_memory
     weights_gib = weight_bytes_total(p.model) / GIB

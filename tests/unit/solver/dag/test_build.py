@@ -26,9 +26,20 @@ SOLVED = [
 EVALUATED = {
     "tp-x-sp-groups": dict(model="llama-3.1-8b", cluster="8xH100", tp=2, sp=2, attn_dp=2, batch=4),
     "sp-only-pp2": dict(model="llama-3.1-8b", cluster="8xH100", tp=1, sp=4, pp=2, batch=3),
-    "expert-tp-groups": dict(model="qwen3-30b-a3b", cluster="2x8xH100", allow=("expert-tp",), tp=2, attn_dp=2,
-                             expert_tp=2, pp=2, batch=8, dp=2),
-    "expert-tp-one-group": dict(model="qwen3-30b-a3b", cluster="8xH100", allow=("expert-tp",), tp=4, expert_tp=2, batch=2),
+    "expert-tp-groups": dict(
+        model="qwen3-30b-a3b",
+        cluster="2x8xH100",
+        allow=("expert-tp",),
+        tp=2,
+        attn_dp=2,
+        expert_tp=2,
+        pp=2,
+        batch=8,
+        dp=2,
+    ),
+    "expert-tp-one-group": dict(
+        model="qwen3-30b-a3b", cluster="8xH100", allow=("expert-tp",), tp=4, expert_tp=2, batch=2
+    ),
     "moe-sp-groups-pp2": dict(model="mixtral-8x7b", cluster="8xH100", sp=2, attn_dp=2, pp=2, batch=5),
     "one-gpu-dense": dict(model="llama-3.1-8b", cluster="1xH100", batch=2),
     "one-gpu-moe": dict(model="qwen3-30b-a3b", cluster="1xH100", batch=2),
@@ -85,7 +96,9 @@ def test_decode_branch_is_one_token_step_after_the_previous_token() -> None:
     dag = build_dag(small_dense(), "expanded")
     prev, token = "r0.decode.prev", "r0.decode.token"
     assert dag.nodes[prev]["kind"] == "PrevToken" and dag.nodes[token]["kind"] == "Token"
-    attention = [n for n, d in dag.nodes(data=True) if d["kind"] == "Attention" and d["phase"] == "decode" and d["replica"] == 0]
+    attention = [
+        n for n, d in dag.nodes(data=True) if d["kind"] == "Attention" and d["phase"] == "decode" and d["replica"] == 0
+    ]
     for n in attention:
         caches = [u for u in dag.pred[n] if dag.nodes[u]["kind"] == "KVCache"]
         assert caches and all(dag.has_edge(prev, c) for c in caches)

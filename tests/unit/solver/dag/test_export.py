@@ -171,7 +171,9 @@ def test_malformed_attributes_are_reported_never_raised() -> None:
         u, v = rng.choice(edges)
         g.edges[u, v]["kind"] = rng.choice(values + ["data"])
         if rng.random() < 0.3:
-            g.graph[rng.choice(["layout", "num_gpus", "moe_layers", "num_layers", "allow", "num_experts"])] = rng.choice(values)
+            g.graph[rng.choice(["layout", "num_gpus", "moe_layers", "num_layers", "allow", "num_experts"])] = (
+                rng.choice(values)
+            )
         found = check_dag(g)
         fix_dag(g)
         assert all(d.rule.startswith("DAG-") for d in found)
