@@ -15,7 +15,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.models.load_profile import uniform_profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import (
-    NS,
+    NS_PER_S,
     decode_context,
     memory_limit_gib,
     phase_table,
@@ -140,8 +140,8 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
                     sends_d.append(0)
                     sends_p.append(0)
                     continue
-                sends_d.append(round(ctx.send_recv(dec_step, src, dst) * NS))
-                sends_p.append(round(ctx.send_recv(pre_step, src, dst) * NS))
+                sends_d.append(round(ctx.send_recv_s(dec_step, src, dst) * NS_PER_S))
+                sends_p.append(round(ctx.send_recv_s(pre_step, src, dst) * NS_PER_S))
             tables.time[(shape, option)] = TimeEntry(
                 decode=dec.layer_ns, prefill=pre.layer_ns,
                 first_decode=dec.first_ns, first_prefill=pre.first_ns,

@@ -65,6 +65,7 @@ from shardplan.rules.dag.view import (  # re-exported: the schema's vocabulary
     STATE,
     DagRule,
     DagView,
+    NodeKind,
     graph_schema_problems,
     is_sharded,
     longest_path_us,
@@ -106,5 +107,5 @@ DAG_RULES: tuple[DagRule, ...] = (
 
 __all__ = [
     "COLLECTIVE", "CONTROL", "DAG_RULES", "KINDS", "SCHEMA", "STATE", "DagRule", "DagView",
-    "graph_schema_problems", "is_sharded", "longest_path_us",
+    "NodeKind", "graph_schema_problems", "is_sharded", "longest_path_us",
 ]

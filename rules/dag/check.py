@@ -22,7 +22,9 @@ def check_dag(dag: Any, include_warnings: bool = False) -> list[Diagnostic]:
             found = rule.check_dag(view)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # A file malformed in a way no rule foresaw: say so under the schema rule, never crash.
-            found = [Diagnostic("DAG-022", "error", f"{rule.id} could not read this graph: {type(exc).__name__}: {exc}")]
+            found = [
+                Diagnostic("DAG-022", "error", f"{rule.id} could not read this graph: {type(exc).__name__}: {exc}")
+            ]
         for diag in found:
             if diag.severity == "error" or include_warnings:
                 out.append(diag)

@@ -20,8 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardplan.rules.base import Diagnostic
-from shardplan.rules.dag.catalog import COLLECTIVE, CONTROL, STATE, DagView, graph_schema_problems, is_sharded
+from shardplan.rules.dag.catalog import (
+    COLLECTIVE,
+    CONTROL,
+    STATE,
+    DagView,
+    NodeKind,
+    graph_schema_problems,
+    is_sharded,
+)
 from shardplan.rules.dag.check import check_dag
+from shardplan.rules.operators import Op, Phase
 
 FIXABLE = frozenset({"DAG-008", "DAG-010", "DAG-017", "DAG-018", "DAG-028"})
 SCOPE = ("replica", "phase", "stage", "layer", "layer_kind")
@@ -62,27 +71,27 @@ def fix_dag(dag: Any, max_rounds: int = 4) -> tuple[Any, list[Change], list[Diag
 
 
 # --- collectives after shards (DAG-010) ---------------------------------------------------------
-def collective_kind(op: str, phase: str, attn_dp: int) -> str | None:
-    """The collective that prices cost key ``op`` (solver/cost/operators.py)."""
-    if op == "attn.sp":
-        return "AllReduce" if phase == "decode" else "AllGather"
-    if op in ("attn.allreduce", "ffn.allreduce", "moe.expert_allreduce"):
-        return "AllReduce"
-    if op == "lm_head.gather":
-        return "AllGather"
-    if op == "moe.combine":
-        return "AllReduce" if attn_dp == 1 else "AllToAll"
+def collective_kind(op: str, phase: str, attn_dp: int) -> NodeKind | None:
+    """The collective that prices cost key ``op`` (``rules/operators.py``, priced in solver/cost/operators.py)."""
+    if op == Op.ATTN_SP:
+        return NodeKind.ALL_REDUCE if phase == Phase.DECODE else NodeKind.ALL_GATHER
+    if op in (Op.ATTN_ALLREDUCE, Op.FFN_ALLREDUCE, Op.MOE_EXPERT_ALLREDUCE):
+        return NodeKind.ALL_REDUCE
+    if op == Op.LM_HEAD_GATHER:
+        return NodeKind.ALL_GATHER
+    if op == Op.MOE_COMBINE:
+        return NodeKind.ALL_REDUCE if attn_dp == 1 else NodeKind.ALL_TO_ALL
     return None
 
 
 def _fix_collectives(g: Any) -> list[Change]:
     view = DagView(g)
     out: list[Change] = []
-    siblings: dict[str, list] = defaultdict(list)  # siblings[collective id]: shards it rejoins
+    siblings: dict[str, list[Any]] = defaultdict(list)  # siblings[collective id]: shards it rejoins
     for n, d in view.data.items():
         if not isinstance(d.get("rejoin"), str) or d.get("kind") in STATE | CONTROL:
             continue
-        if d.get("kind") not in COLLECTIVE and d.get("kind") != "Expert" and not is_sharded(d):
+        if d.get("kind") not in COLLECTIVE and d.get("kind") != NodeKind.EXPERT and not is_sharded(d):
             continue
         siblings[d["rejoin"]].append(n)
     for coll, shards in siblings.items():
@@ -102,17 +111,17 @@ def _fix_collectives(g: Any) -> list[Change]:
     return out
 
 
-def _stray(g: Any, n: Any) -> list:
+def _stray(g: Any, n: Any) -> list[Any]:
     """Data successors of a node that lost its collective: where its collective's output went
     (anything but its KV cache update and the collective it names)."""
     named = g.nodes[n].get("rejoin")
     return [
         v for v, e in g.succ[n].items()
-        if e.get("kind") != "sync" and g.nodes[v].get("kind") != "KVCacheUpdate" and v != named
+        if e.get("kind") != "sync" and g.nodes[v].get("kind") != NodeKind.KV_CACHE_UPDATE and v != named
     ]
 
 
-def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
+def _recreate(g: Any, view: DagView, coll: str, shards: list[Any]) -> Change | None:
     first = g.nodes[shards[0]]
     op = first.get("rejoin_op")
     layout = view.layout
@@ -121,7 +130,7 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
     if kind is None or not targets:
         return None  # nothing says what the collective was or where its result went
     table = (g.graph.get("op_us") or {}).get(first.get("phase"), {})
-    if op == "lm_head.gather":
+    if op == Op.LM_HEAD_GATHER:
         est = (table.get("last") or {}).get(op, 0.0)
     else:
         est = ((table.get("layers") or {}).get(first.get("layer_kind")) or {}).get(op, 0.0)
@@ -130,8 +139,9 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
     groups = {g.nodes[n].get("group") for n in shards}
     if len(groups) == 1 and None not in groups:
         attrs["group"] = groups.pop()
-    g.add_node(coll, kind=kind, ranks=ranks, est_us=est, op=op, group_size=len(ranks), repaired=True, **attrs)
-    kinds = {}
+    # The graph holds plain strings, as a file read back does.
+    g.add_node(coll, kind=kind.value, ranks=ranks, est_us=est, op=op, group_size=len(ranks), repaired=True, **attrs)
+    kinds: dict[Any, str] = {}  # kinds[target]: the edge kind a shard had into it
     for n in shards:
         for v in targets:
             if g.has_edge(n, v):
@@ -147,60 +157,60 @@ def _recreate(g: Any, view: DagView, coll: str, shards: list) -> Change | None:
 def _fix_kv(g: Any) -> list[Change]:
     view = DagView(g)
     out: list[Change] = []
-    heads: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for kind in ("PrevToken", "Token"):
+    heads: dict[tuple[Any, ...], dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for kind in (NodeKind.PREV_TOKEN, NodeKind.TOKEN):
         for n in view.by_kind.get(kind, []):
             heads[view.branch_of(n)][kind].append(n)
 
-    def only(branch: tuple, kind: str) -> str | None:
+    def only(branch: tuple[Any, ...], kind: str) -> str | None:
         found = heads[branch][kind]
         return found[0] if len(found) == 1 else None
 
-    def key(n: Any) -> tuple:
+    def key(n: Any) -> tuple[Any, ...]:
         d = view.data[n]
         return d.get("replica"), d.get("phase"), d.get("layer"), tuple(sorted(view.ranks(n)))
 
     caches = defaultdict(list)
     updates = defaultdict(list)
-    for n in view.by_kind.get("KVCache", []):
+    for n in view.by_kind.get(NodeKind.KV_CACHE, []):
         caches[key(n)].append(n)
-    for n in view.by_kind.get("KVCacheUpdate", []):
+    for n in view.by_kind.get(NodeKind.KV_CACHE_UPDATE, []):
         updates[key(n)].append(n)
-    for a in view.by_kind.get("Attention", []):
+    for a in view.by_kind.get(NodeKind.ATTENTION, []):
         d = view.data[a]
         branch = view.branch_of(a)
-        if d.get("phase") == "decode" and not any(view.kind(u) == "KVCache" for u in g.pred[a]):
-            free = [k for k in caches[key(a)] if not any(view.kind(v) == "Attention" for v in g.succ[k])]
-            prev = only(branch, "PrevToken")
+        if d.get("phase") == Phase.DECODE and not any(view.kind(u) == NodeKind.KV_CACHE for u in g.pred[a]):
+            free = [k for k in caches[key(a)] if not any(view.kind(v) == NodeKind.ATTENTION for v in g.succ[k])]
+            prev = only(branch, NodeKind.PREV_TOKEN)
             if free:
                 g.add_edge(free[0], a, kind="data")
                 out.append(Change("DAG-017", f"restored the KV cache read {free[0]} -> {a}", (free[0], a)))
             elif prev is not None:
                 kv = _new_id(g, _sibling_id(a, ".kv"))
-                g.add_node(kv, **_state_attrs(d, "KVCache"))
+                g.add_node(kv, **_state_attrs(d, NodeKind.KV_CACHE))
                 g.add_edge(prev, kv, kind="sync")
                 g.add_edge(kv, a, kind="data")
                 out.append(Change("DAG-017", f"inserted the KV cache read {kv} before {a}", (kv, a)))
-        if not any(view.kind(v) == "KVCacheUpdate" for v in g.succ[a]):
-            free = [k for k in updates[key(a)] if not any(view.kind(u) == "Attention" for u in g.pred[k])]
-            token = only(branch, "Token")
+        if not any(view.kind(v) == NodeKind.KV_CACHE_UPDATE for v in g.succ[a]):
+            free = [k for k in updates[key(a)] if not any(view.kind(u) == NodeKind.ATTENTION for u in g.pred[k])]
+            token = only(branch, NodeKind.TOKEN)
             if free:
                 g.add_edge(a, free[0], kind="data")
                 out.append(Change("DAG-018", f"restored the KV cache update {a} -> {free[0]}", (a, free[0])))
             elif token is not None:
                 kvu = _new_id(g, _sibling_id(a, ".kvu"))
-                g.add_node(kvu, **_state_attrs(d, "KVCacheUpdate"))
+                g.add_node(kvu, **_state_attrs(d, NodeKind.KV_CACHE_UPDATE))
                 g.add_edge(a, kvu, kind="data")
                 g.add_edge(kvu, token, kind="sync")
                 out.append(Change("DAG-018", f"inserted the KV cache update {kvu} after {a}", (a, kvu)))
-    for n in view.by_kind.get("KVCache", []):
-        prev = only(view.branch_of(n), "PrevToken")
-        if prev is not None and not any(view.kind(u) == "PrevToken" for u in g.pred[n]):
+    for n in view.by_kind.get(NodeKind.KV_CACHE, []):
+        prev = only(view.branch_of(n), NodeKind.PREV_TOKEN)
+        if prev is not None and not any(view.kind(u) == NodeKind.PREV_TOKEN for u in g.pred[n]):
             g.add_edge(prev, n, kind="sync")
             out.append(Change("DAG-017", f"restored the previous-token dependency {prev} -> {n}", (prev, n)))
-    for n in view.by_kind.get("KVCacheUpdate", []):
-        token = only(view.branch_of(n), "Token")
-        if token is not None and not any(view.kind(v) == "Token" for v in g.succ[n]):
+    for n in view.by_kind.get(NodeKind.KV_CACHE_UPDATE, []):
+        token = only(view.branch_of(n), NodeKind.TOKEN)
+        if token is not None and not any(view.kind(v) == NodeKind.TOKEN for v in g.succ[n]):
             g.add_edge(n, token, kind="sync")
             out.append(Change("DAG-018", f"restored the token's wait {n} -> {token}", (n, token)))
     return out
@@ -216,9 +226,15 @@ def _new_id(g: Any, nid: str) -> str:
     return nid
 
 
-def _state_attrs(d: dict, kind: str) -> dict:
+def _state_attrs(d: dict[str, Any], kind: NodeKind) -> dict[str, Any]:
     keep = (*SCOPE, "group", "sp_rank", "tp_rank", "tp", "sp")
-    return {"kind": kind, "ranks": tuple(d.get("ranks", ())), "est_us": 0.0, "repaired": True, **{k: d[k] for k in keep if k in d}}
+    return {
+        "kind": kind.value,
+        "ranks": tuple(d.get("ranks", ())),
+        "est_us": 0.0,
+        "repaired": True,
+        **{k: d[k] for k in keep if k in d},
+    }
 
 
 # --- pipeline edges (DAG-028, DAG-008) ----------------------------------------------------------
@@ -239,18 +255,32 @@ def _fix_pipeline(g: Any) -> list[Change]:
                     ranks = tuple(view.data[stage_node[s][0]]["ranks"]) + tuple(view.data[nxt[0]]["ranks"])
                     send_us = ((g.graph.get("op_us") or {}).get(phase, {}).get("send") or [])
                     est = send_us[s] if s < len(send_us) else 0.0
-                    g.add_node(x, kind="SendRecv", ranks=ranks, est_us=est, replica=r, phase=phase, stage=s, to_stage=s + 1,
-                               op="send_recv", repaired=True)
+                    g.add_node(
+                        x,
+                        kind=NodeKind.SEND_RECV.value,
+                        ranks=ranks,
+                        est_us=est,
+                        replica=r,
+                        phase=phase,
+                        stage=s,
+                        to_stage=s + 1,
+                        op=Op.SEND_RECV.value,
+                        repaired=True,
+                    )
                     for u in exits:
                         g.add_edge(u, x, kind="pipeline")
                     g.add_edge(x, nxt[0], kind="pipeline")
-                    out.append(Change("DAG-028", f"inserted the missing SendRecv {x} from stage {s} to {s + 1}", (x, *exits)))
+                    out.append(
+                        Change("DAG-028", f"inserted the missing SendRecv {x} from stage {s} to {s + 1}", (x, *exits))
+                    )
                 continue
             for x in sends[s]:
                 if not any(view.stage(u) == s for u in g.pred[x]) and exits:
                     for u in exits:
                         g.add_edge(u, x, kind="pipeline")
-                    out.append(Change("DAG-028", f"restored the pipeline edges into {x} from " + ", ".join(exits), (x, *exits)))
+                    out.append(
+                        Change("DAG-028", f"restored the pipeline edges into {x} from " + ", ".join(exits), (x, *exits))
+                    )
                 if len(nxt) == 1 and not any(v == nxt[0] for v in g.succ[x]) and not g.pred[nxt[0]]:
                     g.add_edge(x, nxt[0], kind="pipeline")
                     out.append(Change("DAG-028", f"restored the pipeline edge {x} -> {nxt[0]}", (x, nxt[0])))
@@ -259,13 +289,17 @@ def _fix_pipeline(g: Any) -> list[Change]:
                         g.edges[u, x]["kind"] = "pipeline"
                         out.append(Change("DAG-008", f"relabelled {u} -> {x} as a pipeline edge", (u, x)))
                 for v in list(g.succ[x]):
-                    if view.kind(v) == "Stage" and view.stage(v) == s + 1 and g.edges[x, v].get("kind") != "pipeline":
+                    if (
+                        view.kind(v) == NodeKind.STAGE
+                        and view.stage(v) == s + 1
+                        and g.edges[x, v].get("kind") != "pipeline"
+                    ):
                         g.edges[x, v]["kind"] = "pipeline"
                         out.append(Change("DAG-008", f"relabelled {x} -> {v} as a pipeline edge", (x, v)))
     return out
 
 
-def _stage_exits(g: Any, view: DagView, nodes: list, s: int, last_layer: int) -> list:
+def _stage_exits(g: Any, view: DagView, nodes: list[Any], s: int, last_layer: int) -> list[Any]:
     """Nodes that end stage ``s``'s last layer and feed nothing: what a SendRecv should receive."""
     exits = []
     for n in nodes:

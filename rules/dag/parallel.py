@@ -5,9 +5,10 @@ experts and combine."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
-from shardplan.rules.base import Kind
+from shardplan.rules.base import Diagnostic, Kind
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
@@ -17,6 +18,8 @@ from shardplan.rules.dag.view import (
     SP_KINDS,
     STATE,
     DagRule,
+    DagView,
+    NodeKind,
     _int,
     _ranges,
     is_sharded,
@@ -26,16 +29,19 @@ from shardplan.rules.dag.view import (
 class TpRejoins(DagRule):
     id = "DAG-010"
     name = "tp-not-rejoined"
-    statement = "the shards of a tensor- or sequence-parallel operator rejoin at an explicit collective before anything else reads them"
+    statement = (
+        "the shards of a tensor- or sequence-parallel operator rejoin at an explicit collective "
+        "before anything else reads them"
+    )
     source = "001 §3.3 (TP branches re-converge), 001 §4.4, 000 §7.3"
     example_bad = "attention shards feeding the FFN directly, the all-reduce removed"
     example_good = "attention shards -> all-reduce -> FFN"
     fixable = True  # a missing collective, or a missing edge into it, is restored
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             kind = d.get("kind")
-            if kind in COLLECTIVE or (kind == "Expert" and not is_sharded(d)):
+            if kind in COLLECTIVE or (kind == NodeKind.EXPERT and not is_sharded(d)):
                 # partial joins (sequence exchange, expert all-reduce) and whole experts name the
                 # collective that completes them
                 if isinstance(d.get("rejoin"), str) and d["rejoin"] not in view.succ(n):
@@ -45,10 +51,12 @@ class TpRejoins(DagRule):
                 continue
             outs = list(view.succ(n))
             joined = [v for v in outs if view.kind(v) in COLLECTIVE]
-            stray = [v for v in outs if view.kind(v) not in COLLECTIVE and view.kind(v) != "KVCacheUpdate"]
+            stray = [v for v in outs if view.kind(v) not in COLLECTIVE and view.kind(v) != NodeKind.KV_CACHE_UPDATE]
             named = d.get("rejoin")
             if not joined:
-                yield self.at(n, "shard output reaches no collective" + (f" (feeds {stray[0]} directly)" if stray else ""))
+                yield self.at(
+                    n, "shard output reaches no collective" + (f" (feeds {stray[0]} directly)" if stray else "")
+                )
             elif stray:
                 yield self.at(n, f"shard output feeds {stray[0]} before its collective")
             elif isinstance(named, str) and named not in joined:
@@ -63,7 +71,7 @@ class TpWithinLayer(DagRule):
     example_bad = "the FFN shard of layer 3 on GPU 1 feeding layer 4's attention shard on GPU 1"
     example_good = "each layer's shards rejoin, then the next layer splits again"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             if not is_sharded(d) or d.get("kind") in COLLECTIVE or d.get("kind") in CONTROL:
                 continue
@@ -85,10 +93,10 @@ class EpInsideMoe(DagRule):
     example_bad = "an Expert node in a dense layer, or in no layer at all"
     example_good = "router -> dispatch -> experts -> combine inside a MoE layer"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             kind = d.get("kind")
-            if kind in MOE_KINDS or kind == "AllToAll" or "experts" in d or "ep_rank" in d:
+            if kind in MOE_KINDS or kind == NodeKind.ALL_TO_ALL or "experts" in d or "ep_rank" in d:
                 layer = d.get("layer")
                 if layer not in view.moe_layers:
                     yield self.at(n, f"{kind} in layer {layer}, which is not a MoE layer")
@@ -102,11 +110,11 @@ class EpNotInsideTp(DagRule):
     example_bad = "an Expert node fed by attention TP shard 1"
     example_good = "attention shards -> all-reduce -> router -> experts"
 
-    def violations(self, view):
-        for n in (*view.by_kind.get("Expert", []), *view.by_kind.get("Router", [])):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        for n in (*view.by_kind.get(NodeKind.EXPERT, []), *view.by_kind.get(NodeKind.ROUTER, [])):
             for u in view.pred(n):
                 du = view.data[u]
-                if du.get("kind") not in COLLECTIVE and du.get("kind") != "Router" and is_sharded(du):
+                if du.get("kind") not in COLLECTIVE and du.get("kind") != NodeKind.ROUTER and is_sharded(du):
                     yield self.at(n, f"{view.kind(n)} fed by the tensor-parallel shard {u}")
 
 
@@ -121,19 +129,19 @@ class EpPartitions(DagRule):
     example_bad = "every Expert node hosting all 256 experts, or twice as many Expert nodes as GPUs"
     example_good = "8 Expert nodes on 8 GPUs hosting experts 0-31, 32-63, ..."
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None or not view.num_experts:
             return
         ep, etp = view.layout.ep, view.layout.expert_tp
         per_rank = etp if view.graph.get("detail") == "expanded" else 1
-        groups: dict[tuple, list] = defaultdict(list)
-        for n in view.by_kind.get("Expert", []):
+        groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             groups[(d.get("replica"), d.get("phase"), d.get("layer"))].append(n)
         for (r, phase, layer), nodes in groups.items():
             where = f"replica {r} {phase} layer {layer}"
-            by_rank: dict[Any, list] = defaultdict(list)
-            hosted: set = set()
+            by_rank: dict[Any, list[Any]] = defaultdict(list)
+            hosted: set[Any] = set()
             owner: dict[int, Any] = {}
             for n in nodes:
                 d = view.data[n]
@@ -147,7 +155,9 @@ class EpPartitions(DagRule):
                         yield self.at(n, f"GPU {g} already serves EP rank {owner[g]}")
             bad = [k for k in by_rank if not isinstance(k, int) or not 0 <= k < ep]
             if bad or len(by_rank) != ep:
-                yield self.at(None, f"{where}: {len(by_rank)} EP ranks {sorted(map(str, by_rank))[:6]}; the plan has ep={ep}")
+                yield self.at(
+                    None, f"{where}: {len(by_rank)} EP ranks {sorted(map(str, by_rank))[:6]}; the plan has ep={ep}"
+                )
             for k, ns in by_rank.items():
                 if len(ns) != per_rank:
                     yield self.at(ns[0], f"{where}: EP rank {k} has {len(ns)} Expert nodes, expected {per_rank}")
@@ -164,7 +174,7 @@ class SpInsideAttention(DagRule):
     example_bad = "an FFN node with sp_rank 1"
     example_good = "attention shards (sp_rank, tp_rank) -> sequence exchange -> all-reduce -> FFN"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for n, d in view.data.items():
             if ("sp_rank" in d or _int(d.get("sp"), 1) > 1) and d.get("kind") not in SP_KINDS:
                 yield self.at(n, f"{d.get('kind')} carries a sequence split")
@@ -180,8 +190,8 @@ class NoTpInsideExpertNodes(DagRule):
     example_bad = "Expert nodes with tp_rank 0 and 1 in a plan without --allow expert-tp"
     example_good = "one Expert node per GPU, each hosting whole experts"
 
-    def violations(self, view):
-        for n in view.by_kind.get("Expert", []):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             d = view.data[n]
             if "tp_rank" in d or _int(d.get("tp"), 1) > 1:
                 yield self.at(n, "tensor-parallel expert without the expert-tp policy")
@@ -195,7 +205,7 @@ class CollectiveSpan(DagRule):
     example_bad = "an all-reduce on GPU 0 alone joining shards on GPUs 0-7"
     example_good = "an all-reduce on GPUs 0-7 after shards on GPUs 0-7"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for kind in COLLECTIVE:
             for n in view.by_kind.get(kind, []):
                 mine = view.ranks(n)
@@ -213,16 +223,18 @@ class CollectiveSpan(DagRule):
 class ExpertsRejoinAfterCompute(DagRule):
     id = "DAG-026"
     name = "experts-rejoin-early"
-    statement = "expert branches stay apart until their computation ends: an Expert node feeds only the combine collectives"
+    statement = (
+        "expert branches stay apart until their computation ends: an Expert node feeds only the combine collectives"
+    )
     source = "001 §3.4 (EP branches do not rejoin until after expert computation)"
     example_bad = "Expert 3 feeding Expert 4"
     example_good = "each Expert -> combine"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         single = view.layout is not None and view.layout.gpus_per_stage == 1
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             for v in view.succ(n):
-                if view.kind(v) == "Expert":
+                if view.kind(v) == NodeKind.EXPERT:
                     yield self.at(n, f"feeds Expert {v} before the combine")
                 elif view.kind(v) not in COLLECTIVE and not single:
                     yield self.at(n, f"feeds {view.kind(v)} {v} before the combine")
@@ -239,48 +251,49 @@ class MoeDecomposed(DagRule):
     example_bad = "a MoE layer whose Expert nodes have no router before them, or no combine after them"
     example_good = "router -> all-to-all -> experts -> all-to-all"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         lay = view.layout
-        layers: dict[tuple, dict] = defaultdict(lambda: defaultdict(list))
-        for kind in ("Router", "Expert"):
+        layers: dict[tuple[Any, ...], dict[Any, Any]] = defaultdict(lambda: defaultdict(list))
+        for kind in (NodeKind.ROUTER, NodeKind.EXPERT):
             for n in view.by_kind.get(kind, []):
                 d = view.data[n]
                 layers[(d.get("replica"), d.get("phase"), d.get("layer"))][kind].append(n)
         for key, nodes in view.branches.items():
-            moe = {view.layer(n) for n in nodes if view.kind(n) == "Layer" and view.layer(n) in view.moe_layers}
+            moe = {view.layer(n) for n in nodes if view.kind(n) == NodeKind.LAYER and view.layer(n) in view.moe_layers}
             for layer in moe:
                 found = layers.get((key[0], key[1], layer), {})
-                if not found.get("Router") or not found.get("Expert"):
+                if not found.get(NodeKind.ROUTER) or not found.get(NodeKind.EXPERT):
                     yield self.at(None, f"replica {key[0]} {key[1]} MoE layer {layer} lacks a router or its experts")
         dispatch_needed = lay.attn_dp > 1
-        routed: dict = {}  # routed[all-to-all]: whether a router feeds it
+        routed: dict[Any, bool] = {}  # routed[all-to-all]: whether a router feeds it
 
         def from_router(u: Any) -> bool:
             if u not in routed:
-                routed[u] = any(view.kinds[w] == "Router" for w in view.pred(u))
+                routed[u] = any(view.kinds[w] == NodeKind.ROUTER for w in view.pred(u))
             return routed[u]
 
-        for n in view.by_kind.get("AllToAll", []):
+        for n in view.by_kind.get(NodeKind.ALL_TO_ALL, []):
             if from_router(n):
                 for v in view.succ(n):
-                    if view.kinds[v] != "Expert":
+                    if view.kinds[v] != NodeKind.EXPERT:
                         yield self.at(n, f"the dispatch after the router feeds {view.kinds[v]} {v}, not an expert")
-        for n in view.by_kind.get("Expert", []):
+        for n in view.by_kind.get(NodeKind.EXPERT, []):
             preds = list(view.pred(n))
             fed = False
             for u in preds:
                 ku = view.kind(u)
-                if ku == "Router" and not dispatch_needed:
+                if ku == NodeKind.ROUTER and not dispatch_needed:
                     fed = True
-                elif ku == "AllToAll" and from_router(u):
+                elif ku == NodeKind.ALL_TO_ALL and from_router(u):
                     fed = True
             if not fed:
                 how = "an all-to-all dispatch after the router" if dispatch_needed else "a router"
                 yield self.at(n, f"expert not fed by {how}")
             layer = view.layers[n]
             if lay.gpus_per_stage > 1 and not any(
-                view.kinds[v] in COLLECTIVE and view.kinds[v] != "SendRecv" and view.layers[v] == layer for v in view.succ(n)
+                view.kinds[v] in COLLECTIVE and view.kinds[v] != NodeKind.SEND_RECV and view.layers[v] == layer
+                for v in view.succ(n)
             ):
                 yield self.at(n, "expert output is combined by no collective of its layer")

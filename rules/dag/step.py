@@ -4,8 +4,10 @@ updates, token order, a single-token step, ranks inside the plan, the schema, th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
-from shardplan.rules.base import Kind
+from shardplan.rules.base import Diagnostic, Kind
 from shardplan.rules.dag.view import (
     COMPUTE,
     EDGE_KINDS,
@@ -17,9 +19,12 @@ from shardplan.rules.dag.view import (
     STATE,
     TYPED,
     DagRule,
+    DagView,
+    NodeKind,
     longest_path_us,
 )
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Phase
 
 
 class NoHiddenCommunication(DagRule):
@@ -33,7 +38,7 @@ class NoHiddenCommunication(DagRule):
     example_bad = "attention shard on GPU 0 feeding the FFN shard on GPU 1"
     example_good = "attention shards -> all-reduce -> FFN shards"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         local = COMPUTE | STATE
         for u, v, kind in view.edges:
             if kind == "sync" or view.kind(u) not in local or view.kind(v) not in local:
@@ -46,26 +51,28 @@ class NoHiddenCommunication(DagRule):
 class KvRead(DagRule):
     id = "DAG-017"
     name = "kv-read-missing"
-    statement = "in decode every attention node reads the KV cache on its GPUs, and that cache depends on the previous token"
+    statement = (
+        "in decode every attention node reads the KV cache on its GPUs, and that cache depends on the previous token"
+    )
     source = "000 §7.2 (explicit KV cache dependencies)"
     example_bad = "a decode attention node with no KVCache predecessor"
     example_good = "previous token -> KV cache -> attention"
     fixable = True
 
-    def violations(self, view):
-        for n in view.by_kind.get("Attention", []):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        for n in view.by_kind.get(NodeKind.ATTENTION, []):
             d = view.data[n]
-            if d.get("phase") != "decode":
+            if d.get("phase") != Phase.DECODE:
                 continue
-            caches = [u for u in view.in_adj[n] if view.kind(u) == "KVCache"]
+            caches = [u for u in view.in_adj[n] if view.kind(u) == NodeKind.KV_CACHE]
             if not caches:
                 yield self.at(n, "decode attention reads no KV cache")
             elif not any(view.ranks(n) <= view.ranks(u) and view.layer(u) == d.get("layer") for u in caches):
                 yield self.at(n, f"KV cache {caches[0]} is not this layer's cache on these GPUs")
-        for n in view.by_kind.get("KVCache", []):
-            if not any(view.kind(u) == "PrevToken" for u in view.in_adj[n]):
+        for n in view.by_kind.get(NodeKind.KV_CACHE, []):
+            if not any(view.kind(u) == NodeKind.PREV_TOKEN for u in view.in_adj[n]):
                 yield self.at(n, "KV cache does not depend on the previous token")
-            if not any(view.kind(v) == "Attention" for v in view.out_adj[n]):
+            if not any(view.kind(v) == NodeKind.ATTENTION for v in view.out_adj[n]):
                 yield self.at(n, "KV cache read by no attention node")
 
 
@@ -78,17 +85,17 @@ class KvUpdate(DagRule):
     example_good = "attention -> KV cache update -> token"
     fixable = True
 
-    def violations(self, view):
-        for n in view.by_kind.get("Attention", []):
-            ups = [v for v in view.out_adj[n] if view.kind(v) == "KVCacheUpdate"]
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        for n in view.by_kind.get(NodeKind.ATTENTION, []):
+            ups = [v for v in view.out_adj[n] if view.kind(v) == NodeKind.KV_CACHE_UPDATE]
             if not ups:
                 yield self.at(n, "attention writes no KV cache update")
             elif not any(view.ranks(n) <= view.ranks(v) and view.layer(v) == view.layer(n) for v in ups):
                 yield self.at(n, f"KV cache update {ups[0]} is not this layer's on these GPUs")
-        for n in view.by_kind.get("KVCacheUpdate", []):
-            if not any(view.kind(v) == "Token" for v in view.out_adj[n]):
+        for n in view.by_kind.get(NodeKind.KV_CACHE_UPDATE, []):
+            if not any(view.kind(v) == NodeKind.TOKEN for v in view.out_adj[n]):
                 yield self.at(n, "the step's token does not wait for this KV cache update")
-            if not any(view.kind(u) == "Attention" for u in view.in_adj[n]):
+            if not any(view.kind(u) == NodeKind.ATTENTION for u in view.in_adj[n]):
                 yield self.at(n, "KV cache update written by no attention node")
 
 
@@ -103,26 +110,28 @@ class TokenOrder(DagRule):
     example_bad = "a decode branch with no PrevToken node, or a stage that does not wait for it"
     example_good = "decode -> previous token -> stage 0 -> ... -> token"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for (r, phase), nodes in view.branches.items():
             kinds = defaultdict(list)
             for n in nodes:
                 kinds[view.kind(n)].append(n)
-            if not kinds["Token"]:
+            if not kinds[NodeKind.TOKEN]:
                 yield self.at(None, f"replica {r} {phase}: no Token node ends the branch")
-            for t in kinds["Token"]:
+            for t in kinds[NodeKind.TOKEN]:
                 if view.dag.out_degree(t):
-                    yield self.at(t, "the token feeds " + ", ".join(map(str, list(view.out_adj[t])[:3])) + " in its own step")
-            if phase != "decode":
-                for n in kinds["PrevToken"]:
+                    yield self.at(
+                        t, "the token feeds " + ", ".join(map(str, list(view.out_adj[t])[:3])) + " in its own step"
+                    )
+            if phase != Phase.DECODE:
+                for n in kinds[NodeKind.PREV_TOKEN]:
                     yield self.at(n, "a previous-token node in a prefill branch")
                 continue
-            if not kinds["PrevToken"]:
+            if not kinds[NodeKind.PREV_TOKEN]:
                 yield self.at(None, f"replica {r} decode: no PrevToken node (token t+1 must follow token t)")
                 continue
-            after = view.forward(kinds["PrevToken"], within=set(nodes))
+            after = view.forward(kinds[NodeKind.PREV_TOKEN], within=set(nodes))
             for n in nodes:
-                if n not in after and view.kind(n) != "Phase":
+                if n not in after and view.kind(n) != NodeKind.PHASE:
                     yield self.at(n, "does not follow the previous token's completion")
 
 
@@ -134,12 +143,12 @@ class SingleTokenStep(DagRule):
     example_bad = "a decode phase with new_tokens 4, or two Token nodes in one decode branch"
     example_good = "one PrevToken, one Token, new_tokens 1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for (r, phase), nodes in view.branches.items():
-            if phase != "decode":
+            if phase != Phase.DECODE:
                 continue
-            tokens = [n for n in nodes if view.kind(n) == "Token"]
-            prevs = [n for n in nodes if view.kind(n) == "PrevToken"]
+            tokens = [n for n in nodes if view.kind(n) == NodeKind.TOKEN]
+            prevs = [n for n in nodes if view.kind(n) == NodeKind.PREV_TOKEN]
             if len(tokens) > 1:
                 yield self.at(tokens[1], f"replica {r} decode has {len(tokens)} Token nodes in one step")
             if len(prevs) > 1:
@@ -161,7 +170,7 @@ class RanksInPlan(DagRule):
     example_bad = "an attention shard on GPU 40 of a 32-GPU plan, or on another stage's GPU"
     example_good = "stage 1 of a tp=8 plan on GPUs 8-15"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         lay = view.layout
         n_gpus = view.num_gpus
         if lay is not None and n_gpus != lay.num_gpus:
@@ -178,7 +187,7 @@ class RanksInPlan(DagRule):
                 continue
             yield from self._placed(view, lay, n, d)
 
-    def _placed(self, view, lay, n, d):
+    def _placed(self, view: DagView, lay: Layout, n: Any, d: dict[str, Any]) -> Iterator[Diagnostic]:
         r, s = d.get("replica"), d.get("stage")
         if not isinstance(r, int):
             return
@@ -196,21 +205,27 @@ class RanksInPlan(DagRule):
             return
         stage = lay.stage_gpus(r, s)
         top = stage.stop
-        if d.get("kind") == "SendRecv" and s + 1 < lay.pp:
+        if d.get("kind") == NodeKind.SEND_RECV and s + 1 < lay.pp:
             top = lay.stage_gpus(r, s + 1).stop  # stages of a replica are consecutive runs of ids
         if lo < stage.start or hi >= top:
-            yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]} outside replica {r} stage {s}'s GPUs {stage.start}-{stage.stop - 1}")
+            yield self.at(
+                n,
+                f"ranks {sorted(view.ranks(n))[:8]} outside replica {r} stage {s}'s GPUs "
+                f"{stage.start}-{stage.stop - 1}",
+            )
             return
         expected = _expected_ranks(lay, d, stage, r, s)
         if expected is not None and view.ranks(n) != expected:
-            yield self.at(n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}")
+            yield self.at(
+                n, f"ranks {sorted(view.ranks(n))[:8]}; the layout puts this {d.get('kind')} on {sorted(expected)[:8]}"
+            )
 
 
-def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> frozenset | None:
+def _expected_ranks(lay: Layout, d: dict[Any, Any], stage: range, r: int, s: int) -> frozenset[Any] | None:
     """The GPUs the layout's numbering gives a shard or an Expert node; None when it has no fixed place."""
     kind = d.get("kind")
     try:
-        if kind == "Expert" and isinstance(d.get("ep_rank"), int):
+        if kind == NodeKind.EXPERT and isinstance(d.get("ep_rank"), int):
             first = stage.start + d["ep_rank"] * lay.expert_tp
             if "tp_rank" in d:
                 return frozenset({first + d["tp_rank"]})
@@ -228,12 +243,14 @@ def _expected_ranks(lay: Layout, d: dict, stage: range, r: int, s: int) -> froze
 class Schema(DagRule):
     id = "DAG-022"
     name = "dag-schema"
-    statement = "nodes and edges carry the schema's attributes: a known kind, ranks, est_us, and the scope their kind needs"
+    statement = (
+        "nodes and edges carry the schema's attributes: a known kind, ranks, est_us, and the scope their kind needs"
+    )
     source = "DESIGN.md (Execution DAG: node and edge attributes), 000 §8"
     example_bad = "a node of kind 'Magic', a node without est_us, an edge of kind 'control'"
     example_good = "kind=Attention ranks=[0, 1] est_us=12.5 replica=0 phase=decode stage=0 layer=3"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for problem in view.problems:
             yield self.at(None, problem)
         for n, d in view.dag.nodes(data=True):
@@ -251,9 +268,9 @@ class Schema(DagRule):
             ranks = d.get("ranks")
             if not isinstance(ranks, (list, tuple)) or not ranks:
                 yield self.at(n, "ranks missing or empty")
-            if kind != "Request" and not isinstance(d.get("replica"), int):
+            if kind != NodeKind.REQUEST and not isinstance(d.get("replica"), int):
                 yield self.at(n, "replica missing")
-            if kind not in ("Request", "Replica") and d.get("phase") not in PHASES:
+            if kind not in (NodeKind.REQUEST, NodeKind.REPLICA) and d.get("phase") not in PHASES:
                 yield self.at(n, f"phase is {d.get('phase')!r}")
             if kind in STAGED and not isinstance(d.get("stage"), int):
                 yield self.at(n, f"{kind} without a stage")
@@ -267,17 +284,19 @@ class Schema(DagRule):
 class CriticalPath(DagRule):
     id = "DAG-029"
     name = "critical-path-mismatch"
-    statement = "the longest path of each branch (sum of est_us) matches the plan's TTFT (prefill) and TPOT (decode) within 1 %"
+    statement = (
+        "the longest path of each branch (sum of est_us) matches the plan's TTFT (prefill) and TPOT (decode) within 1 %"
+    )
     source = "004 §6 (critical path), DESIGN.md (Cost model)"
     kind = Kind.ADVISORY
     example_bad = "a decode branch whose longest path is 12 ms for a plan with TPOT 10 ms"
     example_good = "decode longest path = TPOT"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if not view.acyclic:
             return
         for (r, phase), nodes in view.branches.items():
-            want = view.graph.get("ttft_us" if phase == "prefill" else "tpot_us")
+            want = view.graph.get("ttft_us" if phase == Phase.PREFILL else "tpot_us")
             if not isinstance(want, (int, float)) or want <= 0:
                 continue
             got = longest_path_us(view.dag, nodes)[0]

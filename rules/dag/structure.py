@@ -4,18 +4,25 @@ stages joined by pipeline edges, layers in order, the model's two ends on the ri
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
+import networkx as nx
+
+from shardplan.rules.base import Diagnostic
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
     CONTROL,
     STAGED,
     DagRule,
+    DagView,
+    NodeKind,
     _int,
     _ranges,
     is_sharded,
 )
+from shardplan.rules.operators import Phase
 
 
 class Acyclic(DagRule):
@@ -26,11 +33,9 @@ class Acyclic(DagRule):
     example_bad = "an edge from layer 5's all-reduce back to layer 4's attention"
     example_good = "every edge points forward in layer and stage order"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.acyclic:
             return
-        import networkx as nx
-
         cycle = nx.find_cycle(view.dag)
         yield self.at(cycle[0][0], "cycle " + " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}")
 
@@ -46,31 +51,31 @@ class SingleRoot(DagRule):
     example_bad = "an all-reduce whose output feeds nothing"
     example_good = "request -> replica -> phase -> ... -> token"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         dag = view.dag
         roots = [n for n in dag if dag.in_degree(n) == 0]
-        requests = view.by_kind.get("Request", [])
+        requests = view.by_kind.get(NodeKind.REQUEST, [])
         for n in roots:
-            if view.kind(n) != "Request":
+            if view.kind(n) != NodeKind.REQUEST:
                 yield self.at(n, f"{view.kind(n)} node has no predecessor (only the Request is a root)")
         if len(requests) != 1:
             yield self.at(None, f"{len(requests)} Request nodes; exactly one is the root")
         reached = view.forward(requests)
         root_set = set(roots)
-        fed = COMPUTE | COLLECTIVE | {"KVCacheUpdate"}  # nodes that compute on or move data
+        fed = COMPUTE | COLLECTIVE | {NodeKind.KV_CACHE_UPDATE}  # nodes that compute on or move data
         for n in dag:
             if n not in reached and n not in root_set:
                 yield self.at(n, "not reachable from the Request (an input edge is missing)")
             elif view.kinds[n] in fed and not view.pred(n):
                 yield self.at(n, f"{view.kinds[n]} has no data input (only sync edges lead to it)")
         for key, nodes in view.branches.items():
-            tokens = [n for n in nodes if view.kind(n) == "Token"]
+            tokens = [n for n in nodes if view.kind(n) == NodeKind.TOKEN]
             if not tokens:
                 continue  # DAG-019 reports the missing token
             members = set(nodes)
             alive = view.backward(tokens, within=members)
             for n in nodes:
-                if n not in alive and view.kind(n) != "Phase":
+                if n not in alive and view.kind(n) != NodeKind.PHASE:
                     yield self.at(n, f"does not lead to the {key[1]} branch's token (an output edge is missing)")
 
 
@@ -82,8 +87,8 @@ class SplitAtRoot(DagRule):
     example_bad = "TP shard nodes hanging directly off the Request or a Replica"
     example_good = "request -> replica -> phase -> stage -> layer -> attention shards"
 
-    def violations(self, view):
-        top = ("Request", "Replica", "Phase", "PrevToken")
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        top = (NodeKind.REQUEST, NodeKind.REPLICA, NodeKind.PHASE, NodeKind.PREV_TOKEN)
         for n, d in view.data.items():
             if not is_sharded(d):
                 continue
@@ -105,21 +110,21 @@ class DataParallelAtRoot(DagRule):
     example_bad = "a Replica node under a stage, or replicas that add up to more than the plan's dp"
     example_good = "request -> replica 0 .. replica dp-1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         total = 0
-        for n in view.by_kind.get("Replica", []):
+        for n in view.by_kind.get(NodeKind.REPLICA, []):
             preds = list(view.in_adj[n])
-            if not preds or any(view.kind(u) != "Request" for u in preds):
+            if not preds or any(view.kind(u) != NodeKind.REQUEST for u in preds):
                 yield self.at(n, "replica fan-out below the root (predecessors: " + ", ".join(map(str, preds)) + ")")
             total += _int(view.data[n].get("multiplicity"), 1)
-        for n in view.by_kind.get("Request", []):
+        for n in view.by_kind.get(NodeKind.REQUEST, []):
             for v in view.out_adj[n]:
-                if view.kind(v) != "Replica":
+                if view.kind(v) != NodeKind.REPLICA:
                     yield self.at(v, f"the Request fans out to a {view.kind(v)}, not a Replica")
         for n, d in view.data.items():
-            if "multiplicity" in d and d.get("kind") != "Replica":
+            if "multiplicity" in d and d.get("kind") != NodeKind.REPLICA:
                 yield self.at(n, f"{d.get('kind')} carries a replication multiplicity; only replicas replicate")
-        if view.layout is not None and view.by_kind.get("Replica") and total != view.layout.dp:
+        if view.layout is not None and view.by_kind.get(NodeKind.REPLICA) and total != view.layout.dp:
             yield self.at(None, f"replicas add up to {total}; the plan has dp={view.layout.dp}")
 
 
@@ -131,16 +136,16 @@ class ReplicasIndependent(DagRule):
     example_bad = "an edge from replica 0's layer 3 to replica 1's layer 4"
     example_good = "two replicas on disjoint GPUs with no edge between them"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for u, v, _ in view.edges:
             ru, rv = view.data[u].get("replica"), view.data[v].get("replica")
             if ru is not None and rv is not None and ru != rv:
                 yield self.at(u, f"edge to {v} joins replica {ru} to replica {rv}")
-        used: dict[Any, set] = defaultdict(set)
+        used: dict[Any, set[Any]] = defaultdict(set)
         for n, d in view.data.items():
-            if d.get("replica") is not None and d.get("kind") != "Request":
+            if d.get("replica") is not None and d.get("kind") != NodeKind.REQUEST:
                 used[d["replica"]].update(view.ranks(n))
-        clash: dict[int, list] = defaultdict(list)
+        clash: dict[int, list[Any]] = defaultdict(list)
         reps = sorted(used, key=str)
         for i, a in enumerate(reps):
             for b in reps[i + 1:]:
@@ -148,7 +153,7 @@ class ReplicasIndependent(DagRule):
                     clash[g] += [a, b]
         if clash:
             for n, d in view.data.items():
-                shared = [g for g in view.ranks(n) if g in clash] if d.get("kind") != "Request" else []
+                shared = [g for g in view.ranks(n) if g in clash] if d.get("kind") != NodeKind.REQUEST else []
                 if shared and d.get("replica") is not None:
                     yield self.at(n, f"GPU {shared[0]} serves replicas {sorted(set(map(str, clash[shared[0]])))}")
 
@@ -161,18 +166,22 @@ class PhasesSeparate(DagRule):
     example_bad = "an edge from a prefill layer into the decode branch"
     example_good = "replica -> prefill ...; replica -> decode ..."
 
-    def violations(self, view):
-        phases: dict[Any, list] = defaultdict(list)
-        for n in view.by_kind.get("Phase", []):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
+        phases: dict[Any, list[Any]] = defaultdict(list)
+        for n in view.by_kind.get(NodeKind.PHASE, []):
             d = view.data[n]
             phases[d.get("replica")].append(d.get("phase"))
             preds = list(view.in_adj[n])
-            if len(preds) != 1 or view.kind(preds[0]) != "Replica":
+            if len(preds) != 1 or view.kind(preds[0]) != NodeKind.REPLICA:
                 yield self.at(n, "a phase branch starts under its Replica and nothing else")
-        for n in view.by_kind.get("Replica", []):
+        for n in view.by_kind.get(NodeKind.REPLICA, []):
             r = view.data[n].get("replica")
-            if sorted(phases.get(r, [])) != ["decode", "prefill"]:
-                yield self.at(n, f"replica {r} has phase branches {sorted(map(str, phases.get(r, [])))}, expected decode and prefill")
+            if sorted(phases.get(r, [])) != [Phase.DECODE, Phase.PREFILL]:
+                yield self.at(
+                    n,
+                    f"replica {r} has phase branches {sorted(map(str, phases.get(r, [])))}, "
+                    "expected decode and prefill",
+                )
         for u, v, _ in view.edges:
             pu, pv = view.data[u].get("phase"), view.data[v].get("phase")
             if pu is not None and pv is not None and pu != pv:
@@ -187,16 +196,16 @@ class ParallelStages(DagRule):
     example_bad = "the phase node feeding stage 0 and stage 1 side by side"
     example_good = "stage 0 -> send -> stage 1 -> send -> stage 2"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         for key, nodes in view.branches.items():
             count: dict[Any, int] = defaultdict(int)
             for n in nodes:
-                if view.kind(n) == "Stage":
+                if view.kind(n) == NodeKind.STAGE:
                     count[view.stage(n)] += 1
             for s, c in count.items():
                 if c > 1:
                     yield self.at(None, f"replica {key[0]} {key[1]}: {c} Stage nodes for stage {s}")
-            fan: dict[Any, set] = defaultdict(set)
+            fan: dict[Any, set[Any]] = defaultdict(set)
             for n in nodes:
                 s = view.stage(n)
                 for v in view.succ(n):
@@ -209,7 +218,9 @@ class ParallelStages(DagRule):
                         fan[s].add(t)
             for s, targets in fan.items():
                 if len(targets) > 1:
-                    yield self.at(None, f"replica {key[0]} {key[1]}: stage {s} feeds stages {sorted(targets)} in parallel")
+                    yield self.at(
+                        None, f"replica {key[0]} {key[1]}: stage {s} feeds stages {sorted(targets)} in parallel"
+                    )
 
 
 class CrossStage(DagRule):
@@ -225,7 +236,7 @@ class CrossStage(DagRule):
 
     fixable = True  # a SendRecv edge of the wrong kind is relabelled
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         last = view.layout.pp - 1 if view.layout else None
         for u, v, kind in view.edges:
             ku, kv = view.kind(u), view.kind(v)
@@ -233,7 +244,7 @@ class CrossStage(DagRule):
             if kind == "sync":
                 continue
             if su is not None and sv is not None and su != sv:
-                if sv == su + 1 and ku == "SendRecv" and kv == "Stage":
+                if sv == su + 1 and ku == NodeKind.SEND_RECV and kv == NodeKind.STAGE:
                     if kind != "pipeline":
                         yield self.at(u, f"edge to {v} crosses stages as {kind!r}, not 'pipeline'")
                 elif sv < su:
@@ -243,11 +254,11 @@ class CrossStage(DagRule):
                 else:
                     yield self.at(u, f"edge to {v} crosses from stage {su} to {sv} without a SendRecv")
                 continue
-            if (ku == "SendRecv" or kv == "SendRecv") and kind != "pipeline":
+            if (ku == NodeKind.SEND_RECV or kv == NodeKind.SEND_RECV) and kind != "pipeline":
                 yield self.at(u, f"edge to {v} at a SendRecv is {kind!r}, not 'pipeline'")
-            elif kind == "pipeline" and ku != "SendRecv" and kv != "SendRecv":
+            elif kind == "pipeline" and ku != NodeKind.SEND_RECV and kv != NodeKind.SEND_RECV:
                 yield self.at(u, f"pipeline edge to {v} touches no SendRecv")
-            if kv == "Token" and su is not None and last is not None and su != last:
+            if kv == NodeKind.TOKEN and su is not None and last is not None and su != last:
                 yield self.at(u, f"stage {su} feeds the token directly, skipping the later stages")
 
 
@@ -259,7 +270,7 @@ class LayerOrder(DagRule):
     example_bad = "layer 7's attention feeding layer 9, or layer 12 on a stage that does not own it"
     example_good = "layer l's last collective -> layer l+1"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         owner = view.stage_of_layer
         stages = view.layout.stages if view.layout else ()
         for n, d in view.data.items():
@@ -280,11 +291,11 @@ class LayerOrder(DagRule):
             elif isinstance(lu, int) and lu in owner and view.kind(v) in STAGED:
                 if lu != stages[owner[lu]][1] - 1:
                     yield self.at(u, f"layer {lu} hands over to {view.kind(v)} {v} before its stage's last layer")
-            elif isinstance(lv, int) and lv in owner and view.kind(u) in ("Stage", "Embedding"):
+            elif isinstance(lv, int) and lv in owner and view.kind(u) in (NodeKind.STAGE, NodeKind.EMBEDDING):
                 if lv != stages[owner[lv]][0]:
                     yield self.at(v, f"stage entry {u} leads into layer {lv}, not the stage's first layer")
         for key, nodes in view.branches.items():
-            present = {view.layer(n) for n in nodes if view.kind(n) == "Attention"}
+            present = {view.layer(n) for n in nodes if view.kind(n) == NodeKind.ATTENTION}
             missing = [layer for layer in range(view.num_layers) if layer not in present]
             if missing:
                 yield self.at(None, f"replica {key[0]} {key[1]}: no attention for layers {_ranges(missing)}")
@@ -298,24 +309,24 @@ class EndsPlaced(DagRule):
     example_bad = "the LM head on stage 0 of a two-stage pipeline"
     example_good = "stage 0: embedding, layers; stage 1: layers, LM head, sample"
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         last = view.layout.pp - 1
         for (r, phase), nodes in view.branches.items():
             found = defaultdict(list)
             for n in nodes:
-                if view.kind(n) in ("Embedding", "LMHead", "Sample"):
+                if view.kind(n) in (NodeKind.EMBEDDING, NodeKind.LM_HEAD, NodeKind.SAMPLE):
                     found[view.kind(n)].append(n)
             where = f"replica {r} {phase}"
-            if len(found["Embedding"]) != 1:
+            if len(found[NodeKind.EMBEDDING]) != 1:
                 yield self.at(None, f"{where}: {len(found['Embedding'])} Embedding nodes, expected 1")
-            if len(found["Sample"]) < 1 or not found["LMHead"]:
+            if len(found[NodeKind.SAMPLE]) < 1 or not found[NodeKind.LM_HEAD]:
                 yield self.at(None, f"{where}: no LM head or sampling node")
-            for n in found["Embedding"]:
+            for n in found[NodeKind.EMBEDDING]:
                 if view.stage(n) != 0:
                     yield self.at(n, f"embedding on stage {view.stage(n)}, not the first")
-            for n in (*found["LMHead"], *found["Sample"]):
+            for n in (*found[NodeKind.LM_HEAD], *found[NodeKind.SAMPLE]):
                 if view.stage(n) != last:
                     yield self.at(n, f"{view.kind(n)} on stage {view.stage(n)}, not the last ({last})")
 
@@ -323,13 +334,16 @@ class EndsPlaced(DagRule):
 class PipelineEdges(DagRule):
     id = "DAG-028"
     name = "pipeline-edge-missing"
-    statement = "every stage but the last hands its output to the next through a SendRecv: stage s =pipeline=> send =pipeline=> stage s+1"
+    statement = (
+        "every stage but the last hands its output to the next through a SendRecv: "
+        "stage s =pipeline=> send =pipeline=> stage s+1"
+    )
     source = "001 §3.2 (PP stages sequentially connected), 000 §4.3 (explicit inter-stage edges)"
     example_bad = "stage 1 with no edge from stage 0's send"
     example_good = "stage 0 -> send -> stage 1"
     fixable = True
 
-    def violations(self, view):
+    def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if view.layout is None:
             return
         pp = view.layout.pp
@@ -345,10 +359,10 @@ class PipelineEdges(DagRule):
                 for x in sends.get(s, []):
                     if not any(view.stage(u) == s for u in view.in_adj[x]):
                         yield self.at(x, f"receives nothing from stage {s}")
-                    if not any(view.kind(v) == "Stage" and view.stage(v) == s + 1 for v in view.out_adj[x]):
+                    if not any(view.kind(v) == NodeKind.STAGE and view.stage(v) == s + 1 for v in view.out_adj[x]):
                         yield self.at(x, f"hands nothing to stage {s + 1}")
                 for st in stages.get(s + 1, []):
-                    if not any(view.kind(u) == "SendRecv" and view.stage(u) == s for u in view.in_adj[st]):
+                    if not any(view.kind(u) == NodeKind.SEND_RECV and view.stage(u) == s for u in view.in_adj[st]):
                         yield self.at(st, f"stage {s + 1} is not fed by stage {s}'s SendRecv")
             for s in sends:
                 if isinstance(s, int) and s >= pp - 1:

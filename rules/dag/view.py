@@ -11,25 +11,68 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Any
 
+import networkx as nx
+
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Phase, StrEnum
 
 SCHEMA = "shardplan.dag/1"
 DETAILS = ("logical", "expanded")
-PHASES = ("prefill", "decode")
+PHASES = tuple(Phase)
 EDGE_KINDS = ("data", "pipeline", "sync")
 
+
+class NodeKind(StrEnum):
+    """A node's ``kind``: what it stands for in the step (docs/dag.md)."""
+
+    REQUEST = "Request"
+    REPLICA = "Replica"
+    PHASE = "Phase"
+    STAGE = "Stage"
+    PREV_TOKEN = "PrevToken"  # completion of the previous token (decode)
+    TOKEN = "Token"
+    ROUND = "Round"  # a decode round with several microbatches in flight
+    EMBEDDING = "Embedding"
+    LAYER = "Layer"  # the layer's fixed overhead
+    ATTENTION = "Attention"
+    FFN = "FFN"
+    SHARED_EXPERT = "SharedExpert"
+    ROUTER = "Router"
+    EXPERT = "Expert"
+    LM_HEAD = "LMHead"
+    SAMPLE = "Sample"
+    KV_CACHE = "KVCache"
+    KV_CACHE_UPDATE = "KVCacheUpdate"
+    ALL_REDUCE = "AllReduce"
+    ALL_GATHER = "AllGather"
+    REDUCE_SCATTER = "ReduceScatter"
+    ALL_TO_ALL = "AllToAll"
+    SEND_RECV = "SendRecv"
+
+
 # Request-level and bookkeeping nodes: no tensors of their own.
-CONTROL = frozenset({"Request", "Replica", "Phase", "Stage", "PrevToken", "Token", "Round"})
-COMPUTE = frozenset({"Embedding", "Layer", "Attention", "FFN", "SharedExpert", "Router", "Expert", "LMHead", "Sample"})
-STATE = frozenset({"KVCache", "KVCacheUpdate"})
-COLLECTIVE = frozenset({"AllReduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv"})
-KINDS = CONTROL | COMPUTE | STATE | COLLECTIVE
+CONTROL = frozenset({
+    NodeKind.REQUEST, NodeKind.REPLICA, NodeKind.PHASE, NodeKind.STAGE, NodeKind.PREV_TOKEN, NodeKind.TOKEN,
+    NodeKind.ROUND,
+})
+COMPUTE = frozenset({
+    NodeKind.EMBEDDING, NodeKind.LAYER, NodeKind.ATTENTION, NodeKind.FFN, NodeKind.SHARED_EXPERT, NodeKind.ROUTER,
+    NodeKind.EXPERT, NodeKind.LM_HEAD, NodeKind.SAMPLE,
+})
+STATE = frozenset({NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE})
+COLLECTIVE = frozenset({
+    NodeKind.ALL_REDUCE, NodeKind.ALL_GATHER, NodeKind.REDUCE_SCATTER, NodeKind.ALL_TO_ALL, NodeKind.SEND_RECV,
+})
+KINDS = frozenset(NodeKind)
 # Kinds that live on one stage, and those that live in one layer.
-STAGED = (COMPUTE | STATE | COLLECTIVE | {"Stage"})
-LAYERED = frozenset({"Layer", "Attention", "FFN", "SharedExpert", "Router", "Expert", "KVCache", "KVCacheUpdate"})
-MOE_KINDS = frozenset({"Router", "Expert", "SharedExpert"})
-SP_KINDS = frozenset({"Attention", "KVCache", "KVCacheUpdate"})
+STAGED = COMPUTE | STATE | COLLECTIVE | {NodeKind.STAGE}
+LAYERED = frozenset({
+    NodeKind.LAYER, NodeKind.ATTENTION, NodeKind.FFN, NodeKind.SHARED_EXPERT, NodeKind.ROUTER, NodeKind.EXPERT,
+    NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE,
+})
+MOE_KINDS = frozenset({NodeKind.ROUTER, NodeKind.EXPERT, NodeKind.SHARED_EXPERT})
+SP_KINDS = frozenset({NodeKind.ATTENTION, NodeKind.KV_CACHE, NodeKind.KV_CACHE_UPDATE})
 
 MAX_PER_RULE = 25  # diagnostics a rule reports before summarising the rest
 MAX_EXPERTS = 1_000_000  # a sanity bound on a file's expert count
@@ -52,7 +95,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     for key in ("num_gpus", "num_layers", "num_experts"):
         if not _is_int(g.get(key)) or g[key] < 0:
             out.append(f"graph attribute {key} is missing or not an integer >= 0")
-    if out:
+    if out or layout is None:  # layout is None only when out already says so
         return out
     if g["num_layers"] != layout.num_layers:
         out.append(f"graph attribute num_layers is {g['num_layers']}; the layout's stages hold {layout.num_layers}")
@@ -68,7 +111,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     return out
 
 
-def _layout_from(g: dict) -> Layout | None:
+def _layout_from(g: dict[Any, Any]) -> Layout | None:
     data = g.get("layout")
     if not isinstance(data, dict):
         return None
@@ -79,7 +122,7 @@ def _layout_from(g: dict) -> Layout | None:
         return None
 
 
-def is_sharded(d: dict) -> bool:
+def is_sharded(d: dict[Any, Any]) -> bool:
     """A node that holds one shard of an operator, or a logical operator split into shards."""
     return "tp_rank" in d or "sp_rank" in d or _int(d.get("tp"), 1) > 1 or _int(d.get("sp"), 1) > 1
 
@@ -120,7 +163,9 @@ class DagView:
         self.problems = graph_schema_problems(dag)
         self.layout = _layout_from(self.graph)
         allow, moe = self.graph.get("allow"), self.graph.get("moe_layers")
-        self.allow = frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
+        self.allow = (
+            frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
+        )
         self.moe_layers = frozenset(x for x in moe if _is_int(x)) if isinstance(moe, (list, tuple)) else frozenset()
         self.num_layers = _int(self.graph.get("num_layers"), 0)
         self.num_experts = _int(self.graph.get("num_experts"), 0)
@@ -132,7 +177,7 @@ class DagView:
 
     # --- indexes ---------------------------------------------------------------------------
     @cached_property
-    def data(self) -> dict:
+    def data(self) -> dict[Any, Any]:
         """Node attributes with every scope attribute of the wrong type left out (the schema rule
         reports those from the raw attributes), so that no rule trips over a malformed file."""
         raw = dict(getattr(self.dag, "_node", None) or self.dag.nodes(data=True))
@@ -142,30 +187,32 @@ class DagView:
         return raw
 
     @cached_property
-    def kinds(self) -> dict:
+    def kinds(self) -> dict[Any, Any]:
         return {n: d.get("kind") for n, d in self.data.items()}
 
     @cached_property
-    def stages(self) -> dict:
+    def stages(self) -> dict[Any, Any]:
         return {n: d.get("stage") for n, d in self.data.items()}
 
     @cached_property
-    def layers(self) -> dict:
+    def layers(self) -> dict[Any, Any]:
         return {n: d.get("layer") for n, d in self.data.items()}
 
     @cached_property
     def edges(self) -> list[tuple[Any, Any, Any]]:
         """(u, v, edge kind) of every edge; a kind that is not a string reads as None."""
-        return [(u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)]
+        return [
+            (u, v, e.get("kind") if isinstance(e.get("kind"), str) else None) for u, v, e in self.dag.edges(data=True)
+        ]
 
-    def stages_and_sends(self, nodes: Iterable) -> tuple[dict, dict]:
+    def stages_and_sends(self, nodes: Iterable[Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
         """A branch's Stage nodes and its stage-to-stage SendRecv nodes, each by stage index."""
-        stages: dict[Any, list] = defaultdict(list)
-        sends: dict[Any, list] = defaultdict(list)
+        stages: dict[Any, list[Any]] = defaultdict(list)
+        sends: dict[Any, list[Any]] = defaultdict(list)
         for n in nodes:
-            if self.kind(n) == "Stage":
+            if self.kind(n) == NodeKind.STAGE:
                 stages[self.stage(n)].append(n)
-            elif self.kind(n) == "SendRecv":
+            elif self.kind(n) == NodeKind.SEND_RECV:
                 sends[self.stage(n)].append(n)
         return stages, sends
 
@@ -173,16 +220,16 @@ class DagView:
         return self.kinds[n]
 
     @cached_property
-    def by_kind(self) -> dict[str, list]:
-        out: dict[str, list] = defaultdict(list)
+    def by_kind(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = defaultdict(list)
         for n, d in self.data.items():
             out[d.get("kind")].append(n)
         return out
 
     @cached_property
-    def branches(self) -> dict[tuple[Any, Any], list]:
+    def branches(self) -> dict[tuple[Any, Any], list[Any]]:
         """(replica, phase) -> nodes of that branch."""
-        out: dict[tuple, list] = defaultdict(list)
+        out: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
         for n, d in self.data.items():
             if "phase" in d and "replica" in d:
                 out[(d["replica"], d["phase"])].append(n)
@@ -194,9 +241,7 @@ class DagView:
 
     @cached_property
     def acyclic(self) -> bool:
-        import networkx as nx
-
-        return nx.is_directed_acyclic_graph(self.dag)
+        return bool(nx.is_directed_acyclic_graph(self.dag))
 
     def edge_kind(self, u: Any, v: Any) -> Any:
         return self.dag.succ[u][v].get("kind")
@@ -210,17 +255,17 @@ class DagView:
     def in_adj(self) -> Any:
         return getattr(self.dag, "_pred", None) or self.dag.pred
 
-    def succ(self, n: Any, data_only: bool = True) -> list:
+    def succ(self, n: Any, data_only: bool = True) -> list[Any]:
         if not data_only:
             return list(self.out_adj[n])
         return [v for v, e in self.out_adj[n].items() if e.get("kind") != "sync"]
 
-    def pred(self, n: Any, data_only: bool = True) -> list:
+    def pred(self, n: Any, data_only: bool = True) -> list[Any]:
         if not data_only:
             return list(self.in_adj[n])
         return [u for u, e in self.in_adj[n].items() if e.get("kind") != "sync"]
 
-    def ranks(self, n: Any) -> frozenset:
+    def ranks(self, n: Any) -> frozenset[Any]:
         found = self._rank_cache.get(n)
         if found is None:
             r = self.data[n].get("ranks")
@@ -234,11 +279,11 @@ class DagView:
         return found
 
     @cached_property
-    def _rank_cache(self) -> dict:
+    def _rank_cache(self) -> dict[Any, Any]:
         return {}
 
     @cached_property
-    def _rank_objects(self) -> dict:
+    def _rank_objects(self) -> dict[Any, Any]:
         return {}
 
     @cached_property
@@ -258,7 +303,7 @@ class DagView:
         r = self.ranks(n)
         return (min(r), max(r)) if r else (0, -1)
 
-    def forward(self, starts: Iterable, data_only: bool = False, within: set | None = None) -> set:
+    def forward(self, starts: Iterable[Any], data_only: bool = False, within: set[Any] | None = None) -> set[Any]:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -269,7 +314,7 @@ class DagView:
                     todo.append(v)
         return seen
 
-    def backward(self, starts: Iterable, within: set | None = None) -> set:
+    def backward(self, starts: Iterable[Any], within: set[Any] | None = None) -> set[Any]:
         seen = set(starts)
         todo = deque(seen)
         while todo:
@@ -314,14 +359,16 @@ class DagRule(Rule):
 
     def at(self, node: Any, message: str, hint: str | None = None) -> Diagnostic:
         severity = "warning" if self.kind is Kind.ADVISORY else "error"
-        return Diagnostic(self.id, severity, f"{node}: {message}" if node is not None else message, node=node, hint=hint)
+        return Diagnostic(
+            self.id, severity, f"{node}: {message}" if node is not None else message, node=node, hint=hint
+        )
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "fixable": self.fixable, "scope": "dag"}
 
 
 
-def longest_path_us(dag: Any, nodes: Iterable) -> tuple[float, list]:
+def longest_path_us(dag: Any, nodes: Iterable[Any]) -> tuple[float, list[Any]]:
     """Longest path (sum of est_us of its nodes) through the subgraph on ``nodes``, and the path.
     Assumes that subgraph is acyclic (Kahn's order; nodes on a cycle are left out)."""
     members = set(nodes)
@@ -330,8 +377,8 @@ def longest_path_us(dag: Any, nodes: Iterable) -> tuple[float, list]:
     attrs = getattr(dag, "_node", None) or dag.nodes
     indeg = {n: sum(1 for u in pred[n] if u in members) for n in members}
     todo = deque(n for n, k in indeg.items() if k == 0)
-    best: dict = {}
-    back: dict = {}
+    best: dict[Any, Any] = {}
+    back: dict[Any, Any] = {}
     while todo:
         n = todo.popleft()
         est = attrs[n].get("est_us", 0.0)
@@ -349,7 +396,7 @@ def longest_path_us(dag: Any, nodes: Iterable) -> tuple[float, list]:
                     todo.append(v)
     if not best:
         return 0.0, []
-    end = max(best, key=best.get)
+    end = max(best, key=lambda n: best[n])
     path = [end]
     while back.get(path[-1]) is not None:
         path.append(back[path[-1]])

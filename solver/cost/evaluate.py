@@ -25,24 +25,26 @@ Definitions (DESIGN.md "Cost model", 004 §2-§8):
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
+from shardplan.rules.operators import Op, Phase
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
 from shardplan.rules.problem import Problem
 from shardplan.rules.problem import memory_limit_gib as memory_limit_gib  # re-exported; MEM-001 quotes it too
 from shardplan.rules.problem import resolve_profile as resolve_profile
 from shardplan.solver.cost.memory import GIB, stage_memory
-from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
+from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
-NS = 1e9
+NS_PER_S = 1e9
 
 
 def kind_counts(model: ModelSpec, layers: range) -> Counter[LayerKind]:
@@ -80,11 +82,11 @@ class PhaseTable:
     """Integer nanoseconds of one step of each layer kind, and of the model's two ends."""
 
     layer_ns: dict[LayerKind, int]
-    layer_ops: dict[LayerKind, dict[str, float]]
+    layer_ops_s: dict[LayerKind, dict[Op, float]]
     first_ns: int
-    first_ops: dict[str, float]
+    first_ops_s: dict[Op, float]
     last_ns: int
-    last_ops: dict[str, float]
+    last_ops_s: dict[Op, float]
 
     def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
         total = sum(n * self.layer_ns[k] for k, n in counts.items())
@@ -92,35 +94,35 @@ class PhaseTable:
 
 
 def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
-    layer_ops = {k: ctx.layer(k, step, load_factor if k.moe else 1.0) for k in kinds}
-    first_ops, last_ops = ctx.embedding(step), ctx.lm_head(step)
+    layer_ops_s = {k: ctx.layer_ops_s(k, step, load_factor if k.moe else 1.0) for k in kinds}
+    first_ops_s, last_ops_s = ctx.embedding_ops_s(step), ctx.lm_head_ops_s(step)
     return PhaseTable(
-        layer_ns={k: round(sum(ops.values()) * NS) for k, ops in layer_ops.items()},
-        layer_ops=layer_ops,
-        first_ns=round(sum(first_ops.values()) * NS),
-        first_ops=first_ops,
-        last_ns=round(sum(last_ops.values()) * NS),
-        last_ops=last_ops,
+        layer_ns={k: round(sum(ops.values()) * NS_PER_S) for k, ops in layer_ops_s.items()},
+        layer_ops_s=layer_ops_s,
+        first_ns=round(sum(first_ops_s.values()) * NS_PER_S),
+        first_ops_s=first_ops_s,
+        last_ns=round(sum(last_ops_s.values()) * NS_PER_S),
+        last_ops_s=last_ops_s,
     )
 
 
-def _stage_ops(
-    table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[str, float], ...] = ()
+def _stage_ops_us(
+    table: PhaseTable, counts: Counter[LayerKind], first: bool, last: bool, layers: tuple[dict[Op, float], ...] = ()
 ) -> dict[str, float]:
     """Microseconds per operator over a stage: ``counts`` layers priced by kind, plus ``layers``
     priced one by one (seconds per operator each)."""
-    ops: Counter[str] = Counter()
+    ops: defaultdict[Op, float] = defaultdict(float)
     for kind, n in counts.items():
-        for name, seconds in table.layer_ops[kind].items():
+        for name, seconds in table.layer_ops_s[kind].items():
             ops[name] += n * seconds * 1e6
-    for layer_ops in layers:
-        for name, seconds in layer_ops.items():
+    for layer_ops_s in layers:
+        for name, seconds in layer_ops_s.items():
             ops[name] += seconds * 1e6
-    for flag, extra in ((first, table.first_ops), (last, table.last_ops)):
+    for flag, extra in ((first, table.first_ops_s), (last, table.last_ops_s)):
         if flag:
             for name, seconds in extra.items():
                 ops[name] += seconds * 1e6
-    return {name: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
+    return {name.value: round(us, 3) for name, us in sorted(ops.items()) if us > 0}
 
 
 def layer_load_factors(model: ModelSpec, layout: Layout) -> dict[int, float]:
@@ -132,39 +134,39 @@ def layer_load_factors(model: ModelSpec, layout: Layout) -> dict[int, float]:
     moe_layers = model.moe.layers if model.moe else ()
     if len(factors) != len(moe_layers):
         raise SpecError("moe_load_factor", f"{len(factors)} factors for {len(moe_layers)} MoE layers")
-    for layer, f in zip(moe_layers, factors):
+    for layer, f in zip(moe_layers, factors, strict=True):
         if not (math.isfinite(f) and f >= 1 - 1e-9):
             raise SpecError("moe_load_factor", f"layer {layer}: max/mean load {f} is not a finite number >= 1")
-    return {layer: f for layer, f in zip(moe_layers, factors) if f != 1.0}
+    return {layer: f for layer, f in zip(moe_layers, factors, strict=True) if f != 1.0}
 
 
 class LoadedLayers:
     """A ``PhaseTable`` (priced at load factor 1) with the MoE layers that carry their own factor
     priced one by one: per stage, the sum of every layer's integer nanoseconds.
 
-    ``layer_ops(layer)`` is what a per-layer consumer (the DAG builder) should read instead of
-    ``table.layer_ops[kind]``; it is the kind's entry for a layer without a factor.
+    ``layer_ops_s(layer)`` is what a per-layer consumer (the DAG builder) should read instead of
+    ``table.layer_ops_s[kind]``; it is the kind's entry for a layer without a factor.
     """
 
     def __init__(self, ctx: CostContext, step: Step, table: PhaseTable, factors: Mapping[int, float]):
         self.ctx, self.step, self.table, self.factors = ctx, step, table, factors
         # _priced[(kind, factor)]: (ns, ops) of one layer; zipf-like profiles repeat factors.
-        self._priced: dict[tuple[LayerKind, float], tuple[int, dict[str, float]]] = {}
+        self._priced: dict[tuple[LayerKind, float], tuple[int, dict[Op, float]]] = {}
 
     def _at(self, layer: int) -> tuple[LayerKind, float | None]:
         kind = layer_kind(self.ctx.model, layer)
         return kind, self.factors.get(layer) if kind.moe else None
 
-    def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[str, float]]:
+    def _price(self, kind: LayerKind, factor: float) -> tuple[int, dict[Op, float]]:
         key = (kind, factor)
         if key not in self._priced:
-            ops = self.ctx.layer(kind, self.step, factor)
-            self._priced[key] = (round(sum(ops.values()) * NS), ops)
+            ops = self.ctx.layer_ops_s(kind, self.step, factor)
+            self._priced[key] = (round(sum(ops.values()) * NS_PER_S), ops)
         return self._priced[key]
 
-    def layer_ops(self, layer: int) -> dict[str, float]:
+    def layer_ops_s(self, layer: int) -> dict[Op, float]:
         kind, factor = self._at(layer)
-        return self.table.layer_ops[kind] if factor is None else self._price(kind, factor)[1]
+        return self.table.layer_ops_s[kind] if factor is None else self._price(kind, factor)[1]
 
     def layer_ns(self, layer: int) -> int:
         kind, factor = self._at(layer)
@@ -178,13 +180,13 @@ class LoadedLayers:
             total += self.layer_ns(layer) - self.table.layer_ns[kind]
         return total
 
-    def stage_ops(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
-        """Microseconds per operator summed over the stage, as ``_stage_ops``."""
+    def stage_ops_us(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+        """Microseconds per operator summed over the stage, as ``_stage_ops_us``."""
         loaded = self._loaded(layers)
         plain = Counter(counts)
         for layer in loaded:
             plain[layer_kind(self.ctx.model, layer)] -= 1
-        return _stage_ops(self.table, +plain, first, last, tuple(self.layer_ops(layer) for layer in loaded))
+        return _stage_ops_us(self.table, +plain, first, last, tuple(self.layer_ops_s(layer) for layer in loaded))
 
     def _loaded(self, layers: range) -> list[int]:
         return [layer for layer in layers if layer in self.factors]
@@ -217,11 +219,12 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         chunk_ns.append(chunk_table.stage_ns(layers, counts[s], first, last))
         dec_ns.append(decode_table.stage_ns(layers, counts[s], first, last))
         if last:
-            send_chunk.append(0), send_dec.append(0)
+            send_chunk.append(0)
+            send_dec.append(0)
         else:
             nxt = layout.stage_gpus(0, s + 1).start
-            send_chunk.append(round(ctx.send_recv(chunk_step, gpus.start, nxt) * NS))
-            send_dec.append(round(ctx.send_recv(decode_step, gpus.start, nxt) * NS))
+            send_chunk.append(round(ctx.send_recv_s(chunk_step, gpus.start, nxt) * NS_PER_S))
+            send_dec.append(round(ctx.send_recv_s(decode_step, gpus.start, nxt) * NS_PER_S))
         timings.append(
             StageTiming(
                 index=s,
@@ -231,16 +234,16 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
                 decode_ms=dec_ns[s] / 1e6,
                 send_prefill_ms=send_chunk[s] / 1e6,
                 send_decode_ms=send_dec[s] / 1e6,
-                prefill_ops_us=chunk_table.stage_ops(layers, counts[s], first, last),
-                decode_ops_us=decode_table.stage_ops(layers, counts[s], first, last),
+                prefill_ops_us=chunk_table.stage_ops_us(layers, counts[s], first, last),
+                decode_ops_us=decode_table.stage_ops_us(layers, counts[s], first, last),
             )
         )
 
     ttft_ns = sum(chunk_ns) + sum(send_chunk)
-    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec)))
-    slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk))
+    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec, strict=True)))
+    slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk, strict=True))
     cycle = cycle_ns(round_ns, slowest_chunk_ns, batch, wl.osl, chunk)
-    tokens_per_s = layout.dp * batch * NS / cycle
+    tokens_per_s = layout.dp * batch * NS_PER_S / cycle
     metrics = Metrics(
         ttft_ms=ttft_ns / 1e6,
         tpot_ms=round_ns / 1e6,
@@ -274,12 +277,12 @@ def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = N
         reports.append(
             MemoryReport(
                 stage=s,
-                weights_gib=mem.weights / GIB,
-                kv_cache_gib=mem.kv_cache / GIB,
-                activations_gib=mem.activations / GIB,
-                comm_buffers_gib=mem.comm_buffers / GIB,
-                runtime_gib=mem.runtime / GIB,
-                total_gib=mem.total / GIB,
+                weights_gib=mem.weights_bytes / GIB,
+                kv_cache_gib=mem.kv_cache_bytes / GIB,
+                activations_gib=mem.activations_bytes / GIB,
+                comm_buffers_gib=mem.comm_buffers_bytes / GIB,
+                runtime_gib=mem.runtime_bytes / GIB,
+                total_gib=mem.total_bytes / GIB,
                 capacity_gib=problem.cluster.gpu.hbm_gib,
                 limit_gib=limit,
             )
@@ -318,10 +321,10 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
 
 # max_batch[(problem, layout at batch 1, memory fields of the profile)]: memoised largest batch.
 # Memory does not depend on the time factors, so the fitter's candidate profiles share entries.
-_MAX_BATCH: dict[tuple, int] = {}
+_MAX_BATCH: dict[tuple[Any, ...], int] = {}
 
 
-def _memory_fields(profile: Profile) -> tuple:
+def _memory_fields(profile: Profile) -> tuple[Any, ...]:
     """The profile fields that memory_reports and the bisection read."""
     return (
         profile.usable_memory_fraction, profile.runtime_overhead_gib, profile.comm_buffer_gib,
@@ -344,10 +347,3 @@ def best_throughput(problem: Problem, layout: Layout, profile: Profile | None = 
             best = pred
     return best
 
-
-def _mean_load_factor(layout: Layout) -> float:
-    """The mean of the per-layer factors. ``evaluate`` no longer uses it (it prices each MoE layer at
-    its own factor, ``LoadedLayers``); kept for callers that price one MoE layer kind."""
-    if not layout.moe_load_factor:
-        return 1.0
-    return sum(layout.moe_load_factor) / len(layout.moe_load_factor)

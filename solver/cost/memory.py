@@ -33,15 +33,21 @@ GIB = 2**30
 class StageMemory:
     """Bytes on one GPU of one stage."""
 
-    weights: float
-    kv_cache: float
-    activations: float
-    comm_buffers: float
-    runtime: float
+    weights_bytes: float
+    kv_cache_bytes: float
+    activations_bytes: float
+    comm_buffers_bytes: float
+    runtime_bytes: float
 
     @property
-    def total(self) -> float:
-        return self.weights + self.kv_cache + self.activations + self.comm_buffers + self.runtime
+    def total_bytes(self) -> float:
+        return (
+            self.weights_bytes
+            + self.kv_cache_bytes
+            + self.activations_bytes
+            + self.comm_buffers_bytes
+            + self.runtime_bytes
+        )
 
 
 def layer_weight_bytes(model: ModelSpec, layer: int, shape: StageShape, extra_slots: int = 0) -> float:
@@ -59,7 +65,9 @@ def layer_weight_bytes(model: ModelSpec, layer: int, shape: StageShape, extra_sl
 def layer_kv_bytes(model: ModelSpec, layer: int, shape: StageShape, sequences: int, context: int) -> float:
     """KV cache of one layer on one GPU for ``sequences`` sequences of the replica at ``context``."""
     group_seqs = math.ceil(sequences / shape.attn_dp)
-    return group_seqs * cached_tokens(model, layer, context) * kv_bytes_per_token_layer(model) / shape.kv_split / shape.sp
+    return (
+        group_seqs * cached_tokens(model, layer, context) * kv_bytes_per_token_layer(model) / shape.kv_split / shape.sp
+    )
 
 
 def end_weight_bytes(model: ModelSpec, shape: StageShape, first: bool, last: bool) -> float:
@@ -73,7 +81,9 @@ def end_weight_bytes(model: ModelSpec, shape: StageShape, first: bool, last: boo
     return nbytes / shape.group_size
 
 
-def activation_bytes(model: ModelSpec, shape: StageShape, profile: Profile, sequences: int, prefill_tokens: int) -> float:
+def activation_bytes(
+    model: ModelSpec, shape: StageShape, profile: Profile, sequences: int, prefill_tokens: int
+) -> float:
     """Peak transient activations: the widest intermediate of a prefill chunk, and the logits of
     a decode step (fp32, vocab split over the attention group)."""
     group_tokens = math.ceil(prefill_tokens / shape.attn_dp)
@@ -117,9 +127,9 @@ def stage_memory(
     kv /= shape.kv_split * shape.sp
     talks = shape.gpus > 1
     return StageMemory(
-        weights=weights,
-        kv_cache=kv,
-        activations=activation_bytes(model, shape, profile, sequences, prefill_tokens),
-        comm_buffers=profile.comm_buffer_gib * GIB if talks else 0.0,
-        runtime=profile.runtime_overhead_gib * GIB,
+        weights_bytes=weights,
+        kv_cache_bytes=kv,
+        activations_bytes=activation_bytes(model, shape, profile, sequences, prefill_tokens),
+        comm_buffers_bytes=profile.comm_buffer_gib * GIB if talks else 0.0,
+        runtime_bytes=profile.runtime_overhead_gib * GIB,
     )

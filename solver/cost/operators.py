@@ -12,28 +12,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.derived import (
+    LayerParams,
     attention_score_flops,
     cached_tokens,
-    embedding_bytes,
     kv_bytes_per_token_layer,
     layer_params,
     lm_head_resident_bytes,
     prefill_attention_flops,
 )
+from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.stage import StageShape
 
 ACT_BYTES = 2  # activations and collectives travel in 16 bits
-
-
-class Phase(str, Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,9 @@ class LayerKind:
 
 def layer_kind(model: ModelSpec, layer: int) -> LayerKind:
     a = model.attention
-    return LayerKind(moe=model.is_moe_layer(layer), windowed=a.sliding_window is not None and layer in a.sliding_window_layers)
+    return LayerKind(
+        moe=model.is_moe_layer(layer), windowed=a.sliding_window is not None and layer in a.sliding_window_layers
+    )
 
 
 def representative_layer(model: ModelSpec, kind: LayerKind) -> int:
@@ -87,7 +84,9 @@ class CostContext:
         self._tiers: dict[tuple[int, int, int], Tier] = {}
 
     # --- primitives ------------------------------------------------------------------------
-    def gemm(self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0) -> float:
+    def gemm_s(
+        self, params: float, tokens: float, weight_bytes: float, compute_class: str, eff_scale: float = 1.0
+    ) -> float:
         """A GEMM of ``params`` weights over ``tokens`` tokens on one GPU: compute or weight-read bound."""
         if params <= 0 or tokens <= 0:
             return 0.0
@@ -100,14 +99,14 @@ class CostContext:
         memory = weight_bytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
         return max(compute, memory)
 
-    def stream(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
+    def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
         """A fused kernel (attention): FLOPs at attention efficiency against bytes from HBM."""
         p = self.profile
         compute = flops / (self.gpu.flops_per_s(compute_class) * p.attention_efficiency)
         memory = nbytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
         return max(compute, memory)
 
-    def collective(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
+    def collective_s(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
         if len(group) <= 1 or nbytes <= 0:
             return 0.0
         p = self.profile
@@ -127,8 +126,8 @@ class CostContext:
         return tier
 
     # --- one layer -------------------------------------------------------------------------
-    def layer(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[str, float]:
-        """Seconds per operator of one layer of ``kind``; keys name the operators."""
+    def layer_ops_s(self, kind: LayerKind, step: Step, load_factor: float = 1.0) -> dict[Op, float]:
+        """Seconds per operator of one layer of ``kind``."""
         m, s = self.model, self.shape
         layer = representative_layer(m, kind)
         lp = layer_params(m, layer)
@@ -138,25 +137,27 @@ class CostContext:
         # Sequences of one attention group; every GPU of the group sees them (tp) or a slice (sp).
         seqs = math.ceil(step.sequences / s.attn_dp)
         group_tokens = seqs * step.new_tokens
-        ops: dict[str, float] = {}
+        ops: dict[Op, float] = {}
 
         # Attention projections: heads split by tp, tokens split by sp.
         attn_params = lp.attention / s.tp
-        ops["attn.proj"] = self.gemm(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
-        ops["attn.core"] = self._attention_core(layer, step, seqs)
-        ops["attn.sp"] = self._sp_exchange(layer, step, seqs)
+        ops[Op.ATTN_PROJ] = self.gemm_s(attn_params, group_tokens / s.sp, attn_params * w_bytes, w_class)
+        ops[Op.ATTN_CORE] = self._attention_core(layer, step, seqs)
+        ops[Op.ATTN_SP] = self._sp_exchange(layer, step, seqs)
         # Rejoin the tp x sp shards before the FFN: one all-reduce over the attention group.
-        ops["attn.allreduce"] = self.collective(Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group)
+        ops[Op.ATTN_ALLREDUCE] = self.collective_s(
+            Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
+        )
 
         if kind.moe:
             ops.update(self._moe(lp, step, group_tokens, load_factor))
         else:
             ffn = lp.dense_ffn / group
-            ops["ffn"] = self.gemm(ffn, group_tokens, ffn * w_bytes, w_class)
-            ops["ffn.allreduce"] = self.collective(
+            ops[Op.FFN] = self.gemm_s(ffn, group_tokens, ffn * w_bytes, w_class)
+            ops[Op.FFN_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
             )
-        ops["overhead"] = self.profile.layer_overhead_us * 1e-6
+        ops[Op.LAYER_OVERHEAD] = self.profile.layer_overhead_us * 1e-6
         return ops
 
     def _attention_core(self, layer: int, step: Step, seqs: int) -> float:
@@ -166,10 +167,10 @@ class CostContext:
         if step.phase is Phase.PREFILL:
             flops = seqs * prefill_attention_flops(m, layer, step.new_tokens) * heads_share
             kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-            return self.stream(flops, kv, kv_class)
+            return self.stream_s(flops, kv, kv_class)
         flops = seqs * attention_score_flops(m, layer, step.context, absorbed=True) * heads_share
         kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-        return self.stream(flops, kv, kv_class)
+        return self.stream_s(flops, kv, kv_class)
 
     def _sp_exchange(self, layer: int, step: Step, seqs: int) -> float:
         """Sequence parallelism: prefill gathers every shard's K and V (ring attention moves the
@@ -179,19 +180,23 @@ class CostContext:
             return 0.0
         if step.phase is Phase.PREFILL:
             kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split
-            return self.collective(Collective.ALL_GATHER, kv, s.sp_group)
+            return self.collective_s(Collective.ALL_GATHER, kv, s.sp_group)
         partial = seqs * m.attention.num_heads / s.tp * (m.attention.v_head_dim + 1) * 4  # fp32 output + LSE
-        return self.collective(Collective.ALL_REDUCE, partial, s.sp_group)
+        return self.collective_s(Collective.ALL_REDUCE, partial, s.sp_group)
 
-    def _moe(self, lp, step: Step, group_tokens: int, load_factor: float) -> dict[str, float]:
+    def _moe(self, lp: LayerParams, step: Step, group_tokens: int, load_factor: float) -> dict[Op, float]:
         m, s = self.model, self.shape
         moe = m.moe
+        if moe is None:
+            raise ValueError(f"{m.name} has no experts: no MoE layer to price")
         e_bytes, e_class = m.expert_dtype.bytes, m.expert_dtype.compute_class
-        ops: dict[str, float] = {}
-        ops["moe.router"] = self.gemm(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
+        ops: dict[Op, float] = {}
+        ops[Op.MOE_ROUTER] = self.gemm_s(lp.router, group_tokens, lp.router * m.embedding_dtype.bytes, "bf16")
         if lp.shared_experts:
             shared = lp.shared_experts / s.group_size
-            ops["moe.shared"] = self.gemm(shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class)
+            ops[Op.MOE_SHARED] = self.gemm_s(
+                shared, group_tokens, shared * m.weights_dtype.bytes, m.weights_dtype.compute_class
+            )
         # Routed experts over the stage's G GPUs: the most-loaded GPU sets the time (004 §4.4).
         stage_tokens = step.tokens
         ep = s.ep
@@ -204,38 +209,38 @@ class CostContext:
         active_experts = max(1.0, slots * hit) if stage_tokens else 0.0
         expert = lp.expert / s.expert_tp
         tokens_per_expert = assignments / active_experts if active_experts else 0.0
-        ops["moe.experts"] = active_experts * self.gemm(
+        ops[Op.MOE_EXPERTS] = active_experts * self.gemm_s(
             expert, tokens_per_expert, expert * e_bytes, e_class, eff_scale=self.profile.moe_efficiency
         )
         payload = stage_tokens / s.gpus * moe.experts_per_token * m.hidden_size * ACT_BYTES
         if s.attn_dp == 1:
             # Every GPU already holds every token: compute the local experts, then sum the partial
             # outputs with an all-reduce over the stage.
-            ops["moe.combine"] = self.collective(
+            ops[Op.MOE_COMBINE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.stage_group
             )
         else:
-            ops["moe.dispatch"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
-            ops["moe.combine"] = self.collective(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_DISPATCH] = self.collective_s(Collective.ALL_TO_ALL, payload, s.stage_group)
+            ops[Op.MOE_COMBINE] = self.collective_s(Collective.ALL_TO_ALL, payload, s.stage_group)
         if s.expert_tp > 1 and s.attn_dp > 1:
             # With one attention group the stage all-reduce above already sums the expert shards;
             # after an all-to-all dispatch the shards of each expert still need their own reduction.
-            ops["moe.expert_allreduce"] = self.collective(
+            ops[Op.MOE_EXPERT_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, assignments / moe.experts_per_token * m.hidden_size * ACT_BYTES,
                 s.stage_group[: s.expert_tp],
             )
         return ops
 
     # --- the ends of the model ---------------------------------------------------------------
-    def embedding(self, step: Step) -> dict[str, float]:
+    def embedding_ops_s(self, step: Step) -> dict[Op, float]:
         """First stage: a row gather per token, then nothing to reduce (vocab-parallel lookups are
         summed into the first all-reduce)."""
         s = self.shape
         tokens = math.ceil(step.sequences / s.attn_dp) * step.new_tokens
         nbytes = tokens * self.model.hidden_size * self.model.embedding_dtype.bytes
-        return {"embedding": nbytes / (self.gpu.hbm_bytes_per_s * self.profile.hbm_efficiency)}
+        return {Op.EMBEDDING: nbytes / (self.gpu.hbm_bytes_per_s * self.profile.hbm_efficiency)}
 
-    def lm_head(self, step: Step) -> dict[str, float]:
+    def lm_head_ops_s(self, step: Step) -> dict[Op, float]:
         """Last stage: logits of each sequence's last token, vocab split over the attention group,
         gathered for sampling; plus the step's fixed scheduling and sampling overhead."""
         m, s = self.model, self.shape
@@ -243,20 +248,18 @@ class CostContext:
         head = m.vocab_size * m.hidden_size / s.group_size
         resident = lm_head_resident_bytes(m) / s.group_size
         return {
-            "lm_head": self.gemm(head, seqs, resident, "bf16"),
-            "lm_head.gather": self.collective(Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group),
-            "step.overhead": self.profile.step_overhead_us * 1e-6,
+            Op.LM_HEAD: self.gemm_s(head, seqs, resident, "bf16"),
+            Op.LM_HEAD_GATHER: self.collective_s(
+                Collective.ALL_GATHER, seqs * m.vocab_size * ACT_BYTES, s.attention_group
+            ),
+            Op.STEP_OVERHEAD: self.profile.step_overhead_us * 1e-6,
         }
 
-    def send_recv(self, step: Step, src: int, dst: int) -> float:
+    def send_recv_s(self, step: Step, src: int, dst: int) -> float:
         """Activations from one stage to the next: each GPU sends its share, over the link that
         joins the two stages' first GPUs."""
         nbytes = step.tokens * self.model.hidden_size * ACT_BYTES / self.shape.gpus
-        return self.collective(Collective.SEND_RECV, nbytes, (src, dst))
+        return self.collective_s(Collective.SEND_RECV, nbytes, (src, dst))
 
 
-def unused(*_: object) -> None:  # pragma: no cover - keeps imports honest for type checkers
-    return None
-
-
-__all__ = ["CostContext", "LayerKind", "Phase", "Step", "layer_kind", "representative_layer", "embedding_bytes", "Tier"]
+__all__ = ["CostContext", "LayerKind", "Phase", "Step", "layer_kind", "representative_layer"]

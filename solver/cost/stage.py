@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardplan.hardware import ClusterSpec, Tier, tier_of
 from shardplan.models import ModelSpec
 from shardplan.models.spec import AttentionKind
 from shardplan.rules.layout import Layout
@@ -38,9 +37,6 @@ class StageShape:
     @property
     def ep(self) -> int:
         return self.gpus // self.expert_tp
-
-    def tier(self, group: tuple[int, ...], cluster: ClusterSpec) -> Tier:
-        return tier_of(group, cluster)
 
 
 def kv_split(model: ModelSpec, tp: int) -> int:

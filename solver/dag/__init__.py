@@ -17,7 +17,7 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import networkx as nx
 
@@ -41,11 +41,11 @@ def build_dag(plan: Plan, detail: str = "logical", fold: bool | None = None) -> 
     return build(plan, detail, fold)
 
 
-def branch_nodes(dag: nx.DiGraph, phase: str, replica: int = 0) -> list:
+def branch_nodes(dag: nx.DiGraph, phase: str, replica: int = 0) -> list[Any]:
     return [n for n, d in dag.nodes(data=True) if d.get("phase") == phase and d.get("replica") == replica]
 
 
-def critical_path(dag: nx.DiGraph, phase: str, replica: int = 0) -> tuple[float, list]:
+def critical_path(dag: nx.DiGraph, phase: str, replica: int = 0) -> tuple[float, list[Any]]:
     """(microseconds, node ids) of the longest path of one branch, weighting nodes by ``est_us``.
     For a plan's DAG it is the plan's TTFT (prefill) or TPOT (decode)."""
     return longest_path_us(dag, branch_nodes(dag, phase, replica))

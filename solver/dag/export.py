@@ -16,17 +16,20 @@ import networkx as nx
 
 from shardplan.models.errors import SpecError
 from shardplan.rules.dag.catalog import graph_schema_problems
+from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
 
 
 # --- JSON ----------------------------------------------------------------------------------------
-def to_json_data(dag: nx.DiGraph) -> dict:
+def to_json_data(dag: nx.DiGraph) -> dict[str, Any]:
     """The node-link form: ``networkx.node_link_data(G, edges="edges")``."""
+    data: dict[str, Any]
     try:
-        return nx.node_link_data(dag, edges="edges")
+        data = nx.node_link_data(dag, edges="edges")
     except TypeError:  # networkx < 3.4 names the keyword ``link``
-        return nx.node_link_data(dag, link="edges")
+        data = nx.node_link_data(dag, link="edges")
+    return data
 
 
 def from_json_data(data: Any) -> nx.DiGraph:
@@ -111,7 +114,7 @@ def _gpus(ranks: Iterable[int]) -> str:
     return "GPUs " + ",".join(map(str, r[:6])) + ("..." if len(r) > 6 else "")
 
 
-def node_label(n: Any, d: dict, sep: str = "\n") -> str:
+def node_label(n: Any, d: dict[Any, Any], sep: str = "\n") -> str:
     """Kind, scope, split and time of a node, on a few short lines."""
     kind = d.get("kind", "?")
     head = kind
@@ -142,8 +145,8 @@ def node_label(n: Any, d: dict, sep: str = "\n") -> str:
     return sep.join(parts)
 
 
-def _clusters(dag: nx.DiGraph) -> dict[tuple, list]:
-    out: dict[tuple, list] = {}
+def _clusters(dag: nx.DiGraph) -> dict[tuple[Any, ...], list[Any]]:
+    out: dict[tuple[Any, ...], list[Any]] = {}
     for n, d in dag.nodes(data=True):
         key = (d.get("replica"), d.get("phase"), d.get("stage"))
         out.setdefault(key, []).append(n)
@@ -192,8 +195,8 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     keep = None if keep_layers is None else set(keep_layers)
     ids: dict[Any, str] = {}  # ids[node]: its Mermaid id (left-out layers share their stage's gap id)
     labels: dict[str, str] = {}
-    place: dict[str, tuple] = {}  # place[Mermaid id]: (replica, phase, stage)
-    gap_layers: dict[str, list] = {}
+    place: dict[str, tuple[Any, ...]] = {}  # place[Mermaid id]: (replica, phase, stage)
+    gap_layers: dict[str, list[Any]] = {}
     for n, d in dag.nodes(data=True):
         if phase is not None and d.get("phase") not in (None, phase):
             continue
@@ -210,11 +213,13 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     for gid, layers in gap_layers.items():
         labels[gid] = f"... layers {min(layers)}-{max(layers)} ..."
     lines = ["flowchart TD"]
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple[Any, ...], list[Any]] = {}
     for nid, key in place.items():
         groups.setdefault(key, []).append(nid)
     top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (k[0], str(k[1])))
-    for nid in groups.get((None, None, None), []) + [x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v]:
+    for nid in groups.get((None, None, None), []) + [
+        x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v
+    ]:
         lines.append(f'  {nid}["{_m(labels[nid])}"]')
     for r, ph in top:
         lines.append(f'  subgraph r{r}_{ph}["replica {r} - {ph}"]')
@@ -270,8 +275,6 @@ def write_graph(dag: nx.DiGraph, path: str | Path) -> None:
 def write_dag(plan: Any, path: str | Path, detail: str = "logical") -> nx.DiGraph:
     """Build ``plan``'s DAG at ``detail`` and write it to ``path`` (format from the extension:
     .json, .graphml, .dot/.gv, .mmd/.mermaid); raises ``SpecError("dag", ...)`` for another one."""
-    from shardplan.solver.dag import build_dag
-
     write = writer_for(path)
     dag = build_dag(plan, detail)
     write(dag, path)

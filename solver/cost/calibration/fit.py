@@ -24,14 +24,15 @@ import importlib.util
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
-from shardplan.hardware.profile import PROFILE_DIR, Profile
+from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
@@ -55,7 +56,13 @@ FITTED_BY_SOFTWARE: dict[str, tuple[str, ...]] = {
     "trtllm-0.9": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us"),
     # Splitwise's stack scales badly with TP (decode at TP8 no faster than at TP4): its collectives
     # are fitted instead of a step overhead.
-    "splitwise": ("gemm_efficiency", "hbm_efficiency", "layer_overhead_us", "scaleup_bw_efficiency", "collective_latency_scale"),
+    "splitwise": (
+        "gemm_efficiency",
+        "hbm_efficiency",
+        "layer_overhead_us",
+        "scaleup_bw_efficiency",
+        "collective_latency_scale",
+    ),
 }
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.2, 0.95),
@@ -84,7 +91,7 @@ PRIORS: dict[str, tuple[float, float]] = {
 PRIOR_WEIGHT = 0.3
 
 # Engine facts per software generation (not fitted): scheduler limits of what was measured.
-ENGINES: dict[str, dict] = {
+ENGINES: dict[str, dict[Any, Any]] = {
     "trtllm": dict(
         software="TensorRT-LLM 0.17-1.0, in-flight batching (trtllm-bench, engine flow and PyTorch backend)",
         max_batch=2048, max_num_tokens=8192,
@@ -119,8 +126,17 @@ class OpFactors:
     note: str
 
 
+def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
+    """The integers ``pattern`` captures in an operator row's ``shape_params`` (``M=128 N=4096 ...``)."""
+    found = re.search(pattern, row["shape_params"])
+    if found is None:
+        raise SpecError("op_points", f"shape_params {row['shape_params']!r} has no {pattern}")
+    return tuple(int(x) for x in found.groups())
+
+
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
     with open(path, newline="", encoding="utf-8") as fh:
@@ -132,15 +148,22 @@ def op_factors(path: str | Path) -> OpFactors:
         for r in gemm:
             if r["dtype"] != dtype:
                 continue
-            m = int(re.search(r"M=(\d+)", r["shape_params"]).group(1))
+            (m,) = _shape_ints(r, r"M=(\d+)")
             if m < 1024:
                 continue  # below that the GEMM is bound by weight reads, not by the curve
             gpu = get_gpu(r["gpu"])
-            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
-            achieved = 2.0 * m * n * k / (float(r["latency_us"]) * 1e-6) / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+            n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
+            achieved = (
+                2.0
+                * m
+                * n
+                * k
+                / (float(r["latency_us"]) * 1e-6)
+                / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+            )
             pts.append((m, achieved))
 
-        def res(x):
+        def res(x: Sequence[float]) -> list[float]:
             eff, half = x
             return [math.log(eff * m / (m + half) / a) for m, a in pts]
 
@@ -154,17 +177,17 @@ def op_factors(path: str | Path) -> OpFactors:
     for r in gemm:
         if "M=1 " in r["shape_params"] and r["dtype"] == "bfloat16":
             gpu = get_gpu(r["gpu"])
-            n, k = (int(x) for x in re.search(r"N=(\d+) K=(\d+)", r["shape_params"]).groups())
+            n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
             stream.append(2.0 * n * k / (float(r["latency_us"]) * 1e-6) / gpu.hbm_bytes_per_s)
     # All-reduce over NVLink (TensorRT-LLM's custom kernels, what its engines run).
     ar = []
     for r in rows:
         if r["op"] == "all_reduce" and "custom AR" in r["backend"]:
-            n = int(re.search(r"num_gpus=(\d+)", r["shape_params"]).group(1))
-            elements = int(re.search(r"elements=(\d+)", r["shape_params"]).group(1))
+            (n,) = _shape_ints(r, r"num_gpus=(\d+)")
+            (elements,) = _shape_ints(r, r"elements=(\d+)")
             ar.append((r["gpu"], n, elements * 2, float(r["latency_us"]) * 1e-6))
 
-    def ar_res(x):
+    def ar_res(x: Sequence[float]) -> list[float]:
         bw, lat = x
         out = []
         for gpu, n, nbytes, seconds in ar:
@@ -250,24 +273,28 @@ class FitResult:
 
 def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields: Sequence[str] = FITTED) -> FitResult:
     """Least squares on log error over ``points`` for ``fields`` of ``start``; values rounded."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
     fields = [f for f in fields if f in BOUNDS]
     lo, hi, x0 = [], [], []
     for f in fields:
         a, b = _bounds(f, ops, start.gpu)
-        lo.append(a), hi.append(b)
+        lo.append(a)
+        hi.append(b)
         x0.append(min(max(getattr(start, f), a), b))
     scale = [max(abs(v), 1e-3) for v in x0]
     weights = _weights(points)
 
-    def candidate(x) -> Profile:
-        return start.model_copy(update={f: float(v) for f, v in zip(fields, x)})
+    def candidate(x: Sequence[float]) -> Profile:
+        return start.model_copy(update={f: float(v) for f, v in zip(fields, x, strict=True)})
 
-    def res(x):
+    def res(x: Sequence[float]) -> list[float]:
         prof = candidate(x)
-        rows = [w * residual(p, prof) for p, w in zip(points, weights)]
-        priors = [PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x) if f in PRIORS]
+        rows = [w * residual(p, prof) for p, w in zip(points, weights, strict=True)]
+        priors = [
+            PRIOR_WEIGHT * (v - PRIORS[f][0]) / PRIORS[f][1] for f, v in zip(fields, x, strict=True) if f in PRIORS
+        ]
         return rows + priors
 
     fit = least_squares(
@@ -306,7 +333,7 @@ def calibrate(
     op_csv: str | Path | None = None,
     *,
     gpu: str | None = None,
-    row_filter=None,
+    row_filter: Callable[[Point], bool] | None = None,
     jobs: int = 1,
 ) -> list[FitResult]:
     """Fit one profile per (GPU, software generation) found in ``points_csv`` (only ``gpu``'s if
@@ -321,7 +348,7 @@ def calibrate(
             raise SpecError("gpu", f"no usable rows for {name} in {points_csv}")
     ops = op_factors(op_csv) if op_csv else default_op_factors()
     groups = group_points(points)
-    newest = {}
+    newest: dict[str, int] = {}  # newest[gpu]: index in GENERATIONS of its newest software
     for gpu_name, software in groups:
         rank = GENERATIONS.index(software)
         newest[gpu_name] = min(rank, newest.get(gpu_name, rank))
@@ -331,10 +358,10 @@ def calibrate(
             results = list(pool.map(_fit_task, tasks))
     else:
         results = [_fit_task(t) for t in tasks]
-    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks)]
+    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks, strict=True)]
 
 
-def _fit_task(task) -> FitResult:
+def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool]) -> FitResult:
     (gpu, software), pts, ops, default = task
     fields = FITTED_BY_SOFTWARE.get(software, FITTED)
     return fit_profile(pts, shared_profile(ops, gpu, software, default), ops, fields)
@@ -348,14 +375,14 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
         f"fields {', '.join(result.fields)}; median |error| on those rows {result.median_abs_error:.1%}. "
         f"Shared factors: {ops.note}; attention, MoE, scale-out and memory overheads are engineering defaults"
     )
-    return FitResult(result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields)
+    return FitResult(
+        result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields
+    )
 
 
 @lru_cache(maxsize=1)
 def default_op_factors() -> OpFactors:
     """Op factors when no op_points.csv is given: those stored in the generic profile."""
-    from shardplan.hardware.profile import get_profile
-
     g = get_profile("generic")
     return OpFactors(
         gemm_efficiency=g.gemm_efficiency,
@@ -395,7 +422,9 @@ def calibrate_to_file(
         return results
     if len(results) > 1:
         names = ", ".join(r.profile.name for r in results)
-        raise SpecError("out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory")
+        raise SpecError(
+            "out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory"
+        )
     write_profile(results[0].profile, out)
     return results
 
@@ -429,18 +458,13 @@ def _sig(value: float, digits: int = DIGITS) -> float:
 
 def _id_ranges(ids: Iterable[str]) -> str:
     nums = sorted({int(i) for i in ids if i.isdigit()})
-    parts, start, prev = [], None, None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive ids
     for n in nums:
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
         else:
-            parts.append(f"{start}-{prev}" if prev > start else str(start))
-            start = prev = n
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-    return ", ".join(parts)
+            runs.append([n, n])
+    return ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in runs)
 
 
 __all__ = [

@@ -105,7 +105,7 @@ def _serving_state(point: Point, profile: Profile) -> _ServingState:
     request (``profile.request_overhead_ms``). Past the largest batch that fits, the benchmark's
     requests queue for a slot (``_mean_queue_wait_ms``).
     """
-    wl, layout, rate = point.problem.workload, point.layout, point.rate_qps
+    wl, layout, rate = point.problem.workload, point.layout, _offered_rate(point)
     top = max_batch(point.problem, layout, profile)
     if top == 0:
         return _ServingState(0, 0.0, 0.0, 0.0, fits=False)
@@ -171,12 +171,19 @@ def _mean_queue_wait_ms(rate: float, slots: int, service_ms: float) -> float:
     return total / SERVING_REQUESTS
 
 
+def _offered_rate(point: Point) -> float:
+    """Requests/s a serving point offers (inf: all at once); only serving points have one."""
+    if point.rate_qps is None:
+        raise ValueError(f"row {point.row_id} is not a serving measurement: it offers no request rate")
+    return point.rate_qps
+
+
 def _serving(point: Point, profile: Profile) -> Measure:
     wl = point.problem.workload
     state = _serving_state(point, profile)
     if not state.fits:
         return Measure(0.0, profile.name, 0, fits=False)
-    rps = min(point.rate_qps, state.capacity_rps)
+    rps = min(_offered_rate(point), state.capacity_rps)
     value = {
         "ttft_mean_ms": state.ttft_ms,
         "itl_mean_ms": state.cycle_ms,

@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shardplan.hardware import ClusterSpec, get_gpu
 from shardplan.models import DType, ModelSpec, SpecError, get_model
@@ -175,7 +176,7 @@ def skip_counts(skipped: Iterable[Skipped]) -> Counter[str]:
     return Counter(s.reason for s in skipped)
 
 
-def _skip_reason(row: dict[str, str], capacity: dict[tuple, float]) -> str | None:
+def _skip_reason(row: dict[str, str], capacity: dict[tuple[Any, ...], float]) -> str | None:
     if row["model"] not in MODEL_ALIASES:
         return "no-preset"
     if row["metric"] not in METRIC_KIND:
@@ -197,19 +198,23 @@ def _skip_reason(row: dict[str, str], capacity: dict[tuple, float]) -> str | Non
 OVERLOAD_SHARE = 0.9
 
 
-def _serving_config(row: dict[str, str]) -> tuple:
+def _serving_config(row: dict[str, str]) -> tuple[Any, ...]:
     return tuple(row[k] for k in ("source_id", "model", "weights_dtype", "gpu", "tp", "pp", "isl", "osl"))
 
 
-def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple, float]:
+def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple[Any, ...], float]:
     """Requests/s each serving configuration sustained at rate inf, read off whichever of its
     throughput rows were published (request, output-token or total-token throughput)."""
-    found: dict[tuple, float] = {}
+    found: dict[tuple[Any, ...], float] = {}
     for row in rows:
         if _rate(row) != math.inf:
             continue
         isl, osl, value = int(row["isl"]), int(row["osl"]), float(row["value"])
-        per = {"request_throughput_req_per_s": 1, "output_tokens_per_s_total": osl, "total_tokens_per_s_total": isl + osl}
+        per = {
+            "request_throughput_req_per_s": 1,
+            "output_tokens_per_s_total": osl,
+            "total_tokens_per_s_total": isl + osl,
+        }
         if row["metric"] in per:
             key = _serving_config(row)
             found[key] = max(found.get(key, 0.0), value / per[row["metric"]])

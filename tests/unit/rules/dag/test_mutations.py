@@ -11,8 +11,8 @@ import pytest
 from shardplan.rules.dag.catalog import COLLECTIVE, DAG_RULES
 from shardplan.rules.dag.check import rule_ids
 from shardplan.solver.dag import build_dag, check_dag, critical_path_us, fix_dag
-from tests.unit.rules.dag.mutations import MUTATIONS, Mutation
-from tests.unit.solver.dag.plans import SMALL
+from tests.unit.rules.dag.mutations import MUTATIONS, Mutation, bypass
+from tests.unit.solver.dag.plans import SMALL, evaluated
 
 CASES = [(m, plan, detail) for m in MUTATIONS for plan in SMALL for detail in ("logical", "expanded")
          if not (m.moe_only and plan == "dense")]
@@ -90,7 +90,9 @@ def other(g: nx.DiGraph, like: str, avoid: set) -> str:
     order = list(g.nodes)
     start = order.index(like)
     ring = order[start + 1:] + order[:start]
-    same_branch = [n for n in ring if g.nodes[n].get("phase") == d.get("phase") and g.nodes[n].get("replica") == d.get("replica")]
+    same_branch = [
+        n for n in ring if g.nodes[n].get("phase") == d.get("phase") and g.nodes[n].get("replica") == d.get("replica")
+    ]
     for n in same_branch:
         if g.nodes[n]["kind"] == d["kind"] and n not in avoid:
             return n
@@ -147,9 +149,6 @@ REMOVAL_PLANS = {
 def test_every_collective_removed_is_restored_but_the_dispatch(name: str, detail: str) -> None:
     """Remove each collective of a decode branch (wiring its inputs to its outputs): fix_dag puts it
     back with its time, except the MoE dispatch, which nothing names (reported as DAG-027)."""
-    from tests.unit.rules.dag.mutations import bypass
-    from tests.unit.solver.dag.plans import evaluated
-
     kw = dict(REMOVAL_PLANS[name])
     plan = evaluated(kw.pop("model"), kw.pop("cluster"), **kw)
     g0 = build_dag(plan, detail)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardplan.models.derived import weight_bytes_total
-from shardplan.rules.problem import Objective
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, memory_reports
 from tests.unit.solver.cost.factory import GIB, layout, problem
 
@@ -13,7 +14,10 @@ from tests.unit.solver.cost.factory import GIB, layout, problem
 def test_kv_grows_linearly_with_batch_and_context():
     short = problem("llama-3.1-70b", "8xH100", isl=1024, osl=1024)
     long = problem("llama-3.1-70b", "8xH100", isl=3072, osl=1024)  # twice the context
-    kv = lambda p, b: memory_reports(p, layout(p, tp=4, batch=b))[0].kv_cache_gib
+
+    def kv(p: Problem, b: int) -> float:
+        return memory_reports(p, layout(p, tp=4, batch=b))[0].kv_cache_gib
+
     assert kv(short, 16) == pytest.approx(2 * kv(short, 8))
     assert kv(short, 64) == pytest.approx(8 * kv(short, 8))
     assert kv(long, 8) == pytest.approx(2 * kv(short, 8))
@@ -33,20 +37,29 @@ def test_16_bit_70b_on_tp2_is_memory_starved():
     # per GPU, so no more than ~46 sequences fit (fewer after runtime and activations) - against
     # hundreds at TP4. The published table (TensorRT-LLM v0.14, 1000/1000) measured 785 tok/s at
     # TP2 against 3,775 at TP4: per GPU, TP2 is less than half of TP4. The model agrees.
-    p = problem("llama-3.1-70b", "8xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT)
+    p = problem(
+        "llama-3.1-70b", "8xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT
+    )
     per_seq = 2000 * 327_680 / 2 / GIB
     assert per_seq == pytest.approx(0.305, abs=0.001)
     tp2, tp4 = layout(p, tp=2), layout(p, tp=4)
     assert 1 <= max_batch(p, tp2) <= int((80 - weight_bytes_total(p.model) / 2 / GIB) / per_seq)
     assert max_batch(p, tp4) > 5 * max_batch(p, tp2)
-    per_gpu = lambda l: best_throughput(p, l).metrics.output_tokens_per_s_per_gpu
+
+    def per_gpu(lay: Layout) -> float:
+        best = best_throughput(p, lay)
+        assert best is not None
+        return best.metrics.output_tokens_per_s_per_gpu
+
     assert per_gpu(tp2) < 0.5 * per_gpu(tp4)
 
 
 def test_layout_that_does_not_fit_reports_what_it_lacks():
     # TP1 on one 80 GB GPU: 141.1e9 B = 131.4 GiB of weights alone; the report says it does not fit
     # and by how much (at least 131.4 - 80 = 51.4 GiB), and the throughput search finds no batch.
-    p = problem("llama-3.1-70b", "1xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT)
+    p = problem(
+        "llama-3.1-70b", "1xH100", isl=1000, osl=1000, weights="fp16", kv="fp16", objective=Objective.THROUGHPUT
+    )
     pred = evaluate(p, layout(p, batch=1))
     worst = pred.worst_memory
     weights_gib = weight_bytes_total(p.model) / GIB

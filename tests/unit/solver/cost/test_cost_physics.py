@@ -90,8 +90,14 @@ def test_rule_communication_is_priced():
     gpu = h100_with()
     normal = problem("llama-3.1-8b", cluster_of(gpu))
     starved = problem("llama-3.1-8b", cluster_of(gpu, scaleup_gb_per_s=1e-3))
-    assert evaluate(starved, layout(starved, tp=8)).metrics.tpot_ms > 10 * evaluate(normal, layout(normal, tp=8)).metrics.tpot_ms
-    assert evaluate(starved, layout(starved, tp=1)).metrics.tpot_ms == evaluate(normal, layout(normal, tp=1)).metrics.tpot_ms
+    assert (
+        evaluate(starved, layout(starved, tp=8)).metrics.tpot_ms
+        > 10 * evaluate(normal, layout(normal, tp=8)).metrics.tpot_ms
+    )
+    assert (
+        evaluate(starved, layout(starved, tp=1)).metrics.tpot_ms
+        == evaluate(normal, layout(normal, tp=1)).metrics.tpot_ms
+    )
 
 
 def test_rule_no_flops_only_estimate():

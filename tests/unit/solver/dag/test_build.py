@@ -3,8 +3,10 @@ whose critical paths are the plans' TTFT and TPOT."""
 
 from __future__ import annotations
 
+import networkx as nx
 import pytest
 
+from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
 from shardplan.rules.dag.catalog import DAG_RULES, is_sharded
 from shardplan.rules.plan import Plan
 from shardplan.solver.dag import build_dag, check_dag, contiguous_hosting, critical_path, critical_path_us
@@ -24,9 +26,20 @@ SOLVED = [
 EVALUATED = {
     "tp-x-sp-groups": dict(model="llama-3.1-8b", cluster="8xH100", tp=2, sp=2, attn_dp=2, batch=4),
     "sp-only-pp2": dict(model="llama-3.1-8b", cluster="8xH100", tp=1, sp=4, pp=2, batch=3),
-    "expert-tp-groups": dict(model="qwen3-30b-a3b", cluster="2x8xH100", allow=("expert-tp",), tp=2, attn_dp=2,
-                             expert_tp=2, pp=2, batch=8, dp=2),
-    "expert-tp-one-group": dict(model="qwen3-30b-a3b", cluster="8xH100", allow=("expert-tp",), tp=4, expert_tp=2, batch=2),
+    "expert-tp-groups": dict(
+        model="qwen3-30b-a3b",
+        cluster="2x8xH100",
+        allow=("expert-tp",),
+        tp=2,
+        attn_dp=2,
+        expert_tp=2,
+        pp=2,
+        batch=8,
+        dp=2,
+    ),
+    "expert-tp-one-group": dict(
+        model="qwen3-30b-a3b", cluster="8xH100", allow=("expert-tp",), tp=4, expert_tp=2, batch=2
+    ),
     "moe-sp-groups-pp2": dict(model="mixtral-8x7b", cluster="8xH100", sp=2, attn_dp=2, pp=2, batch=5),
     "one-gpu-dense": dict(model="llama-3.1-8b", cluster="1xH100", batch=2),
     "one-gpu-moe": dict(model="qwen3-30b-a3b", cluster="1xH100", batch=2),
@@ -64,7 +77,10 @@ def test_plan_dag_is_valid_and_its_critical_paths_are_ttft_and_tpot(name: str, d
 def test_logical_has_one_node_per_operator_and_expanded_one_per_shard() -> None:
     plan = evaluated("llama-3.1-8b", "8xH100", tp=2, sp=2, attn_dp=2, batch=4)
     logical, expanded = build_dag(plan, "logical"), build_dag(plan, "expanded")
-    attn = lambda g: [n for n, d in g.nodes(data=True) if d["kind"] == "Attention" and d["layer"] == 0 and d["phase"] == "decode"]
+    def attn(g: nx.DiGraph) -> list[str]:
+        return [n for n, d in g.nodes(data=True)
+                if d["kind"] == "Attention" and d["layer"] == 0 and d["phase"] == "decode"]
+
     assert len(attn(logical)) == 1
     assert logical.nodes[attn(logical)[0]]["ranks"] == tuple(range(8))
     shards = attn(expanded)
@@ -80,7 +96,9 @@ def test_decode_branch_is_one_token_step_after_the_previous_token() -> None:
     dag = build_dag(small_dense(), "expanded")
     prev, token = "r0.decode.prev", "r0.decode.token"
     assert dag.nodes[prev]["kind"] == "PrevToken" and dag.nodes[token]["kind"] == "Token"
-    attention = [n for n, d in dag.nodes(data=True) if d["kind"] == "Attention" and d["phase"] == "decode" and d["replica"] == 0]
+    attention = [
+        n for n, d in dag.nodes(data=True) if d["kind"] == "Attention" and d["phase"] == "decode" and d["replica"] == 0
+    ]
     for n in attention:
         caches = [u for u in dag.pred[n] if dag.nodes[u]["kind"] == "KVCache"]
         assert caches and all(dag.has_edge(prev, c) for c in caches)
@@ -153,8 +171,6 @@ def test_folded_replicas_keep_the_rules_and_the_critical_paths() -> None:
 
 
 def test_every_rule_is_registered_with_a_kebab_name_and_a_source() -> None:
-    from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
-
     ids = [r.id for r in DAG_RULES]
     assert len(ids) == len(set(ids)) and all(i.startswith("DAG-") for i in ids)
     assert not set(ids) & {r.id for r in CATALOG}

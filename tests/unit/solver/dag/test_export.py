@@ -4,6 +4,7 @@ exits 0 on a valid file, 1 on violations, 2 on an unreadable one."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from shardplan.models.errors import SpecError
 from shardplan.solver.cli import main
-from shardplan.solver.dag import build_dag, check_dag
+from shardplan.solver.dag import build_dag, check_dag, fix_dag
 from shardplan.solver.dag.export import read_json, to_dot, to_json_data, to_mermaid, write_dag, write_graph
 from tests.unit.rules.dag.mutations import collective_removed, cycle
 from tests.unit.solver.dag.plans import small_dense, small_moe
@@ -157,10 +158,6 @@ def test_validate_exit_2_for_a_missing_file_or_bad_options(tmp_path: Path, capsy
 
 def test_malformed_attributes_are_reported_never_raised() -> None:
     """Attributes of any type in a file (as anyone may write one) give diagnostics, not exceptions."""
-    import random
-
-    from shardplan.solver.dag import fix_dag
-
     rng = random.Random(7)
     values = [None, "x", -1, 3.5, [], [1, "a"], {"a": 1}, True, 10**9, 0]
     keys = ["kind", "ranks", "est_us", "replica", "phase", "stage", "layer", "tp", "sp", "tp_rank", "group", "experts",
@@ -174,7 +171,9 @@ def test_malformed_attributes_are_reported_never_raised() -> None:
         u, v = rng.choice(edges)
         g.edges[u, v]["kind"] = rng.choice(values + ["data"])
         if rng.random() < 0.3:
-            g.graph[rng.choice(["layout", "num_gpus", "moe_layers", "num_layers", "allow", "num_experts"])] = rng.choice(values)
+            g.graph[rng.choice(["layout", "num_gpus", "moe_layers", "num_layers", "allow", "num_experts"])] = (
+                rng.choice(values)
+            )
         found = check_dag(g)
         fix_dag(g)
         assert all(d.rule.startswith("DAG-") for d in found)

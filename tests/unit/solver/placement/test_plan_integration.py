@@ -94,15 +94,15 @@ def test_redundant_copies_are_read_like_experts_at_decode():
     shape = shape_of(model, 16, 1, 1, 16, 1)
     step = Step(Phase.DECODE, 256, 1, 2048)
     moe = LayerKind(moe=True, windowed=False)
-    plain = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape).layer(moe, step)
-    spare = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape, 1).layer(moe, step)
+    plain = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape).layer_ops_s(moe, step)
+    spare = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape, 1).layer_ops_s(moe, step)
     assert spare["moe.experts"] / plain["moe.experts"] == pytest.approx(17 / 16, rel=1e-9)
     others = [k for k in plain if k != "moe.experts"]
     assert [spare[k] for k in others] == [plain[k] for k in others] and spare.keys() == plain.keys()
     # At most one copy of each expert per rank: 255 redundant slots on one rank read 256 experts.
     one_rank = shape_of(model, 1, 1, 1, 1, 1)
-    full = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank, 255).layer(moe, step)
-    assert full == CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank).layer(moe, step)
+    full = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank, 255).layer_ops_s(moe, step)
+    assert full == CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank).layer_ops_s(moe, step)
 
 
 # --- a solved plan carries its placement -----------------------------------------------------------

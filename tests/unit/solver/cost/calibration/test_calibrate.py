@@ -13,8 +13,28 @@ from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import points_from_rows
 
 COLUMNS = [
-    "id", "source_id", "source", "model", "weights_dtype", "kv_cache_dtype", "engine", "gpu", "num_gpus", "tp", "pp",
-    "ep", "dp", "isl", "osl", "batch_size", "concurrency", "request_rate_qps", "metric", "value", "config_group", "notes",
+    "id",
+    "source_id",
+    "source",
+    "model",
+    "weights_dtype",
+    "kv_cache_dtype",
+    "engine",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "dp",
+    "isl",
+    "osl",
+    "batch_size",
+    "concurrency",
+    "request_rate_qps",
+    "metric",
+    "value",
+    "config_group",
+    "notes",
 ]
 
 
@@ -72,7 +92,18 @@ def test_rows_map_to_points_with_the_documented_conventions():
 def test_overloaded_serving_latency_is_skipped():
     serving = dict(source="TRTLLM-SERVING-v0.14", weights="BF16", kv="not stated")
     rows = [
-        row(10, "Llama-3.1-8B", "H100-SXM-80GB", 1, 467, 256, 16.0, metric="request_throughput_req_per_s", rate="inf", **serving),
+        row(
+            10,
+            "Llama-3.1-8B",
+            "H100-SXM-80GB",
+            1,
+            467,
+            256,
+            16.0,
+            metric="request_throughput_req_per_s",
+            rate="inf",
+            **serving,
+        ),
         row(11, "Llama-3.1-8B", "H100-SXM-80GB", 1, 467, 256, 3000.0, metric="ttft_mean_ms", rate="inf", **serving),
         row(12, "Llama-3.1-8B", "H100-SXM-80GB", 1, 467, 256, 900.0, metric="ttft_mean_ms", rate="16", **serving),
         row(13, "Llama-3.1-8B", "H100-SXM-80GB", 1, 467, 256, 20.0, metric="ttft_mean_ms", rate="4", **serving),
