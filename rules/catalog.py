@@ -6,6 +6,7 @@ from __future__ import annotations
 from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
+from shardplan.rules.dag.catalog import DAG_RULES
 from shardplan.rules.experts import PLACEMENT_RULES
 from shardplan.rules.parallel import (
     ExpertParallelWidth,
@@ -55,12 +56,20 @@ SWITCHES = {rule.switch: rule.id for rule in CATALOG if rule.switch}
 # so they have no CP-SAT constraint (nor a solver trio) and are kept apart from the rules the solver posts.
 ALL_RULES: tuple[Rule, ...] = CATALOG + PLACEMENT_RULES
 
+# Rules on the shape of an execution DAG (DAG-*): rules/dag/check.py runs them on DAGs; they are never
+# posted nor run on plans, so they stay out of CATALOG. `shardplan rules` lists all three families.
+LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES)
+
+# The one registry: every rule of every family by ID and by name (IDs are never reused).
+REGISTRY: dict[str, Rule] = {key: rule for rule in LISTED_RULES for key in (rule.id.lower(), rule.name)}
+
 
 def get_rule(rule_id: str) -> Rule:
-    for rule in ALL_RULES:
-        if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
-            return rule
-    raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in ALL_RULES)}")
+    """Any rule, plan or DAG, by its ID (any case) or its kebab-case name."""
+    rule = REGISTRY.get(rule_id.lower())
+    if rule is None:
+        raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in LISTED_RULES)}")
+    return rule
 
 
 def rules_for(problem: Problem) -> list[Rule]:
@@ -85,24 +94,7 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
 
 
 __all__ = [
-    "ALL_RULES", "CATALOG", "SWITCHES", "Kind", "Rule", "check_plan", "errors_of", "get_rule", "rules_for",
-    "unknown_switches",
+    "ALL_RULES", "CATALOG", "DAG_RULES", "LISTED_RULES", "REGISTRY", "SWITCHES", "Kind", "Rule", "check_plan",
+    "errors_of", "get_rule", "rules_for", "unknown_switches",
 ]
 
-
-# Rules on the shape of an execution DAG (DAG-*): rules/dag/check.py runs them on DAGs; they are never
-# posted nor run on plans, so they stay out of CATALOG. `shardplan rules` lists both.
-from shardplan.rules.dag.catalog import DAG_RULES  # noqa: E402
-
-LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES)
-
-
-def find_rule(rule_id: str) -> Rule:
-    """A rule of CATALOG or DAG_RULES by ID or name."""
-    for rule in DAG_RULES:
-        if rule.id.lower() == rule_id.lower() or rule.name == rule_id.lower():
-            return rule
-    return get_rule(rule_id)
-
-
-__all__ += ["DAG_RULES", "LISTED_RULES", "find_rule"]

@@ -186,7 +186,7 @@ def _improve(
     proven = objective is not None and status == cp_model.OPTIMAL
     if status == cp_model.UNKNOWN:
         # Nothing better within the step's budget: settle the question without an objective.
-        step.clear_objective()  # type: ignore[no-untyped-call]  # ortools 9.15 leaves this method unannotated
+        step.clear_objective()
         solver = new_solver(deadline.remaining())
         status = solver.solve(step)
     if status == cp_model.INFEASIBLE:

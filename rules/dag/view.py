@@ -1,6 +1,6 @@
 """The execution DAG's schema and a read-only view of a graph that the DAG rules share.
 
-See ``dag_rules`` for the schema; this module holds its constants, the typed readers of node and
+See ``rules/dag/catalog.py`` for the schema; this module holds its constants, the typed readers of node and
 graph attributes, ``DagView`` (indexes built once per check) and ``DagRule``, the rules' base class.
 """
 

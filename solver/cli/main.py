@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
-from shardplan.rules.catalog import LISTED_RULES, find_rule
+from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
@@ -326,7 +326,7 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def rules(rule_id: str | None, as_json: bool) -> None:
     """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
-    selected = [find_rule(rule_id)] if rule_id else list(LISTED_RULES)
+    selected = [get_rule(rule_id)] if rule_id else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
         emit_json(data if rule_id is None else data[0])

@@ -1,8 +1,8 @@
 """The execution DAG of a plan: build it, measure its critical paths (DESIGN.md "Execution DAG").
 
 ``build_dag(plan, detail)`` returns a networkx ``DiGraph`` in the schema of ``rules/dag/catalog.py``;
-``check_dag`` (``dag_check.py``) validates any such graph against the knowledge base's DAG rules,
-``fix_dag`` (``dag_fix.py``) repairs what has one safe repair, and ``export.py`` writes it as JSON,
+``check_dag`` (``rules/dag/check.py``) validates any such graph against the knowledge base's DAG rules,
+``fix_dag`` (``rules/dag/fix.py``) repairs what has one safe repair, and ``export.py`` writes it as JSON,
 GraphML, DOT or Mermaid. docs/dag.md describes the schema.
 
 >>> from shardplan.solver.cli.inputs import ProblemArgs, build_problem

@@ -122,15 +122,14 @@ def plan_costs(plan: Plan) -> dict[Phase, PhaseCosts]:
 def expert_hosting(plan: Plan, layer: int) -> tuple[tuple[int, ...], ...]:
     """Experts each EP rank hosts in MoE ``layer``, rank by rank.
 
-    The placement hook: when ``plan.experts`` is a placement (anything with ``layer(i).gpu_experts``
-    listing (expert, share) pairs per EP rank, as ``solver.placement.ExpertPlacement``), its lists
-    are used. Otherwise shardplan assumes contiguous blocks: rank k hosts experts
-    [k E / ep, (k+1) E / ep), at most ceil(E / ep) each; with more ranks than experts rank k hosts
-    expert k mod E (a redundant copy).
+    The placement hook: when the plan carries a placement (``plan.experts``, whose
+    ``layer(i).gpu_experts`` lists (expert, share) pairs per EP rank), its lists are used. Otherwise
+    shardplan assumes contiguous blocks: rank k hosts experts [k E / ep, (k+1) E / ep), at most
+    ceil(E / ep) each; with more ranks than experts rank k hosts expert k mod E (a redundant copy).
     """
     model, ep = plan.problem.model, plan.layout.ep
     placement = plan.experts
-    if placement is not None and hasattr(placement, "layer"):
+    if placement is not None:
         try:
             placed = placement.layer(layer)
         except (SpecError, KeyError, IndexError):
@@ -165,7 +164,7 @@ def contiguous_hosting(num_experts: int, ep: int) -> tuple[tuple[int, ...], ...]
 
 
 def placement_source(plan: Plan) -> str:
-    return "plan" if plan.experts is not None and hasattr(plan.experts, "layer") else "contiguous (assumed)"
+    return "plan" if plan.experts is not None else "contiguous (assumed)"
 
 
 class _Builder:

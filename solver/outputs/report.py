@@ -22,7 +22,7 @@ import html
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ import networkx as nx
 
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.plan import Plan
+from shardplan.rules.prediction import StageTiming
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.dag import build_dag
@@ -343,7 +344,7 @@ def _op_deltas(winner: Plan, other: Plan, phase: str, busiest: bool, top: int = 
     """The operators whose time (ms) differs most: summed over the stages (one microbatch's pass), or
     on the busiest stage times the microbatches it serves per round (what bounds a pipelined round)."""
     def totals(plan: Plan) -> dict[str, float]:
-        stages = plan.prediction.stages
+        stages: Sequence[StageTiming] = plan.prediction.stages
         scale = 1
         if busiest:
             stages = [max(stages, key=lambda st: getattr(st, f"{phase}_ms") + getattr(st, f"send_{phase}_ms"))]

@@ -63,7 +63,7 @@ def exact_split(loads: Sequence[float], num_gpus: int, slots: int, hint: Sequenc
     groups = range(n)  # group j, if used, is named after its first member, expert j; at most G are used
     # in_group[(e, j)]: expert e belongs to group j (only j <= e)
     in_group = {(e, j): model.new_bool_var(f"e{e}_g{j}") for e in range(n) for j in groups if j <= e}
-    used = [in_group.get((j, j)) for j in groups]
+    used = [in_group[j, j] for j in groups]  # expert j is in group j exactly when group j is used
     gpus = [model.new_int_var(0, num_gpus, f"m{j}") for j in groups]
     target = model.new_int_var(0, top, "T")
     for e in range(n):
@@ -89,9 +89,9 @@ def exact_split(loads: Sequence[float], num_gpus: int, slots: int, hint: Sequenc
         return CpResult(None, _real_bound(solver.best_objective_bound, k, 1.0), False)
     found = []
     for j in groups:
-        members = [e for e in range(j, n) if solver.value(in_group[e, j])]
-        if members:
-            found.append(Group(members, max(1, solver.value(gpus[j]))))
+        chosen = [e for e in range(j, n) if solver.value(in_group[e, j])]
+        if chosen:
+            found.append(Group(chosen, max(1, solver.value(gpus[j]))))
     return CpResult(found, _real_bound(solver.best_objective_bound, k, 1.0), status == cp_model.OPTIMAL)
 
 

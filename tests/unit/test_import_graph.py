@@ -13,8 +13,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-import pytest
-
 from tests.unit.source_tree import CODE_FOLDERS, source_modules
 
 MODULES = source_modules()

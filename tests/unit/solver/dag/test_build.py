@@ -6,7 +6,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from shardplan.rules.catalog import CATALOG, LISTED_RULES, find_rule
+from shardplan.rules.catalog import CATALOG, LISTED_RULES, get_rule
 from shardplan.rules.dag.catalog import DAG_RULES, is_sharded
 from shardplan.rules.plan import Plan
 from shardplan.solver.dag import build_dag, check_dag, contiguous_hosting, critical_path, critical_path_us
@@ -175,7 +175,7 @@ def test_every_rule_is_registered_with_a_kebab_name_and_a_source() -> None:
     assert len(ids) == len(set(ids)) and all(i.startswith("DAG-") for i in ids)
     assert not set(ids) & {r.id for r in CATALOG}
     for rule in DAG_RULES:
-        assert rule in LISTED_RULES and find_rule(rule.id) is rule
+        assert rule in LISTED_RULES and get_rule(rule.id) is rule
         assert rule.name == rule.name.lower() and " " not in rule.name
         assert rule.source and rule.statement and rule.example_bad and rule.example_good
 
