@@ -9,34 +9,81 @@ of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache m
 from __future__ import annotations
 
 import builtins
-import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
 from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.files import read_json
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
 Config = dict[str, Any]
 
 
 def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
-    """Load a config.json from disk; ``name`` defaults to the file's stem."""
+    """Load a config.json from disk; ``name`` defaults to its ``_shardplan_id``, else the file's stem.
+
+    The file is read through ``models.files`` (a regular file, at most 1 MiB, strict UTF-8, nesting
+    bounded); an ``_shardplan_id`` must be a Hugging Face id (``check_model_id``), because launch
+    commands print it.
+    """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError("model", f"cannot read {path}: {exc.strerror}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError("model", f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    cfg = read_json(path, "model")
     if not isinstance(cfg, dict):
         raise SpecError("model", f"{path} must hold a JSON object")
-    return load_config(cfg, name=name or cfg.get("_shardplan_id") or path.stem)
+    model_id = cfg.get("_shardplan_id")
+    if model_id is not None:
+        check_model_id(model_id, "_shardplan_id")
+    return load_config(cfg, name=name or model_id or path.stem)
+
+
+# A Hugging Face repository id: ``org/name`` (or a bare ``name``), each part letters, digits and ``._-``,
+# starting and ending with a letter or digit, without ``--`` or ``..``, at most 96 characters.
+_HF_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+HF_ID = re.compile(rf"^{_HF_PART}(?:/{_HF_PART})?$")
+
+
+def check_model_id(value: object, field: str) -> str:
+    """``value`` when it is a Hugging Face id (``org/name``); otherwise ``SpecError(field, ...)``.
+
+    >>> check_model_id("meta-llama/Llama-3.1-8B", "_shardplan_id")
+    'meta-llama/Llama-3.1-8B'
+    """
+    if not isinstance(value, str) or not HF_ID.match(value) or "--" in value or ".." in value:
+        shown = repr(value)[:80]
+        raise SpecError(field, f"{shown} is not a Hugging Face id (org/name of letters, digits, '._-')")
+    return value
+
+
+# The largest value each size field may hold. Real checkpoints are far below (the largest preset has
+# 126 layers, hidden size 16,384, 384 experts); the caps keep every derived count (parameters, bytes,
+# FLOPs per token) well inside 64-bit integers and the solver's scaled bounds, and bound the work a
+# config can ask for (a table per layer, a placement per expert).
+MAX_LAYERS = 1024
+MAX_WIDTH = 1 << 20  # hidden and FFN sizes, vocabulary
+MAX_HEADS = 1 << 12  # heads, KV heads, head dims, LoRA ranks
+MAX_EXPERTS = 4096
+MAX_CONTEXT = 1 << 24  # max_position_embeddings, sliding windows: 16M tokens
+MAX_INT = (1 << 31) - 1  # anything else
+MAX_PARAMETERS = 1 << 46  # 70 trillion, 70x the largest preset: bytes and FLOPs stay far inside 2**63
+_FIELD_MAX = {
+    "num_hidden_layers": MAX_LAYERS,
+    "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS, "decoder_sparse_step": MAX_LAYERS,
+    "interleave_moe_layer_step": MAX_LAYERS, "no_rope_layer_interval": MAX_LAYERS,
+    "hidden_size": MAX_WIDTH, "intermediate_size": MAX_WIDTH, "moe_intermediate_size": MAX_WIDTH,
+    "intermediate_size_mlp": MAX_WIDTH, "vocab_size": MAX_WIDTH,
+    "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS, "head_dim": MAX_HEADS,
+    "v_head_dim": MAX_HEADS, "qk_rope_head_dim": MAX_HEADS, "qk_nope_head_dim": MAX_HEADS,
+    "q_lora_rank": MAX_WIDTH, "kv_lora_rank": MAX_WIDTH,
+    "num_local_experts": MAX_EXPERTS, "num_experts": MAX_EXPERTS, "n_routed_experts": MAX_EXPERTS,
+    "num_experts_per_tok": MAX_EXPERTS, "experts_per_token": MAX_EXPERTS, "n_shared_experts": MAX_EXPERTS,
+    "max_position_embeddings": MAX_CONTEXT, "sliding_window": MAX_CONTEXT, "attention_chunk_size": MAX_CONTEXT,
+}
 
 
 def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
@@ -46,7 +93,7 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
         raise SpecError("architectures", f"missing; supported: {', '.join(sorted(_FAMILIES))}")
     arch = archs[0]
     if arch not in _FAMILIES:
-        raise SpecError("architectures", f"unsupported {arch!r}; supported: {', '.join(sorted(_FAMILIES))}")
+        raise SpecError("architectures", f"unsupported {_short(arch)}; supported: {', '.join(sorted(_FAMILIES))}")
     if arch == "Llama4ForConditionalGeneration":
         text = cfg.get("text_config")
         if not isinstance(text, dict):
@@ -55,9 +102,13 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
     else:
         fields = cfg
     try:
-        return _FAMILIES[arch](_Reader(fields), name, arch)
+        spec = _FAMILIES[arch](_Reader(fields), name, arch)
     except ValidationError as exc:
         raise spec_error_from(exc) from None
+    total = parameter_counts(spec).total
+    if total > MAX_PARAMETERS:
+        raise SpecError("num_hidden_layers", f"the config describes {total:.3g} parameters; at most {MAX_PARAMETERS:.3g}")
+    return spec
 
 
 class _Reader:
@@ -74,9 +125,11 @@ class _Reader:
         if value is None:
             raise SpecError(key, "missing")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(key, f"expected an integer, got {value!r}")
+            raise SpecError(key, f"expected an integer, got {_short(value)}")
         if value < minimum:
             raise SpecError(key, f"must be >= {minimum}, got {value}")
+        if value > _FIELD_MAX.get(key, MAX_INT):
+            raise SpecError(key, f"must be <= {_FIELD_MAX.get(key, MAX_INT):,}, got {_short(value)}")
         return value
 
     # Below the method ``int``, a bare ``int`` in an annotation names that method (class scope), so
@@ -90,20 +143,28 @@ class _Reader:
     def bool(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
         if not isinstance(value, bool):
-            raise SpecError(key, f"expected true or false, got {value!r}")
+            raise SpecError(key, f"expected true or false, got {_short(value)}")
         return value
 
     def int_list(self, key: str) -> list[builtins.int]:
         value = self.cfg.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise SpecError(key, f"expected a list of integers, got {value!r}")
+            raise SpecError(key, f"expected a list of integers, got {_short(value)}")
+        if len(value) > MAX_LAYERS or any(not 0 <= v <= MAX_LAYERS for v in value):
+            raise SpecError(key, f"expected at most {MAX_LAYERS} layer indices in 0..{MAX_LAYERS}")
         return value
 
     def str(self, key: str, default: str) -> str:
         value = self.cfg.get(key, default)
         if not isinstance(value, str):
-            raise SpecError(key, f"expected a string, got {value!r}")
+            raise SpecError(key, f"expected a string, got {_short(value)}")
         return value
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to one short line: a hostile value must not flood the one-line error."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _common(r: _Reader, name: str, arch: str) -> dict[str, Any]:
@@ -142,7 +203,7 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         return base, DType.MXFP4
     if method in ("awq", "gptq"):
         return DType.INT4, DType.INT4
-    raise SpecError("quantization_config.quant_method", f"unsupported {method!r}; supported: fp8, mxfp4, awq, gptq")
+    raise SpecError("quantization_config.quant_method", f"unsupported {_short(method)}; supported: fp8, mxfp4, awq, gptq")
 
 
 def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None) -> Attention:

@@ -65,7 +65,16 @@ def get_model(name: str) -> ModelSpec:
     preset = find_preset(name)
     if preset is not None:
         return preset.load()
-    if name.endswith(".json") or Path(name).is_file():
+    if name.endswith(".json") or _is_file(name):
         return load_config_file(name)
     known = ", ".join(p.aliases[0] if p.aliases else p.id for p in presets())
-    raise SpecError("model", f"unknown model {name!r}: not a preset or a config.json file; presets: {known}")
+    shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
+    raise SpecError("model", f"unknown model {shown}: not a preset or a config.json file; presets: {known}")
+
+
+def _is_file(name: str) -> bool:
+    """Whether ``name`` is an existing file; a name no file can have (NUL, too long) is not one."""
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,83 @@
+"""Read the small text files users hand us (config.json, load profiles, DAG files, CSVs) defensively.
+
+A file is read only when it is a regular file (a FIFO or a device would block or never end), up to
+``MAX_INPUT_BYTES``, decoded strictly as UTF-8 (a leading byte-order mark is dropped; UTF-16 and
+Latin-1 are refused), and JSON is refused past ``MAX_JSON_DEPTH`` levels of nesting before the parser
+recurses. Every failure is a ``SpecError`` naming the field the caller gives. Nothing here interprets
+what the file says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from shardplan.models.errors import SpecError
+
+MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest preset config is ~5 KiB, a 384-expert load profile ~1 MiB
+MAX_CSV_BYTES = 64 << 20  # measured-point CSVs are tables of thousands of rows
+MAX_JSON_DEPTH = 64  # configs nest 3 deep, DAG files 4: far below the parser's recursion limit
+_UTF8_BOM = b"\xef\xbb\xbf"
+# A JSON string literal, escapes included: its brackets are not nesting.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def read_text(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The text of a regular file of at most ``max_bytes``, strictly UTF-8 (a BOM is dropped)."""
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise SpecError(field, f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(field, f"{path} is not a regular file")
+    if info.st_size > max_bytes:
+        raise SpecError(field, f"{path} is {info.st_size:,} bytes; at most {max_bytes:,} are read")
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO after the stat, opening it does not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise SpecError(field, f"{path} is not a regular file")
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise SpecError(field, f"cannot read {path}: {exc.strerror}") from None
+    if len(data) > max_bytes:
+        raise SpecError(field, f"{path} is larger than {max_bytes:,} bytes")
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    try:
+        return data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise SpecError(field, f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def json_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON ``text`` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.finditer(_JSON_STRING.sub('""', text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` with the nesting checked first; a ``SpecError`` naming ``field`` for bad JSON."""
+    if json_depth(text) > max_depth:
+        raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits
+        raise SpecError(field, f"{where} is not valid JSON ({type(exc).__name__})") from None
+
+
+def read_json(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """A JSON file read through ``read_text`` and ``parse_json``."""
+    return parse_json(read_text(path, field, max_bytes), field, str(path))
