@@ -107,7 +107,9 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
         raise spec_error_from(exc) from None
     total = parameter_counts(spec).total
     if total > MAX_PARAMETERS:
-        raise SpecError("num_hidden_layers", f"the config describes {total:.3g} parameters; at most {MAX_PARAMETERS:.3g}")
+        raise SpecError(
+            "num_hidden_layers", f"the config describes {total:.3g} parameters; at most {MAX_PARAMETERS:.3g}"
+        )
     return spec
 
 
@@ -203,7 +205,9 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         return base, DType.MXFP4
     if method in ("awq", "gptq"):
         return DType.INT4, DType.INT4
-    raise SpecError("quantization_config.quant_method", f"unsupported {_short(method)}; supported: fp8, mxfp4, awq, gptq")
+    raise SpecError(
+        "quantization_config.quant_method", f"unsupported {_short(method)}; supported: fp8, mxfp4, awq, gptq"
+    )
 
 
 def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None) -> Attention:

@@ -11,12 +11,17 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from shardplan.models import DType, get_model
+from shardplan.models import DType, SpecError
+from shardplan.models.hf_config import check_model_id
+from shardplan.models.presets import find_preset
 from shardplan.rules.plan import Plan
 from shardplan.solver.placement import ExpertPlacement
 
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2"}
-_VAR = re.compile(r"^\$[A-Z0-9_]+(:\d+)?$")
+# The only shell expansions a script contains: the node address placeholders of ``head_address``.
+_VAR = re.compile(r"^\$NODE\d+_IP(:\d+)?$")
+# Characters that would end a comment line or hide text on a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 # (node, local GPU ids on it) for each node a deployment spans, in node order.
 NodeGpus = list[tuple[int, list[int]]]
@@ -66,17 +71,21 @@ class Emitted:
 
     def script(self) -> str:
         """A shell script: the notes as comments, each file as a here-document, each process's command."""
-        out = [f"# {self.summary}", f"# option names as in {self.version}"]
-        out += [f"# NOTE: {note}" for note in self.notes]
+        out = [f"# {_comment(self.summary)}", f"# option names as in {_comment(self.version)}"]
+        out += [f"# NOTE: {_comment(note)}" for note in self.notes]
         if self.heads:
             out.append("# multi-node: run each node's command on that node; NODEk_IP is the address of node k")
             for var in self.heads:
                 name = var.lstrip("$")
                 out.append(f': "${{{name}:?export {name}=<address of node {name[4:-3]}> on every node first}}"')
         for name, text in self.files:
-            out.append(f"cat > {shlex.quote(name)} <<'EOF'\n{text.rstrip()}\nEOF")
+            body = text.rstrip()
+            end = "EOF"
+            while end in body.splitlines():  # the here-document must not end inside the file
+                end += "_"
+            out.append(f"cat > {shlex.quote(name)} <<'{end}'\n{body}\n{end}")
         for launch in self.launches:
-            out.append(f"# {launch.label}")
+            out.append(f"# {_comment(launch.label)}")
             out.append(launch.shell())
         return "\n".join(out) + "\n"
 
@@ -115,7 +124,9 @@ class PlanShape:
         moe = problem.model.moe
         return cls(
             plan=plan,
-            model=problem.model.name,
+            # The name becomes the engine's model argument: a Hugging Face id (or a bare name), never
+            # a value that starts with "-" (an option) or holds shell or path syntax.
+            model=_served_id(problem.model.name),
             dp=lay.dp, pp=lay.pp, tp=lay.tp, sp=lay.sp, attn_dp=lay.attn_dp, expert_tp=lay.expert_tp,
             G=lay.gpus_per_stage, ep=lay.ep, moe=problem.model.is_moe,
             num_experts=moe.num_experts if moe is not None else 0,
@@ -197,9 +208,13 @@ class PlanShape:
     def weights_note(self, engine: str, quant_flag: str | None) -> list[str]:
         """A flag or a note when the plan prices weights in another format than the checkpoint's."""
         planned = self.plan.problem.model.weights_dtype
+        # Only a preset's checkpoint is known: a name from a config is never opened as a path.
+        preset = find_preset(self.model)
+        if preset is None:
+            return []
         try:
-            stored = get_model(self.model).weights_dtype
-        except Exception:  # a user config that no longer loads: nothing to compare with
+            stored = preset.load().weights_dtype
+        except SpecError:
             return []
         if planned == stored:
             return []
@@ -242,6 +257,19 @@ def node_label(unit: int, node: int, k: int, nodes: NodeGpus, what: str = "deplo
 def span(local: list[int]) -> str:
     """Local GPU ids as a range: ``0-3``, or ``5`` for one."""
     return f"{local[0]}-{local[-1]}" if len(local) > 1 else str(local[0])
+
+
+def _served_id(name: str) -> str:
+    """The model argument of a launch command: ``name`` when it is a Hugging Face id."""
+    try:
+        return check_model_id(name, "model")
+    except SpecError as exc:
+        raise SpecError("model", f"{exc.reason}; give the config an _shardplan_id to launch it") from None
+
+
+def _comment(text: str) -> str:
+    """``text`` on one comment line: control characters (a newline would end the comment) become spaces."""
+    return _CONTROL.sub(" ", text)
 
 
 def _quote(token: str) -> str:
