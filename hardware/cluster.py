@@ -220,6 +220,10 @@ _CLUSTER_RE = re.compile(
     r"^\s*(?P<first>[+-]?\d+)\s*[x×]\s*(?:(?P<second>[+-]?\d+)\s*[x×]\s*)?(?P<gpu>\S.*?)\s*$", re.IGNORECASE
 )
 _FORMS = "expected NxGPU (8xH100) or AxBxGPU (4x8xH200)"
+# The largest cluster parse_cluster builds: a million GPUs, far past any deployment, and small
+# enough that per-GPU tables and every GPU count times bytes stay inside 64-bit integers.
+MAX_GPUS = 1 << 20
+_MAX_DIGITS = 9  # a count is read only up to this many digits, so int() never sees a huge string
 
 
 def parse_cluster(text: str) -> ClusterSpec:
@@ -228,12 +232,18 @@ def parse_cluster(text: str) -> ClusterSpec:
     >>> parse_cluster("2x8xH100").describe()
     '2 nodes x 8 H100-SXM = 16 GPUs; scale-up 2 domains of 8 GPUs at 450 GB/s, 1 us/step; scale-out 50 GB/s, 5 us/step'
     """
-    match = _CLUSTER_RE.match(str(text))
+    text = str(text)
+    if len(text) > 100:
+        raise SpecError("cluster", f"{text[:20]!r}... is {len(text)} characters long; {_FORMS}")
+    match = _CLUSTER_RE.match(text)
     if match is None:
         raise SpecError("cluster", f"cannot read {text!r}; {_FORMS}")
     first, second, gpu_name = match["first"], match["second"], match["gpu"]
     if gpu_name.isdigit():
         raise SpecError("cluster", f"{text!r} names no GPU type; {_FORMS}")
+    for digits in (first, second):
+        if digits is not None and len(digits.lstrip("+-").lstrip("0")) > _MAX_DIGITS:
+            raise SpecError("cluster", f"{digits[:12]}... GPUs; at most {MAX_GPUS:,} GPUs in all")
     counts = [int(first)] + ([int(second)] if second is not None else [])
     for count in counts:
         if count <= 0:
@@ -243,6 +253,8 @@ def parse_cluster(text: str) -> ClusterSpec:
         nodes, per_node = _nodes_from_total(counts[0], gpu)
     else:
         nodes, per_node = _nodes_explicit(counts[0], counts[1], gpu)
+    if nodes * per_node > MAX_GPUS:
+        raise SpecError("cluster", f"{nodes * per_node:,} GPUs; at most {MAX_GPUS:,} GPUs in all")
     try:
         return ClusterSpec.from_gpu(gpu, nodes, per_node)
     except SpecError as exc:

@@ -6,6 +6,7 @@ The CLI calls these; the solver itself only ever sees the finished ``Problem``.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,29 +48,66 @@ class ProblemArgs:
 
 ZIPF_SEED = 0  # the synthetic profile's shuffle: fixed, so a plan is reproducible
 
+# Documented maxima of the numeric flags, checked before any work. They are far beyond any real
+# deployment and keep every scaled quantity the solver builds from them inside 64-bit integers
+# (the solver clamps SLA and memory limits to its variables' bounds; these bound the rest).
+MAX_TOKENS = 10_000_000  # isl, osl and isl + osl (the model's own context limit applies too)
+MAX_BATCH = 1 << 20  # concurrent sequences per replica
+MAX_MEM_CAP_GIB = float(1 << 40)  # per GPU; anything above the GPU's memory binds nothing
+MAX_LIMIT_MS = 1e15  # ttft-ms, tpot-ms: ~31,700 years, i.e. no limit
+MAX_REDUNDANT_SLOTS = 4096  # the most experts a config may have (models.hf_config.MAX_EXPERTS)
+MAX_ZIPF_EXPONENT = 100.0  # past ~10 every token already goes to one expert
+
+
+_STAGE = re.compile(r"^\s*(\d{1,9})\s*:\s*(\d{1,9})\s*$")
+MAX_STAGES = 1024  # no model has more layers (models.hf_config.MAX_LAYERS)
+
 
 def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
-    """``"0:30,30:61"`` -> ((0, 30), (30, 61))."""
+    """``"0:30,30:61"`` -> ((0, 30), (30, 61)).
+
+    Only the syntax is checked here; ``check_stages`` checks the ranges against the model.
+    """
+    parts = text.split(",")
+    if len(parts) > MAX_STAGES:
+        raise SpecError("stages", f"{len(parts)} ranges; at most {MAX_STAGES}")
     ranges = []
-    for part in text.split(","):
-        try:
-            start, end = (int(x) for x in part.strip().split(":"))
-        except ValueError:
-            raise SpecError("stages", f"{part.strip()!r} is not START:END (e.g. 0:30,30:61)") from None
-        ranges.append((start, end))
+    for part in parts:
+        match = _STAGE.match(part)
+        if match is None:
+            shown = repr(part.strip())[:40]
+            raise SpecError("stages", f"{shown} is not START:END (e.g. 0:30,30:61)")
+        ranges.append((int(match[1]), int(match[2])))
     return tuple(ranges)
+
+
+def check_stages(stages: tuple[tuple[int, int], ...], num_layers: int) -> None:
+    """The ranges must cut 0..num_layers into consecutive, non-empty stages."""
+    at = 0
+    for start, end in stages:
+        if start != at or end <= start:
+            raise SpecError("stages", f"{start}:{end} does not continue at layer {at} with at least one layer")
+        at = end
+    if at != num_layers:
+        raise SpecError("stages", f"cover {at} layers; the model has {num_layers}")
 
 
 def build_problem(args: ProblemArgs) -> Problem:
     """Validate every input and assemble the problem; any bad value raises ``SpecError``."""
-    _positive("isl", args.isl)
-    _positive("osl", args.osl)
+    _positive("isl", args.isl, MAX_TOKENS)
+    _positive("osl", args.osl, MAX_TOKENS)
+    if args.isl + args.osl > MAX_TOKENS:
+        raise SpecError("isl", f"isl + osl = {args.isl + args.osl:,} exceeds the maximum of {MAX_TOKENS:,} tokens")
     if args.batch is not None:
-        _positive("batch", args.batch)
-    for name in ("mem_cap_gib", "ttft_ms", "tpot_ms"):
+        _positive("batch", args.batch, MAX_BATCH)
+    for name, most in (("mem_cap_gib", MAX_MEM_CAP_GIB), ("ttft_ms", MAX_LIMIT_MS), ("tpot_ms", MAX_LIMIT_MS)):
         value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise SpecError(name.replace("_", "-"), f"must be a finite number > 0, got {value}")
+        if value is not None and value > most:
+            raise SpecError(name.replace("_", "-"), f"must be at most {most:g}, got {value:g}")
+    if args.zipf is not None and not (math.isfinite(args.zipf) and 0 <= args.zipf <= MAX_ZIPF_EXPONENT):
+        raise SpecError("zipf", f"must be a finite number in 0..{MAX_ZIPF_EXPONENT:g}, got {args.zipf}")
     model = get_model(args.model)
     weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
     kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None
@@ -84,8 +122,10 @@ def build_problem(args: ProblemArgs) -> Problem:
     pins = dict(args.pins)
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])
-    if args.redundant_slots is None or args.redundant_slots < 0:
-        raise SpecError("redundant-slots", f"must be an integer >= 0, got {args.redundant_slots}")
+    check_pins(pins, model.num_layers, cluster.num_gpus)
+    if args.redundant_slots is None or not 0 <= args.redundant_slots <= MAX_REDUNDANT_SLOTS:
+        raise SpecError("redundant-slots",
+                        f"must be an integer in 0..{MAX_REDUNDANT_SLOTS}, got {args.redundant_slots}")
     expert_load = build_expert_load(args, model)
     try:
         return Problem(
@@ -160,6 +200,27 @@ def layout_from_pins(problem: Problem) -> Layout:
     return layout
 
 
-def _positive(name: str, value: int | None) -> None:
+def check_pins(pins: dict[str, Any], num_layers: int, num_gpus: int) -> None:
+    """Pinned degrees within what the model and the cluster allow, before any work: a degree is at
+    most the cluster's GPUs, pp at most the model's layers, and stages cover exactly the layers."""
+    for degree in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp"):
+        value = pins.get(degree)
+        if value is None:
+            continue
+        name = degree.replace("_", "-")
+        if value < 1:
+            raise SpecError(name, f"must be a positive integer, got {value}")
+        if value > num_gpus:
+            raise SpecError(name, f"{value} is more than the cluster's {num_gpus} GPUs")
+    stages = pins.get("stages")
+    if stages is not None:
+        check_stages(stages, num_layers)
+        if len(stages) > num_gpus:
+            raise SpecError("stages", f"{len(stages)} stages need more than the cluster's {num_gpus} GPUs")
+
+
+def _positive(name: str, value: int | None, most: int) -> None:
     if value is None or value < 1:
         raise SpecError(name, f"must be a positive integer, got {value}")
+    if value > most:
+        raise SpecError(name, f"must be at most {most:,}, got {value:,}")
