@@ -19,7 +19,6 @@ model is a ``SpecError``.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -29,6 +28,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.files import parse_json, read_text
+
+MAX_PROFILE_BYTES = 16 << 20  # 4,096 experts x 1,024 layers of counts fit comfortably
 
 
 class ExpertLoadProfile(BaseModel):
@@ -145,10 +147,7 @@ def load_profile(path: str | Path, num_experts: int, moe_layers: Sequence[int]) 
     """Read measured counts from a ``.json`` or ``.csv`` file (formats in the module docstring)."""
     layers = _check_sizes(num_experts, moe_layers)
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError("profile", f"cannot read {path}: {exc.strerror}") from None
+    text = read_text(path, "profile", MAX_PROFILE_BYTES)  # a regular file, strict UTF-8
     suffix = path.suffix.lower()
     if suffix == ".json":
         by_layer, source = _read_json(text, path, num_experts)
@@ -177,10 +176,7 @@ def _layer_index(key: str, where: str) -> int:
 
 
 def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[float]], str]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError("profile", f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = parse_json(text, "profile", str(path))
     if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
         raise SpecError("layers", f'{path}: expected an object {{"layers": {{"<layer>": [tokens per expert], ...}}}}')
     unknown = sorted(set(data) - {"layers", "num_experts", "source"})
@@ -206,7 +202,10 @@ def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[
 
 
 def _read_csv(text: str, path: Path, num_experts: int) -> dict[int, list[float]]:
-    rows = csv.reader(text.splitlines())
+    try:
+        rows = iter(list(csv.reader(text.splitlines())))
+    except csv.Error as exc:  # e.g. a field past csv's size limit
+        raise SpecError("profile", f"{path}: not a readable CSV ({exc})") from None
     header = [cell.strip().lower() for cell in next(rows, [])]
     if header != ["layer", "expert", "tokens"]:
         raise SpecError("profile", f"{path}: the first line must be the header layer,expert,tokens")
