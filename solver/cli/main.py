@@ -7,6 +7,7 @@ Every command has ``--json``. Errors never show a traceback: bad input prints on
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
 from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
+from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.cost.calibration.fit import calibrate_to_file
 from shardplan.solver.dag.export import write_dag, writer_for
@@ -32,6 +34,8 @@ from shardplan.solver.outputs.plan_json import plan_dict
 from shardplan.solver.placement.plan import place_and_price, write_experts
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
+MAX_JOBS = 256
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -145,10 +149,14 @@ experts_out_option = click.option(
 @experts_out_option
 def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
-    problem = build_problem(problem_args(kw))
-    layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
-    if experts_out:
-        write_experts(experts_out, experts)
+    with OutputFiles(input_files(kw)) as outputs:
+        outputs.add("experts-out", experts_out)
+        problem = build_problem(problem_args(kw))
+        check_experts_out(problem, experts_out)
+        layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
+        if experts_out:
+            write_experts(outputs.temp("experts-out"), experts)
+        outputs.commit()
     data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts)
     if as_json:
         emit_json(data)
@@ -172,7 +180,12 @@ def calibrate(
     points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool
 ) -> None:
     """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
-    results = calibrate_to_file(points, out, gpu=gpu, software=software, op_csv=ops, jobs=jobs)
+    if not 1 <= jobs <= MAX_JOBS:
+        raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
+    with OutputFiles([points, ops]) as outputs:
+        outputs.add("out", out, directory_ok=True)
+        results = calibrate_to_file(points, outputs.temp("out"), gpu=gpu, software=software, op_csv=ops, jobs=jobs)
+        outputs.commit()
     rows: list[dict[str, Any]] = [
         {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows,
          "median_abs_error": round(r.median_abs_error, 4),
@@ -208,31 +221,52 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
     """
-    if time_limit is not None and not time_limit > 0:
-        raise SpecError("time-limit", f"must be > 0, got {time_limit}")
-    check_writable("report", report_path)
-    problem = build_problem(problem_args(kw))
-    if dag_path:  # an unknown extension is bad input: say so before solving
-        writer_for(dag_path)
-    try:
-        plan = run_solve(problem, time_limit_s=time_limit)
-    except InfeasibleError as exc:
-        if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
-            emit_json(infeasible_dict(problem, exc))
-        raise
-    if dag_path:
-        write_dag(plan, dag_path, detail)
-    if experts_out:
-        write_experts(experts_out, plan.experts)
-    data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
-                     experts=plan.experts, extra={"objective_value": plan.objective_value})
-    show_plan(plan, data, as_json, emit_engine, report_path,
-              runner_up if runner_up is not None else not (as_json or emit_engine))
+    check_time_limit(time_limit)
+    with OutputFiles(input_files(kw)) as outputs:
+        outputs.add("dag", dag_path)
+        outputs.add("report", report_path)
+        outputs.add("experts-out", experts_out)
+        if dag_path:  # an unknown extension is bad input: say so before solving
+            writer_for(dag_path)
+        problem = build_problem(problem_args(kw))
+        check_experts_out(problem, experts_out)
+        try:
+            plan = run_solve(problem, time_limit_s=time_limit)
+        except InfeasibleError as exc:
+            if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
+                emit_json(infeasible_dict(problem, exc))
+            raise
+        if dag_path:
+            write_dag(plan, outputs.temp("dag"), detail)
+        if experts_out:
+            write_experts(outputs.temp("experts-out"), plan.experts)
+        data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
+                         experts=plan.experts, extra={"objective_value": plan.objective_value})
+        show_plan(plan, data, as_json, emit_engine, report_path,
+                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs)
+
+
+def input_files(kw: dict[str, Any]) -> list[str | None]:
+    """The files the shared options read (a config.json given as --model, a load profile): no output
+    may overwrite them."""
+    return [kw.get("model"), kw.get("load_profile")]
+
+
+def check_time_limit(time_limit: float | None) -> None:
+    if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
+        raise SpecError("time-limit", f"must be a finite number > 0, got {time_limit}")
+
+
+def check_experts_out(problem: Problem, experts_out: str | None) -> None:
+    """--experts-out of a dense model has nothing to write: say so before solving."""
+    if experts_out and not problem.model.is_moe:
+        raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
 def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str | None, report_path: str | None,
-              with_runner_up: bool) -> None:
-    """The plan as the options ask: JSON, a launch command or the human view; and the HTML report."""
+              with_runner_up: bool, outputs: OutputFiles) -> None:
+    """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
+    Every output file is renamed into place before anything is printed."""
     findings = report.binding_constraints(plan)
     runner, note = None, None
     if with_runner_up:
@@ -252,7 +286,8 @@ def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str 
                           "commands": [{"label": one.label, "env": dict(one.env), "argv": list(one.argv)}
                                        for one in launch.launches]}
     if report_path:
-        report.write_report(report_path, report.plan_report(plan, data, findings, runner, note))
+        report.write_report(outputs.temp("report"), report.plan_report(plan, data, findings, runner, note))
+    outputs.commit()
     if as_json:
         emit_json(data)
     elif launch is not None:
@@ -261,19 +296,6 @@ def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str 
         cli_views.print_plan(data, plan, findings, runner, note)
     if report_path and not as_json and launch is None:
         click.echo(f"wrote {report_path}")
-
-
-def check_writable(option: str, path: str | None) -> None:
-    """Fail before any work when ``path`` cannot be written: its directory must exist."""
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise SpecError(option, f"directory {folder} does not exist")
-    if os.path.isdir(path):
-        raise SpecError(option, f"{path} is a directory")
-    if not os.access(folder, os.W_OK):
-        raise SpecError(option, f"cannot write to {folder}")
 
 
 @cli.command(name="enumerate")
@@ -290,7 +312,15 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
     into 8 stages): each layout shows its best ones."""
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
-    check_writable("report", report_path)
+    check_time_limit(time_limit)
+    with OutputFiles(input_files(kw)) as outputs:
+        outputs.add("report", report_path)
+        enumerate_and_show(as_json, jsonl, limit, time_limit, report_path, outputs, kw)
+
+
+def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
+                       report_path: str | None, outputs: OutputFiles, kw: dict[str, Any]) -> None:
+    """The body of ``enumerate``: the report goes to a temporary file, renamed before the summary prints."""
     problem = build_problem(problem_args(kw))
     plans: list[Plan] = []
     rows: list[dict[str, Any]] = []
@@ -308,7 +338,8 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
     marks = pareto_front(plans)
     frontier = [i for i, on in enumerate(marks) if on]
     if report_path:
-        report.write_report(report_path, report.enumeration_report(problem, plans, rows, marks))
+        report.write_report(outputs.temp("report"), report.enumeration_report(problem, plans, rows, marks))
+    outputs.commit()
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
     elif as_json:
@@ -338,34 +369,59 @@ cli.add_command(validate)  # `shardplan validate FILE.json` (solver/cli/validate
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the group, turning our errors into one line and an exit code."""
+    """Entry point: run the group, turning our errors into one line and an exit code.
+
+    The group runs through ``make_context``/``invoke`` rather than ``click``'s ``main``, which would
+    turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        cli.main(args=argv, prog_name="shardplan", standalone_mode=False)
+        with cli.make_context("shardplan", args) as ctx:
+            cli.invoke(ctx)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("shardplan: aborted", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except click.UsageError as exc:
-        click.echo(f"shardplan: error: {exc.format_message()}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            fail("interrupted", EXIT_INTERRUPTED)
+        fail("aborted", EXIT_BAD_INPUT)
+    except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...
+        fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT)
     except InfeasibleError as exc:
-        click.echo(f"shardplan: {exc}", err=True)
-        sys.exit(EXIT_INFEASIBLE)
-    except SpecError as exc:
-        click.echo(f"shardplan: error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except ShardplanError as exc:
-        click.echo(f"shardplan: error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except (BrokenPipeError, KeyboardInterrupt):
-        sys.exit(EXIT_BAD_INPUT)
+        fail(str(exc), EXIT_INFEASIBLE)
+    except ShardplanError as exc:  # SpecError and the rest of ours
+        fail(f"error: {exc}", EXIT_BAD_INPUT)
+    except BrokenPipeError:
+        # The reader went away (``shardplan solve | head -1``): what it read was what it wanted.
+        _silence_stdout()
+        sys.exit(0)
+    except KeyboardInterrupt:
+        fail("interrupted", EXIT_INTERRUPTED)
+    except RecursionError:
+        fail("error: input: nested too deeply", EXIT_BAD_INPUT)
     except Exception as exc:  # a bug: still one line, the traceback only on request
         if os.environ.get("SHARDPLAN_DEBUG"):
             raise
-        click.echo(f"shardplan: internal error: {type(exc).__name__}: {exc} "
-                   "(SHARDPLAN_DEBUG=1 shows the traceback)", err=True)
-        sys.exit(EXIT_INTERNAL)
+        fail(f"internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+
+
+def fail(message: str, code: int) -> None:
+    """One line on stderr, then exit: newlines inside a message (a value quoted back) become spaces."""
+    line = " ".join(f"shardplan: {message}".split("\n"))
+    try:
+        click.echo(line, err=True)
+    except (BrokenPipeError, OSError):
+        pass
+    sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not raise BrokenPipeError again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # an in-process stdout without a descriptor
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,17 @@ from shardplan.solver.outputs.report import Finding, RunnerUp, layout_lines, met
 
 # Piped output keeps a wide, fixed width so tables do not wrap and the bytes do not depend on the
 # terminal that happened to run the command.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+class _Console(Console):
+    """rich's console, except that a closed stdout raises ``BrokenPipeError`` for ``main`` to end
+    quietly with exit 0: rich itself exits with 1, which is shardplan's code for "infeasible"."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+console = _Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def model_rows() -> list[dict[str, Any]]:

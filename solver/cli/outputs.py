@@ -1,0 +1,123 @@
+"""The files one command writes: checked before any work, written beside their targets, renamed at the end.
+
+``OutputFiles`` refuses, before the command solves anything, an output whose folder is missing or
+not writable, one that is a directory or another non-regular file, two options naming one file, and
+an output that is one of the command's inputs (compared as resolved paths, so ``./a.json`` and a
+symlink to it are the same file). Writers are handed a temporary path in the target's folder with
+the target's extension; ``commit`` renames them all once the command's work is done, ``discard``
+removes them, so an error leaves nothing behind and never half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from shardplan.models import SpecError
+
+
+def _resolved(path: str | Path) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _is_same_file(a: str, b: str) -> bool:
+    """Same resolved path, or (both existing) the same inode: a hard link is the same file."""
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+class OutputFiles:
+    """The outputs of one command (``with OutputFiles(inputs) as outputs: ...``)."""
+
+    def __init__(self, inputs: Iterable[str | Path | None] = ()) -> None:
+        self._inputs = [_resolved(p) for p in inputs if p is not None and os.path.exists(p)]
+        self._targets: dict[str, str] = {}  # _targets[option]: the resolved path the option names
+        self._shown: dict[str, str] = {}  # _shown[option]: the path as the user typed it
+        self._temps: dict[str, str] = {}  # _temps[option]: where its writer writes until commit
+
+    def add(self, option: str, path: str | Path | None, *, directory_ok: bool = False) -> None:
+        """Check ``path`` for ``--option`` now, before any work; None (option not given) is skipped."""
+        if path is None:
+            return
+        shown, target = str(path), _resolved(path)
+        if directory_ok and os.path.isdir(target):
+            folder = target
+        else:
+            folder = os.path.dirname(target)
+            if os.path.isdir(target):
+                raise SpecError(option, f"{shown} is a directory")
+            if os.path.lexists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+                raise SpecError(option, f"{shown} exists and is not a regular file")
+        if not os.path.isdir(folder):
+            raise SpecError(option, f"directory {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise SpecError(option, f"cannot write to {folder}")
+        for known in self._inputs:
+            if _is_same_file(target, known):
+                raise SpecError(option, f"{shown} is an input of this command; write to another file")
+        for other, taken in self._targets.items():
+            if _is_same_file(target, taken):
+                raise SpecError(option, f"{shown} is also the file of --{other}; give each output its own file")
+        self._targets[option] = target
+        self._shown[option] = shown
+
+    def temp(self, option: str) -> str:
+        """A new temporary path for ``--option``'s writer: in the target's folder, same extension."""
+        target = self._targets[option]
+        if os.path.isdir(target):  # a directory output: its files go into a temporary directory inside
+            path = tempfile.mkdtemp(dir=target, prefix=".shardplan-")
+        else:
+            folder, name = os.path.split(target)
+            fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=Path(name).suffix or ".tmp")
+            os.close(fd)
+            os.chmod(path, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets what a plain open would
+        self._temps[option] = path
+        return path
+
+    def commit(self) -> None:
+        """Rename every written temporary onto its target."""
+        for option, path in list(self._temps.items()):
+            target = self._targets[option]
+            if os.path.isdir(path):
+                for name in sorted(os.listdir(path)):
+                    os.replace(os.path.join(path, name), os.path.join(target, name))
+                os.rmdir(path)
+            else:
+                os.replace(path, target)
+            del self._temps[option]
+
+    def discard(self) -> None:
+        """Remove every temporary not yet committed."""
+        for path in self._temps.values():
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self._temps.clear()
+
+    def __enter__(self) -> OutputFiles:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # On success the command commits where it chooses (before printing); whatever is left is discarded.
+        self.discard()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
