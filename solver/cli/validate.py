@@ -13,7 +13,8 @@ import click
 
 from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
-from shardplan.solver.dag.export import read_json, write_graph, writer_for
+from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.dag.export import check_writable, read_json, write_graph, writer_for
 
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
 
@@ -31,15 +32,19 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
         raise click.UsageError("--out needs --fix")
     if fix and not out:
         raise click.UsageError("--fix needs --out FIXED.json")
-    if out:
-        writer_for(out)  # an unknown extension fails before any work
-    dag = read_json(file)
     changes: list[Change] = []
-    if out:  # that is, --fix: each needs the other (checked above)
-        dag, changes, diagnostics = fix_dag(dag)
-        write_graph(dag, out)
-    else:
-        diagnostics = check_dag(dag)
+    with OutputFiles([file]) as outputs:
+        outputs.add("out", out)
+        if out:
+            writer_for(out)  # an unknown extension fails before any work
+        dag = read_json(file)
+        if out:  # that is, --fix: each needs the other (checked above)
+            check_writable(dag)
+            dag, changes, diagnostics = fix_dag(dag)
+            write_graph(dag, outputs.temp("out"))
+            outputs.commit()
+        else:
+            diagnostics = check_dag(dag)
     valid = not diagnostics
     if as_json:
         data = {

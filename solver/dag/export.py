@@ -15,10 +15,12 @@ from typing import Any
 import networkx as nx
 
 from shardplan.models.errors import SpecError
+from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
 from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
+MAX_DAG_BYTES = 1 << 30  # an expanded DAG of a large plan runs to hundreds of MB; past 1 GiB is not ours
 
 
 # --- JSON ----------------------------------------------------------------------------------------
@@ -38,6 +40,12 @@ def from_json_data(data: Any) -> nx.DiGraph:
         raise SpecError("file", "not a node-link graph (expected an object with 'nodes' and 'edges' lists)")
     if data.get("directed") is False or data.get("multigraph") is True:
         raise SpecError("file", "an execution DAG is a directed graph without parallel edges")
+    if not isinstance(data.get("graph", {}), dict):
+        raise SpecError("file", "graph: expected an object of graph attributes")
+    for what in ("nodes", "edges"):
+        for i, item in enumerate(data[what]):
+            if not isinstance(item, dict):
+                raise SpecError("file", f"{what}[{i}]: expected an object of attributes")
     try:
         try:
             g = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
@@ -60,14 +68,8 @@ def read_json(path: str | Path) -> nx.DiGraph:
     """A DAG file written by ``write_json`` (or anyone else's node-link JSON in the schema).
     Raises ``SpecError("file", ...)`` when it is unreadable, not JSON, not node-link, or lacks the
     graph attributes that validation needs (docs/dag.md)."""
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError("file", f"cannot read {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError("file", f"{path} is not JSON: {exc}") from None
+    # A regular file of at most MAX_DAG_BYTES, strict UTF-8, nesting bounded (models.files).
+    data = read_json_file(path, "file", MAX_DAG_BYTES)
     g = from_json_data(data)
     problems = graph_schema_problems(g)
     if problems:
@@ -265,6 +267,49 @@ def writer_for(path: str | Path) -> Callable[[nx.DiGraph, Any], None]:
     if ext not in WRITERS:
         raise SpecError("dag", f"cannot tell the format of {str(path)!r}: use .json, .graphml, .dot, .mmd or .mermaid")
     return WRITERS[ext]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float))
+
+
+# WRITTEN_NODE_ATTRS[attribute]: (a well-formed value, what it is) for what the writers read: the labels,
+# clusters and styles of DOT, Mermaid and GraphML. Anything else must be a JSON scalar or a list of them.
+WRITTEN_NODE_ATTRS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "kind": (lambda v: isinstance(v, str), "a string"),
+    "phase": (lambda v: v is None or isinstance(v, str), "a string"),
+    "op": (lambda v: isinstance(v, str), "a string"),
+    "est_us": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    **{key: (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers")
+       for key in ("ranks", "experts", "layers")},
+    **{key: (lambda v: v is None or _is_int(v), "an integer")
+       for key in ("replica", "stage", "layer", "group", "tp_rank", "sp_rank", "ep_rank", "tp", "sp",
+                   "multiplicity", "new_tokens", "to_stage", "context", "sequences", "group_size")},
+}
+
+
+def check_writable(dag: nx.DiGraph) -> None:
+    """Raise ``SpecError("file", ...)`` naming the node or edge and the attribute when a value is of a
+    type the writers cannot render (validation reports such values as DAG-022; writing needs them)."""
+    for n, d in dag.nodes(data=True):
+        for key, value in d.items():
+            well_formed, what = WRITTEN_NODE_ATTRS.get(key, (_is_plain, "a JSON scalar or a list of them"))
+            if not well_formed(value):
+                raise SpecError("file", f"node {str(n)[:60]!r}: attribute {key} is not {what}; cannot write it")
+    for u, v, d in dag.edges(data=True):
+        for key, value in d.items():
+            ok = isinstance(value, str) if key == "kind" else _is_plain(value)
+            if not ok:
+                edge = f"{str(u)[:40]!r} -> {str(v)[:40]!r}"
+                raise SpecError("file", f"edge {edge}: attribute {key} is not a string; cannot write it")
+
+
+def _is_plain(value: Any) -> bool:
+    return _is_scalar(value) or (isinstance(value, (list, tuple)) and all(_is_scalar(x) for x in value))
 
 
 def write_graph(dag: nx.DiGraph, path: str | Path) -> None:
