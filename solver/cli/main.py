@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
@@ -184,7 +185,18 @@ def calibrate(
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
     with OutputFiles([points, ops]) as outputs:
         outputs.add("out", out, directory_ok=True)
-        results = calibrate_to_file(points, outputs.temp("out"), gpu=gpu, software=software, op_csv=ops, jobs=jobs)
+        if ops is not None:
+            read_text(ops, "ops", MAX_CSV_BYTES)  # a regular UTF-8 file, before the fit opens it
+        try:
+            results = calibrate_to_file(points, outputs.temp("out"), gpu=gpu, software=software, op_csv=ops,
+                                        jobs=jobs)
+        except SpecError:
+            raise
+        except (ValueError, ArithmeticError, KeyError, AttributeError, IndexError) as exc:
+            # The fit reads measured numbers it cannot check one by one (an operator table without the
+            # rows a curve needs, values that make a residual undefined): the input's fault, named as such.
+            field = "ops" if ops is not None else "points"
+            raise SpecError(field, f"cannot fit from the given data ({type(exc).__name__}: {exc})") from None
         outputs.commit()
     rows: list[dict[str, Any]] = [
         {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows,

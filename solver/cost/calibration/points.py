@@ -38,6 +38,7 @@ Conventions, for what the tables leave unstated:
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -47,6 +48,7 @@ from typing import Any
 
 from shardplan.hardware import ClusterSpec, get_gpu
 from shardplan.models import DType, ModelSpec, SpecError, get_model
+from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
 
@@ -146,9 +148,46 @@ class Skipped:
     reason: str
 
 
+# The columns every row is read by, and those parsed before a row can be skipped as bad (each value
+# must parse for every row: they decide which rows are overload runs).
+REQUIRED_COLUMNS = ("id", "source_id", "model", "weights_dtype", "kv_cache_dtype", "gpu", "num_gpus", "tp", "pp",
+                    "dp", "isl", "osl", "batch_size", "request_rate_qps", "metric", "value", "config_group", "notes")
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    """The CSV's rows as dicts; a file that is not a UTF-8 CSV with every required column, a short or
+    long row, or an unreadable isl/osl/value/rate is a ``SpecError`` naming the column or the line."""
+    text = read_text(path, "points", MAX_CSV_BYTES)
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, [])
+        lines = list(reader)
+    except csv.Error as exc:
+        raise SpecError("points", f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError("points", f"{path}: missing column {missing[0]}")
+    rows = []
+    for line, cells in enumerate(lines, start=2):
+        if not any(cell.strip() for cell in cells):
+            continue
+        if len(cells) != len(header):
+            raise SpecError(f"points row {line}", f"{len(cells)} cells; the header has {len(header)} columns")
+        row = dict(zip(header, cells, strict=True))
+        for column, parse in (("isl", int), ("osl", int), ("value", float)):
+            try:
+                number = parse(row[column])
+            except ValueError:
+                raise SpecError(f"points row {line}", f"{column} {row[column][:20]!r} is not a number") from None
+            if not (math.isfinite(number) and number > 0):
+                raise SpecError(f"points row {line}", f"{column} must be a finite number > 0")
+        try:
+            _rate(row)
+        except ValueError:
+            rate = row["request_rate_qps"][:20]
+            raise SpecError(f"points row {line}", f"request_rate_qps {rate!r} is not a rate") from None
+        rows.append(row)
+    return rows
 
 
 def load_points(path: str | Path) -> tuple[list[Point], list[Skipped]]:
