@@ -1,0 +1,251 @@
+"""Hostile inputs for every command, drawn from a ``random.Random``: shared by the fuzz tests (driven by
+hypothesis with a fixed seed) and by ``python -m benchmarks.fuzz`` (long runs in subprocesses).
+
+A case is a command line and the files it reads, by name; ``{dir}`` in an argument is the folder the
+files are written to. Mutations keep close to valid input, so that most cases reach deep checks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardplan.models.presets import find_preset
+
+SHARED = Path(__file__).resolve().parents[2]  # the repository root (tests/fuzz/cases.py)
+SMALL_MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "mistral-7b")
+GPUS = ("H100", "H200", "A100", "GB200", "L40S", "B200", "h100-sxm", "B999", "", "x", "H100 ", "×H100")
+HOSTILE_STRINGS = (
+    "", " ", "x\ntouch PWNED", "$(touch PWNED)", "`id`", "/etc/passwd", "../../x", "-rf", "a" * 300, "\x00",
+    "\u202e", "é", "nan", "inf", "-inf", "1e309", "0x10", "1_000", "٣", "NaN",
+)
+HOSTILE_NUMBERS: tuple[object, ...] = (
+    0, -1, 1, 2, 3, 7, 64, 1000, 2**31, 2**53 + 1, 2**63, 2**64, -(2**63), 10**30, 1.5, -0.0, 1e308, True, False,
+    None, "8", [], {}, [1, 2], {"a": 1},
+)
+
+
+@dataclass
+class Case:
+    """One command line and the files it needs (``{dir}`` in an argument is their folder)."""
+
+    command: str
+    argv: list[str]
+    files: dict[str, bytes] = field(default_factory=dict)
+    kind: str = ""  # what was fuzzed: config, cluster, numeric, stages, load-profile, dag, calibration
+
+
+def preset_config(alias: str) -> dict[str, object]:
+    preset = find_preset(alias)
+    assert preset is not None
+    return json.loads(preset.path.read_text())
+
+
+def _number_text(rng: random.Random) -> str:
+    return rng.choice([
+        "0", "-1", "1", "2", "3", "4", "8", "16", "64", "128", "1024", "16384", "65536", "1e13", "1e30", "1e300",
+        "nan", "inf", "-inf", "0.5", "1.5", "abc", "", " 1", "1e-300", str(2**63), "9" * 30, "9" * 5000,
+        str(rng.randint(-10, 10**6)), repr(rng.uniform(-1, 1e6)),
+    ])
+
+
+def _encode(text: str, rng: random.Random) -> bytes:
+    choice = rng.random()
+    if choice < 0.75:
+        return text.encode()
+    if choice < 0.82:
+        return b"\xef\xbb\xbf" + text.encode()
+    if choice < 0.88:
+        return text.encode("utf-16")
+    if choice < 0.94:
+        return text.encode() + b"\xe9\xff"
+    return text.encode()[: rng.randint(0, max(0, len(text) - 1))]
+
+
+def mutate_json(data: object, rng: random.Random, depth: int = 0) -> object:
+    """A copy of ``data`` with one value replaced, removed or nested at a random place."""
+    if isinstance(data, dict) and data and rng.random() < 0.8:
+        out = dict(data)
+        key = rng.choice(sorted(out))
+        action = rng.random()
+        if action < 0.15:
+            del out[key]
+        elif action < 0.55 or depth > 3:
+            out[key] = rng.choice(HOSTILE_NUMBERS + HOSTILE_STRINGS)
+        else:
+            out[key] = mutate_json(out[key], rng, depth + 1)
+        return out
+    if isinstance(data, list) and data and rng.random() < 0.8:
+        out_list = list(data)
+        i = rng.randrange(len(out_list))
+        if rng.random() < 0.3:
+            del out_list[i]
+        else:
+            out_list[i] = mutate_json(out_list[i], rng, depth + 1)
+        return out_list
+    return rng.choice(HOSTILE_NUMBERS + HOSTILE_STRINGS)
+
+
+def _json_text(data: object, rng: random.Random) -> str:
+    if rng.random() < 0.04:
+        n = rng.choice([100, 1000, 100_000])
+        return "[" * n + "]" * n
+    if rng.random() < 0.03:
+        return json.dumps(data)[: rng.randint(0, 200)]
+    return json.dumps(data, allow_nan=True)
+
+
+def config_case(rng: random.Random, command: str) -> Case:
+    cfg: object = preset_config(rng.choice(SMALL_MODELS))
+    for _ in range(rng.randint(0, 3)):
+        cfg = mutate_json(cfg, rng)
+    if rng.random() < 0.2 and isinstance(cfg, dict):
+        cfg["_shardplan_id"] = rng.choice(HOSTILE_STRINGS + ("org/name", "a/b/c", "meta-llama/Llama-3.1-8B"))
+    argv = [command, "--model", "{dir}/config.json", "--cluster", rng.choice(["1xH100", "2xH100", "8xH100"])]
+    if command == "evaluate":
+        argv += ["--tp", rng.choice(["1", "2"])]
+    if command == "solve":
+        argv += ["--no-runner-up"]
+        if rng.random() < 0.3:
+            argv += ["--emit", rng.choice(["vllm", "sglang", "trtllm"])]
+    return Case(command, argv, {"config.json": _encode(_json_text(cfg, rng), rng)}, "config")
+
+
+def cluster_text(rng: random.Random) -> str:
+    parts = [_number_text(rng)]
+    if rng.random() < 0.5:
+        parts.append(_number_text(rng))
+    parts.append(rng.choice(GPUS))
+    text = rng.choice(["x", "X", "×", " x ", "*"]).join(parts)
+    return text if rng.random() < 0.9 else rng.choice(HOSTILE_STRINGS)
+
+
+def cluster_case(rng: random.Random, command: str) -> Case:
+    argv = [command, "--model", rng.choice(SMALL_MODELS), "--cluster", cluster_text(rng)]
+    if command == "solve":  # a valid large cluster would solve for long: pin a small layout
+        argv += ["--tp", "1", "--pp", "1", "--dp", "1", "--no-runner-up"]
+    return Case(command, argv, kind="cluster")
+
+
+NUMERIC_FLAGS = ("--isl", "--osl", "--batch", "--mem-cap-gib", "--ttft-ms", "--tpot-ms", "--zipf", "--redundant-slots",
+                 "--dp", "--pp", "--tp", "--sp", "--ep", "--attn-dp", "--expert-tp", "--time-limit")
+
+
+def numeric_case(rng: random.Random, command: str) -> Case:
+    model = rng.choice(SMALL_MODELS)
+    argv = [command, "--model", model, "--cluster", rng.choice(["1xH100", "2xH100"])]
+    flags = list(NUMERIC_FLAGS[:-1] if command == "evaluate" else NUMERIC_FLAGS)
+    for flag in rng.sample(flags, rng.randint(1, 3)):
+        argv += [flag, _number_text(rng)]
+    if command == "enumerate":
+        argv += ["--limit", rng.choice(["1", "2", "0", "-1", "abc"])]
+    if command == "solve":
+        argv += ["--no-runner-up"]
+    return Case(command, argv, kind="numeric")
+
+
+def stages_text(rng: random.Random) -> str:
+    if rng.random() < 0.15:
+        return rng.choice(HOSTILE_STRINGS + ("0:32", "0:16,16:32", ",", ":", "0:0", "32:0", "0:" + "9" * 50))
+    cuts = sorted(rng.sample(range(-2, 40), rng.randint(1, 4)))
+    bounds = [rng.choice([0, cuts[0]])] + cuts[1:] + [rng.choice([32, 48, 40, 31, cuts[-1] + 1])]
+    return ",".join(f"{a}:{b}" for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def stages_case(rng: random.Random, command: str) -> Case:
+    argv = [command, "--model", rng.choice(("llama-3.1-8b", "qwen3-30b-a3b")), "--cluster", "4xH100",
+            "--stages", stages_text(rng)]
+    if rng.random() < 0.5:
+        argv += ["--pp", rng.choice(["1", "2", "3", "4", "5"])]
+    if command == "solve":
+        argv += ["--no-runner-up"]
+    if command == "enumerate":
+        argv += ["--limit", "2"]
+    return Case(command, argv, kind="stages")
+
+
+def load_profile_case(rng: random.Random, command: str) -> Case:
+    """Qwen3-30B-A3B: 128 experts on 48 MoE layers; a JSON or CSV profile, mutated."""
+    layers = {str(i): [1.0] * 128 for i in range(48)}
+    if rng.random() < 0.5:
+        data: object = {"layers": layers, "num_experts": 128}
+        for _ in range(rng.randint(0, 2)):
+            data = mutate_json(data, rng)
+        name, body = "load.json", _json_text(data, rng)
+    else:
+        rows = [["layer", "expert", "tokens"]] + [[str(i), str(e), "1"] for i in range(48) for e in range(128)]
+        for _ in range(rng.randint(0, 3)):
+            r = rng.randrange(len(rows))
+            rows[r] = [rng.choice(HOSTILE_STRINGS + ("1", "-1", "nan", "1e400"))
+                       if rng.random() < 0.5 else c for c in rows[r]][: rng.choice([1, 2, 3, 3, 3, 4])]
+        out = io.StringIO()
+        csv.writer(out).writerows(rows)
+        name, body = "load.csv", out.getvalue()
+    argv = [command, "--model", "qwen3-30b-a3b", "--cluster", "2xH100", "--load-profile", "{dir}/" + name]
+    argv += ["--tp", "1", "--dp", "1", "--pp", "1"] if command != "evaluate" else ["--tp", "2"]
+    if command == "solve":
+        argv += ["--no-runner-up"]
+    return Case(command, argv, {name: _encode(body, rng)}, "load-profile")
+
+
+def dag_case(rng: random.Random, base: dict[str, object]) -> Case:
+    data: object = base
+    for _ in range(rng.randint(1, 3)):
+        data = mutate_json(data, rng)
+    argv = ["validate", "{dir}/dag.json"]
+    if rng.random() < 0.5:
+        argv += ["--fix", "--out", "{dir}/fixed" + rng.choice([".json", ".dot", ".mmd", ".graphml", ".png"])]
+    if rng.random() < 0.3:
+        argv.append("--json")
+    return Case("validate", argv, {"dag.json": _encode(_json_text(data, rng), rng)}, "dag")
+
+
+CALIBRATION_HEADER = ("id,source_id,source,model,weights_dtype,kv_cache_dtype,engine,gpu,num_gpus,tp,pp,ep,dp,isl,osl,"
+                      "batch_size,concurrency,request_rate_qps,metric,value,config_group,notes")
+CALIBRATION_ROW = ("{i},TRTLLM-PERF-v0.17,docs,GPT-J-6B,FP8,FP8,TensorRT-LLM 0.17,H100-SXM-80GB,1,1,1,,1,128,128,,,,"
+                   "output_tokens_per_s_total,1000.5,,offline")
+
+
+def calibration_case(rng: random.Random) -> Case:
+    """A points CSV whose rows have no preset (so a valid file ends quickly: nothing to fit), mutated."""
+    rows = [CALIBRATION_HEADER.split(",")] + [CALIBRATION_ROW.format(i=i).split(",") for i in range(5)]
+    for _ in range(rng.randint(0, 3)):
+        r = rng.randrange(len(rows))
+        action = rng.random()
+        if action < 0.3:
+            rows[r] = rows[r][: rng.randrange(len(rows[r]))]
+        elif action < 0.4 and r == 0:
+            del rows[0][rng.randrange(len(rows[0]))]
+        else:
+            c = rng.randrange(len(rows[r]))
+            rows[r][c] = rng.choice(HOSTILE_STRINGS + ("Llama-3.1-8B", "H100-SXM-80GB", "-1", "0", "inf", "1e400"))
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    argv = ["calibrate", "{dir}/points.csv", "--out", rng.choice(["{dir}/p.json", "{dir}/points.csv", "{dir}/no/p.json",
+                                                                  "{dir}"])]
+    return Case("calibrate", argv, {"points.csv": _encode(out.getvalue(), rng)}, "calibration")
+
+
+GENERATORS: dict[str, list[Callable[[random.Random], Case]]] = {
+    command: [lambda rng, f=f, c=command: f(rng, c)
+              for f in (config_case, cluster_case, numeric_case, stages_case, load_profile_case)]
+    for command in ("solve", "evaluate", "enumerate")
+}
+
+
+def draw(command: str, rng: random.Random, dag_base: dict[str, object] | None = None) -> Case:
+    """One case for ``command`` (solve, evaluate, enumerate, validate or calibrate)."""
+    if command == "validate":
+        assert dag_base is not None
+        return dag_case(rng, dag_base)
+    if command == "calibrate":
+        return calibration_case(rng)
+    case = rng.choice(GENERATORS[command])(rng)
+    if command == "enumerate" and "--limit" not in case.argv:
+        case.argv += ["--limit", "2"]  # bounded work: the first layouts are enough to reach every check
+    return case
