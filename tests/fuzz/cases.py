@@ -217,6 +217,8 @@ def calibration_case(rng: random.Random) -> Case:
     for _ in range(rng.randint(0, 3)):
         r = rng.randrange(len(rows))
         action = rng.random()
+        if not rows[r]:
+            continue
         if action < 0.3:
             rows[r] = rows[r][: rng.randrange(len(rows[r]))]
         elif action < 0.4 and r == 0:
