@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardplan.hardware import parse_cluster
+from shardplan.hardware.cluster import MAX_GPUS
 from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
@@ -82,11 +83,11 @@ def parse_stages(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def check_stages(stages: tuple[tuple[int, int], ...], num_layers: int) -> None:
-    """The ranges must cut 0..num_layers into consecutive, non-empty stages."""
+    """The ranges must cut 0..num_layers into consecutive stages (an empty one is PP-001's to name)."""
     at = 0
     for start, end in stages:
-        if start != at or end <= start:
-            raise SpecError("stages", f"{start}:{end} does not continue at layer {at} with at least one layer")
+        if start != at or end < start:
+            raise SpecError("stages", f"{start}:{end} does not continue at layer {at}")
         at = end
     if at != num_layers:
         raise SpecError("stages", f"cover {at} layers; the model has {num_layers}")
@@ -122,7 +123,7 @@ def build_problem(args: ProblemArgs) -> Problem:
     pins = dict(args.pins)
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])
-    check_pins(pins, model.num_layers, cluster.num_gpus)
+    check_pins(pins, model.num_layers)
     if args.redundant_slots is None or not 0 <= args.redundant_slots <= MAX_REDUNDANT_SLOTS:
         raise SpecError("redundant-slots",
                         f"must be an integer in 0..{MAX_REDUNDANT_SLOTS}, got {args.redundant_slots}")
@@ -200,9 +201,13 @@ def layout_from_pins(problem: Problem) -> Layout:
     return layout
 
 
-def check_pins(pins: dict[str, Any], num_layers: int, num_gpus: int) -> None:
-    """Pinned degrees within what the model and the cluster allow, before any work: a degree is at
-    most the cluster's GPUs, pp at most the model's layers, and stages cover exactly the layers."""
+def check_pins(pins: dict[str, Any], num_layers: int) -> None:
+    """Pinned degrees within documented bounds, before any work: pp at most the model's layers, every
+    degree at most ``MAX_GPUS`` (a pin beyond the cluster's GPUs is left to the rules, which name it:
+    GPU-001, EP-001), and stages that cover exactly the model's layers."""
+    pp = pins.get("pp")
+    if pp is not None and pp > num_layers:
+        raise SpecError("pp", f"{pp} stages for {num_layers} layers")
     for degree in ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp"):
         value = pins.get(degree)
         if value is None:
@@ -210,13 +215,11 @@ def check_pins(pins: dict[str, Any], num_layers: int, num_gpus: int) -> None:
         name = degree.replace("_", "-")
         if value < 1:
             raise SpecError(name, f"must be a positive integer, got {value}")
-        if value > num_gpus:
-            raise SpecError(name, f"{value} is more than the cluster's {num_gpus} GPUs")
+        if value > MAX_GPUS:
+            raise SpecError(name, f"{value} is more than the {MAX_GPUS:,} GPUs any cluster may have")
     stages = pins.get("stages")
     if stages is not None:
         check_stages(stages, num_layers)
-        if len(stages) > num_gpus:
-            raise SpecError("stages", f"{len(stages)} stages need more than the cluster's {num_gpus} GPUs")
 
 
 def _positive(name: str, value: int | None, most: int) -> None:
