@@ -49,7 +49,8 @@ class Result:
 
 def run_case(case: Case, timeout_s: float) -> Result:
     with tempfile.TemporaryDirectory() as folder:
-        argv = materialise(case, Path(folder))
+        # A command line cannot carry a NUL byte (execve ends the argument there): drop it as the shell would.
+        argv = [arg.replace("\0", "") for arg in materialise(case, Path(folder))]
         before = set(os.listdir(folder))
         env = {k: v for k, v in os.environ.items() if k != "SHARDPLAN_DEBUG"}
         start = time.monotonic()
@@ -131,6 +132,8 @@ def main() -> None:
             results.append(result)
             if i % 100 == 0:
                 print(f"{i}/{len(cases)} cases, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+            if i % 500 == 0:  # a long run shows its table as it goes
+                print(table(results), file=sys.stderr, flush=True)
     failing = [r for r in results if r.problems]
     if args.failures is not None:
         with open(args.failures, "w") as fh:
