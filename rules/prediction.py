@@ -67,6 +67,7 @@ class Prediction(_Data):
     profile: str = Field(description="calibration profile the prediction used")
     microbatches: int = Field(description="decode microbatches a pipeline keeps in flight")
     prefill_chunk: int = Field(description="sequences prefilled together in the steady state")
+    prefill_ms: float = Field(description="the prompt's chunk through every stage: TTFT at concurrency 1")
 
     @property
     def fits(self) -> bool:
