@@ -267,21 +267,22 @@ class Encoding:
             cp.add_multiplication_equality(paid, [chunk_osl, self.share])
             cp.add(paid >= work)
             cp.add(paid - chunk_osl < work)
-            # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request.
-            k = cp.new_int_var(0, steps_hi, "wait_halves")
-            loaded = self._table_sum(lambda e: 2 * e.steps + 1)
+            # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request: one
+            # linear row per value of k (a handful), enforced by the pairs that have it. Every
+            # objective and limit prefers a shorter wait, so at an optimum it is exactly the ceiling.
+            loaded_pairs: dict[int, list[IntVar]] = {}
+            for key, lit in self.pair.items():
+                loaded_pairs.setdefault(2 * t.time[key].steps + 1, []).append(lit)
+            under_load = cp.new_bool_var("under_load")
             if decided:
-                single = cp.new_bool_var("single_request")
-                cp.add(self.batch == 1).only_enforce_if(single)
-                cp.add(self.batch >= 2).only_enforce_if(~single)
-                cp.add(k == 0).only_enforce_if(single)
-                cp.add(k == loaded).only_enforce_if(~single)
+                cp.add(self.batch >= 2).only_enforce_if(under_load)
+                cp.add(self.batch == 1).only_enforce_if(~under_load)
             else:
-                cp.add(k == loaded)
-            halves = cp.new_int_var(0, steps_hi * self.round_hi, "k*round")
-            cp.add_multiplication_equality(halves, [k, self.round])
-            cp.add(2 * self.wait >= halves)
-            cp.add(2 * self.wait <= halves + 1)
+                cp.add(under_load == 1)
+            for k, lits in loaded_pairs.items():
+                chosen = cp.new_bool_var(f"wait_k[{k}]")
+                cp.add(sum(lits) == chosen)
+                cp.add(2 * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
         self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
         self.ttft = self._new("ttft", self.prefill + self.wait, hi=self.ttft_hi)
         self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)
