@@ -32,7 +32,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.encode import Encoding, Expr, Model, PairKey, build_model, new_solver
+from shardplan.solver.encode import Encoding, Expr, Model, build_model, new_solver
 from shardplan.solver.explain import explain
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
-from shardplan.rules.catalog import LISTED_RULES, get_rule
+from shardplan.rules.catalog import LISTED_RULES, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
@@ -144,17 +144,24 @@ experts_out_option = click.option(
 @problem_options
 @experts_out_option
 def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
-    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
+    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...), and judge it:
+    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1."""
     problem = build_problem(problem_args(kw))
     layout, prediction, experts = place_and_price(problem, layout_from_pins(problem))
     if experts_out:
         write_experts(experts_out, experts)
-    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts)
+    plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
+    broken = errors_of(check_plan(plan))
+    violations = [{"rule": d.rule, "message": d.message} for d in broken]
+    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts, extra={"violations": violations})
     if as_json:
         emit_json(data)
     else:
-        plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
         cli_views.print_plan(data, plan, report.binding_constraints(plan))
+        for v in violations:
+            click.echo(f"violation {v['rule']}: {v['message']}")
+    if violations:
+        sys.exit(EXIT_INFEASIBLE)
 
 
 @cli.command()
