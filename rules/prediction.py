@@ -14,11 +14,17 @@ class _Data(BaseModel):
 
 
 class Metrics(_Data):
-    ttft_ms: float = Field(description="prefill of the batch's prompts through every stage")
-    tpot_ms: float = Field(description="one decode step of every sequence in flight (pipelined rounds)")
-    e2e_ms: float = Field(description="ttft + osl x tpot")
-    output_tokens_per_s: float = Field(description="steady state of all replicas, prefill interleaved")
+    """Latency as users measure it at the plan's concurrency (closed loop, steady state; DESIGN.md)."""
+
+    ttft_ms: float = Field(description="time to first token: the prompt's prefill, plus under load the decode "
+                                       "rounds its chunk steps carry and half a step of waiting")
+    tpot_ms: float = Field(description="time per output token: a decode round plus the prefill of the other "
+                                       "requests that shares its steps")
+    decode_step_ms: float = Field(description="one decode round of every sequence in flight, no prefill")
+    e2e_ms: float = Field(description="ttft + (osl - 1) x tpot")
+    output_tokens_per_s: float = Field(description="all replicas: replicas x batch x osl / e2e (Little's law)")
     output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_user: float = Field(description="what one request sees: 1000 / tpot_ms")
     batch: int = Field(description="concurrent sequences per replica")
 
 
@@ -61,6 +67,7 @@ class Prediction(_Data):
     profile: str = Field(description="calibration profile the prediction used")
     microbatches: int = Field(description="decode microbatches a pipeline keeps in flight")
     prefill_chunk: int = Field(description="sequences prefilled together in the steady state")
+    prefill_ms: float = Field(description="the prompt's chunk through every stage: TTFT at concurrency 1")
 
     @property
     def fits(self) -> bool:

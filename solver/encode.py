@@ -194,8 +194,9 @@ class Encoding:
         self.send_prefill.append(cp.new_constant(0))
         L_k = {k: t.layers_of(k) for k in self.kinds}
         # Sums over all stages: independent of the boundaries.
-        self.ttft = self._new(
-            "ttft", sum(L_k[k] * self.tau_prefill[k] for k in self.kinds) + first_p + last_p + sum(self.send_prefill)
+        # prefill: the prompt's chunk through every stage (TTFT at concurrency 1).
+        self.prefill = self._new(
+            "prefill", sum(L_k[k] * self.tau_prefill[k] for k in self.kinds) + first_p + last_p + sum(self.send_prefill)
         )
         self.decode_sum = self._new(
             "decode_sum",
@@ -205,6 +206,7 @@ class Encoding:
         cp.add(self.round >= self.decode_sum)
         if not self._needs_stage_times():
             cp.add(self.round == self.decode_sum)
+            self._post_user_latency()
             return
         # Per-stage times: layer counts times per-layer times, plus the ends.
         self.stage_decode: list[IntVar] = []
@@ -227,6 +229,63 @@ class Encoding:
         # round = max(decode_sum, busiest): both are lower bounds, and no objective rewards a
         # longer round, so the optimum sits at the maximum.
         cp.add(self.round >= busiest)
+        self._post_user_latency()
+
+    def _post_user_latency(self) -> None:
+        """TTFT, TPOT and e2e as users measure them at concurrency C = the batch: exactly
+        ``evaluate``'s ``under_load`` (solver/cost/evaluate.py) on the same integer times.
+
+        tpot = round + ceil((C - 1) x slowest prefill stage / (OSL x chunk)); ttft = prefill +
+        [C > 1] ceil((2 steps + 1) x round / 2); e2e = ttft + (OSL - 1) x tpot. Every term grows with
+        the round and the slowest prefill stage, which the encoding bounds from below only: no
+        objective or limit gains from a longer one, so at an optimum they sit at their true values.
+        """
+        cp, osl, t = self.cp, self.problem.workload.osl, self.tables
+        decided = isinstance(self.batch, IntVar)
+        batch_hi = self.num_gpus * max(self.space.q_values) if decided else self.space.fixed_batch
+        chunks = sorted({e.chunk for e in t.time.values()})
+        self.share_hi = (batch_hi - 1) * self.hi // (osl * chunks[0]) + 1
+        steps_hi = max(2 * e.steps + 1 for e in t.time.values())
+        wait_hi = steps_hi * self.round_hi // 2 + 1
+        self.tpot_hi = self.round_hi + self.share_hi
+        self.ttft_hi = self.hi + wait_hi
+        self.e2e_hi = self.ttft_hi + (osl - 1) * self.tpot_hi
+        self.share = cp.new_int_var(0, self.share_hi, "prefill_share")
+        self.wait = cp.new_int_var(0, wait_hi, "ttft_wait")
+        if batch_hi <= 1:  # one request: nothing else's prefill, nothing to wait for
+            cp.add(self.share == 0)
+            cp.add(self.wait == 0)
+        else:
+            # share = ceil(others x slowest prefill / (OSL x chunk)), others = C - 1, exactly.
+            others = cp.new_int_var(0, batch_hi - 1, "other_requests")
+            cp.add(others == self.batch - 1)
+            chunk_osl = cp.new_int_var(osl * chunks[0], osl * chunks[-1], "osl*chunk")
+            cp.add(chunk_osl == self._table_sum(lambda e: osl * e.chunk))
+            work = cp.new_int_var(0, (batch_hi - 1) * self.hi, "others*slowest_prefill")
+            cp.add_multiplication_equality(work, [others, self.slowest_prefill])
+            paid = cp.new_int_var(0, osl * chunks[-1] * self.share_hi, "osl*chunk*share")
+            cp.add_multiplication_equality(paid, [chunk_osl, self.share])
+            cp.add(paid >= work)
+            cp.add(paid - chunk_osl < work)
+            # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request: one
+            # linear row per value of k (a handful), enforced by the pairs that have it. Every
+            # objective and limit prefers a shorter wait, so at an optimum it is exactly the ceiling.
+            loaded_pairs: dict[int, list[IntVar]] = {}
+            for key, lit in self.pair.items():
+                loaded_pairs.setdefault(2 * t.time[key].steps + 1, []).append(lit)
+            under_load = cp.new_bool_var("under_load")
+            if decided:
+                cp.add(self.batch >= 2).only_enforce_if(under_load)
+                cp.add(self.batch == 1).only_enforce_if(~under_load)
+            else:
+                cp.add(under_load == 1)
+            for k, lits in loaded_pairs.items():
+                chosen = cp.new_bool_var(f"wait_k[{k}]")
+                cp.add(sum(lits) == chosen)
+                cp.add(2 * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
+        self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
+        self.ttft = self._new("ttft", self.prefill + self.wait, hi=self.ttft_hi)
+        self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)
 
     def _stage_time(
         self, s: int, tau: dict[LayerKind, IntVar], first: Expr, last_expr: Expr, label: str

@@ -1,9 +1,10 @@
 """Solve a planning problem: build the encoding, post every rule, optimise, decode a Plan.
 
-- latency: minimise TTFT + OSL x TPOT (integer ns), exactly ``evaluate()``'s e2e;
-- throughput: maximise dp x batch / cycle, a ratio, solved exactly by Dinkelbach's method: given
-  the best ratio a/c so far, look for a plan with ``c x tokens - a x cycle >= 1``; none proves a/c
-  optimal.
+- latency: minimise e2e = TTFT + (OSL - 1) x TPOT as users measure them (integer ns), exactly
+  ``evaluate()``'s e2e;
+- throughput: maximise dp x batch / e2e (x OSL, Little's law), a ratio, solved exactly by
+  Dinkelbach's method: given the best ratio a/c so far, look for a plan with
+  ``c x tokens - a x e2e >= 1``; none proves a/c optimal.
 Both start from an incumbent of the oracle (by default its quick mode: the best even-staged plan, on
 the same integer tables) and then ask CP-SAT for strictly better plans until it proves there is none;
 asked without an objective, that last question is usually settled in presolve. Ties are broken in a
@@ -31,7 +32,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate
-from shardplan.solver.encode import Encoding, Expr, Model, PairKey, build_model, new_solver
+from shardplan.solver.encode import Encoding, Expr, Model, build_model, new_solver
 from shardplan.solver.explain import explain
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
@@ -51,9 +52,8 @@ class Outcome:
     """The best value an improvement loop reached, and whether it proved it optimal."""
 
     proven: bool
-    e2e: int | None = None  # latency objective
-    tokens: int | None = None  # throughput objective: tokens / cycle
-    cycle: int | None = None
+    e2e: int | None = None  # latency: the best e2e; throughput: the best plan's e2e
+    tokens: int | None = None  # throughput objective: tokens / e2e
 
 
 @dataclass(frozen=True)
@@ -92,78 +92,66 @@ class Deadline:
 
 
 def e2e_expr(enc: Encoding) -> Expr:
-    return enc.ttft + enc.problem.workload.osl * enc.round
+    """End-to-end latency as users measure it: TTFT + (OSL - 1) x TPOT at the plan's concurrency."""
+    return enc.e2e
+
+
+# Dinkelbach's products c x tokens must stay inside CP-SAT's 64-bit range with room to spare.
+_PRODUCT_LIMIT = 2**61
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """Throughput as tokens per round over ns per round (bounds kept in Python: reading a
-    variable's proto while the model grows crashed OR-Tools 9.15, CPSAT-NOTES)."""
+    """Throughput as requests in flight over every replica per request lifetime: output tokens/s =
+    tokens x OSL x 1e9 / e2e (Little's law), so maximising tokens / e2e maximises throughput.
+    (Bounds kept in Python: reading a variable's proto while the model grows crashed OR-Tools 9.15,
+    CPSAT-NOTES.)"""
 
     tokens: IntVar
-    cycle: IntVar
+    e2e: IntVar
     tokens_hi: int
 
+    def target(self, a: int, c: int) -> tuple[int, int, bool]:
+        """(a', c', exact): the ratio to beat. When c x tokens_max would pass the 64-bit budget, both
+        terms are scaled down with a' / c' >= a / c, so a plan that beats a'/c' beats a/c; the search
+        may then miss plans between the two and is not proven optimal (``exact`` False)."""
+        scale = 1
+        while c // scale * self.tokens_hi >= _PRODUCT_LIMIT:
+            scale *= 2
+        if scale == 1:
+            return a, c, True
+        return -(-a // scale), max(1, c // scale), False
+
     def gain(self, cp: cp_model.CpModel, a: int, c: int) -> Expr:
-        """``c x tokens - a x cycle``, positive for plans better than a/c. The cycle is copied
-        into a variable bounded by c x tokens_max / a, which every plan at least as good as a/c
-        respects, so a x cycle cannot overflow 64 bits on large clusters."""
+        """``c x tokens - a x e2e``, positive for plans better than a/c. The e2e is copied into a
+        variable bounded by c x tokens_max / a, which every plan at least as good as a/c respects,
+        so a x e2e cannot overflow 64 bits on large clusters."""
         if a == 0:
             return self.tokens
         hi = c * self.tokens_hi // a + 1
-        bounded = cp.new_int_var(0, hi, "cycle_bounded")
-        cp.add(bounded == self.cycle)
+        bounded = cp.new_int_var(0, hi, "e2e_bounded")
+        cp.add(bounded == self.e2e)
         return c * self.tokens - a * bounded
 
 
 def throughput_terms(enc: Encoding) -> Ratio:
-    """(output tokens per round over all replicas, ns per round) as CP-SAT variables.
-
-    cycle = round + ceil(batch x slowest prefill stage / (OSL x chunk)), as ``evaluate``.
-    """
-    cp, hi = enc.cp, enc.hi
-    osl = enc.problem.workload.osl
+    """(requests in flight over all replicas, e2e ns) as CP-SAT variables; ``enc.e2e`` is evaluate's."""
+    cp = enc.cp
     # dp x S x attn_dp <= N GPUs and S x q <= the engine's batch limit, so the cluster holds at
     # most N x q_max sequences (N x b for a fixed batch b).
-    fixed = isinstance(enc.batch, int)
     if isinstance(enc.batch, int):
         batch = cp.new_constant(enc.batch)
-        tokens_hi, batch_hi = enc.num_gpus * enc.batch, enc.batch
+        tokens_hi = enc.num_gpus * enc.batch
     else:
         batch = enc.batch
-        tokens_hi = batch_hi = enc.num_gpus * max(enc.space.q_values)
+        tokens_hi = enc.num_gpus * max(enc.space.q_values)
+        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant per
+        # (shape, batch option) pair.
     tokens = cp.new_int_var(1, tokens_hi, "tokens")
     cp.add_multiplication_equality(tokens, [enc.dp, batch])
-    chunks = [enc.tables.time[key].chunk for key in enc.pair]
-    chunk_osl = cp.new_int_var(osl * min(chunks), osl * max(chunks), "osl*chunk")
-    cp.add(chunk_osl == sum(osl * enc.tables.time[key].chunk * lit for key, lit in enc.pair.items()))
-    share_hi = batch_hi * hi // (osl * min(chunks)) + 1
-    share = cp.new_int_var(0, share_hi, "prefill_share")
-    lhs = cp.new_int_var(0, osl * max(chunks) * share_hi, "osl*chunk*share")
-    cp.add_multiplication_equality(lhs, [chunk_osl, share])
-    rhs = cp.new_int_var(0, batch_hi * hi, "batch*slowest_prefill")
-    cp.add_multiplication_equality(rhs, [batch, enc.slowest_prefill])
-    cp.add(lhs >= rhs)
-    cp.add(lhs - chunk_osl < rhs)  # share = ceil(rhs / chunk_osl) exactly
-    if not fixed:
-        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant
-        # per (shape, batch option) pair; and the slowest prefill stage takes at least 1/S of all
-        # prefill work while batch = S x micro, so the prefill share is at least micro x (all
-        # prefill layers) / (OSL x chunk).
+    if not isinstance(enc.batch, int):
         cp.add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
-        cp.add(share >= sum(
-            lit * (_pair_prefill_ns(enc, key) * key[1].micro // (osl * enc.tables.time[key].chunk))
-            for key, lit in enc.pair.items()
-        ))
-    cycle = cp.new_int_var(1, enc.round_hi + share_hi, "cycle")
-    cp.add(cycle == enc.round + share)
-    return Ratio(tokens, cycle, tokens_hi)
-
-
-def _pair_prefill_ns(enc: Encoding, key: PairKey) -> int:
-    """Prefill ns of every layer and both ends for a (shape, batch option) pair, no sends."""
-    e = enc.tables.time[key]
-    return sum(enc.tables.layers_of(k) * e.prefill[k] for k in enc.kinds) + e.first_prefill + e.last_prefill
+    return Ratio(tokens, enc.e2e, tokens_hi)
 
 
 def _improve(
@@ -226,7 +214,8 @@ def maximise_throughput(
     found, proven = a > 0, True
     while True:
         model = cp.clone()
-        gain = terms.gain(model, a, c)
+        a_target, c_target, exact = terms.target(a, c)
+        gain = terms.gain(model, a_target, c_target)
         try:
             step = _improve(model, [gain >= 1], gain, deadline, minimise=False)
         except SolverLimitError:
@@ -235,10 +224,11 @@ def maximise_throughput(
             proven = False
             break
         if step is None:
+            proven = proven and exact
             break
         solver = step[0]
-        a, c, found = solver.value(terms.tokens), solver.value(terms.cycle), True
-    return Outcome(proven=proven, tokens=a if found else None, cycle=c)
+        a, c, found = solver.value(terms.tokens), solver.value(terms.e2e), True
+    return Outcome(proven=proven, tokens=a if found else None, e2e=c)
 
 
 def optimise(
@@ -275,12 +265,12 @@ def optimise(
             # Dominance: replicas multiply throughput and change nothing else, so an optimum
             # runs as many as fit; another one must not fit. Cuts the dp dimension away.
             cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
-        a, c = (incumbent.tokens, incumbent.cycle_ns) if incumbent else (0, 1)
+        a, c = (incumbent.tokens, incumbent.e2e_ns) if incumbent else (0, 1)
         out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None or out.cycle is None:
+        if out.tokens is None or out.e2e is None:
             return NoPlan(enc.tables)
-        cp.add(terms.gain(cp, out.tokens, out.cycle) >= 0)  # exactly as good as the best
-        value = round(out.tokens * 1e9 / out.cycle)
+        cp.add(terms.gain(cp, *terms.target(out.tokens, out.e2e)[:2]) >= 0)  # as good as the best
+        value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
     return Optimum(tie_break(enc, cp, deadline), out.proven, value)
 
 

@@ -19,27 +19,27 @@ from shardplan.rules.base import ShapeRule
 from shardplan.rules.catalog import rules_for
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
-from shardplan.solver.cost.evaluate import cycle_ns
+from shardplan.solver.cost.evaluate import UnderLoad, under_load
 from shardplan.solver.space import BatchOption, Shape
 from shardplan.solver.tables import Tables
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A scored layout: ``score`` orders candidates (lower is better) exactly as the solver's
-    objective does; ``tokens`` / ``cycle`` are the throughput ratio's terms."""
+    """A scored layout: ``better_than`` orders candidates exactly as the solver's objective does —
+    latency by e2e, throughput by the ratio ``tokens / e2e_ns`` (requests in flight over every
+    replica per request lifetime: output tokens/s = tokens x OSL x 1e9 / e2e_ns, Little's law)."""
 
     layout: Layout
     e2e_ns: int
     tokens: int
-    cycle_ns: int
 
     def better_than(self, other: Candidate | None, objective: Objective) -> bool:
         if other is None:
             return True
         if objective is Objective.LATENCY:
             return self.e2e_ns < other.e2e_ns
-        return self.tokens * other.cycle_ns > other.tokens * self.cycle_ns
+        return self.tokens * other.e2e_ns > other.tokens * self.e2e_ns
 
 
 # (slowest decode stage ns, slowest prefill stage ns, stage boundaries) of one split of the layers.
@@ -161,29 +161,28 @@ class Oracle:
 
     def evaluate_combo(
         self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
-    ) -> tuple[Candidate, int, int]:
-        """(the candidate, its TTFT ns, its decode round ns)."""
+    ) -> tuple[Candidate, UnderLoad]:
+        """The candidate and its latencies as users measure them (``evaluate``'s ``under_load``)."""
         t, e = self.t, self.t.time[(o, opt)]
         L_k = {k: t.layers_of(k) for k in t.kinds}
         sends_d = sum(e.send_decode[: S - 1])
         sends_p = sum(e.send_prefill[: S - 1])
-        ttft = sum(L_k[k] * e.prefill[k] for k in t.kinds) + e.first_prefill + e.last_prefill + sends_p
+        prefill = sum(L_k[k] * e.prefill[k] for k in t.kinds) + e.first_prefill + e.last_prefill + sends_p
         dsum = sum(L_k[k] * e.decode[k] for k in t.kinds) + e.first_decode + e.last_decode + sends_d
         b = self.batch_of(o, opt, S)
-        mu = min(S, b)
-        rnd = max(dsum, mu * dmax)
-        cycle = cycle_ns(rnd, pmax, b, self.osl, e.chunk)
+        rnd = max(dsum, min(S, b) * dmax)
+        load = under_load(prefill, rnd, pmax, b, self.osl, e.chunk, e.steps)
         layout = Layout(
             dp=dp, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp,
             stages=tuple((bounds[i], bounds[i + 1]) for i in range(S)), batch=b,
         )
-        return Candidate(layout, ttft + self.osl * rnd, dp * b, cycle), ttft, rnd
+        return Candidate(layout, load.e2e_ns, dp * b), load
 
-    def within_limits(self, ttft: int, rnd: int) -> bool:
+    def within_limits(self, load: UnderLoad) -> bool:
         wl = self.problem.workload
-        if wl.ttft_ms is not None and ttft > round(wl.ttft_ms * 1e6):
+        if wl.ttft_ms is not None and load.ttft_ns > round(wl.ttft_ms * 1e6):
             return False
-        return not (wl.tpot_ms is not None and rnd > round(wl.tpot_ms * 1e6))
+        return not (wl.tpot_ms is not None and load.tpot_ns > round(wl.tpot_ms * 1e6))
 
     # --- the search -----------------------------------------------------------------------------
     def feasible(self, exact: bool = True) -> Iterator[Candidate]:
@@ -213,8 +212,8 @@ class Oracle:
             entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
         best: Split | None = None
         for dmax, pmax, bounds in entries:
-            cand, ttft, rnd = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
-            if not self.within_limits(ttft, rnd):
+            cand, load = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
+            if not self.within_limits(load):
                 continue
             if best is None or cand.better_than(best.candidate, self.problem.objective) or (
                 not best.candidate.better_than(cand, self.problem.objective) and bounds < best.bounds

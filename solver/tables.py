@@ -20,6 +20,7 @@ from shardplan.solver.cost.evaluate import (
     memory_limit_gib,
     phase_table,
     prefill_chunk,
+    prefill_steps,
     resolve_profile,
 )
 from shardplan.solver.cost.memory import GIB, activation_bytes, end_weight_bytes, layer_kv_bytes, layer_weight_bytes
@@ -42,6 +43,7 @@ class TimeEntry:
     send_decode: list[int]  # after slot s, for s = 0 .. max_stages - 2
     send_prefill: list[int]
     chunk: int  # prompts per prefill chunk
+    steps: int  # chunk steps one prompt needs under load (evaluate's prefill_steps)
 
 
 @dataclass
@@ -147,6 +149,7 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
                 first_decode=dec.first_ns, first_prefill=pre.first_ns,
                 last_decode=dec.last_ns, last_prefill=pre.last_ns,
                 send_decode=sends_d, send_prefill=sends_p, chunk=chunk,
+                steps=prefill_steps(problem, profile, option.micro, shape.attn_dp),
             )
             tables.chunk_activation[(shape, option)] = math.ceil(
                 activation_bytes(model, stage, profile, 0, chunk * wl.isl)

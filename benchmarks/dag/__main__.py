@@ -80,8 +80,8 @@ def run(case: Case, detail: str, plan: Plan, repeat: int) -> dict:
         "case": case.name, "gpus": plan.layout.num_gpus, "layout": describe(plan), "detail": detail,
         "nodes": dag.number_of_nodes(), "edges": dag.number_of_edges(), "folded": dag.graph["folded"],
         "build_s": build_s, "check_s": check_s, "violations": len(found),
-        "ttft_err": critical_path_us(dag, "prefill") / (m.ttft_ms * 1e3) - 1,
-        "tpot_err": critical_path_us(dag, "decode") / (m.tpot_ms * 1e3) - 1,
+        "ttft_err": critical_path_us(dag, "prefill") / (plan.prediction.prefill_ms * 1e3) - 1,
+        "tpot_err": critical_path_us(dag, "decode") / (m.decode_step_ms * 1e3) - 1,
     }
 
 

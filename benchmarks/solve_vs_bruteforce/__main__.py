@@ -64,7 +64,7 @@ def brute_force(problem, budget_s: float):
 def value_of(problem, cand) -> float:
     if problem.objective is Objective.LATENCY:
         return cand.e2e_ns / 1e6
-    return cand.tokens * 1e9 / cand.cycle_ns
+    return cand.tokens * problem.workload.osl * 1e9 / cand.e2e_ns
 
 
 def run_matrix(clusters: list[str], budget: float) -> None:

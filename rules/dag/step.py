@@ -285,18 +285,19 @@ class CriticalPath(DagRule):
     id = "DAG-029"
     name = "critical-path-mismatch"
     statement = (
-        "the longest path of each branch (sum of est_us) matches the plan's TTFT (prefill) and TPOT (decode) within 1 %"
+        "the longest path of each branch (sum of est_us) matches the plan's prefill (TTFT at concurrency 1) and "
+        "decode step (TPOT less the prefill sharing its steps) within 1 %"
     )
     source = "004 §6 (critical path), DESIGN.md (Cost model)"
     kind = Kind.ADVISORY
-    example_bad = "a decode branch whose longest path is 12 ms for a plan with TPOT 10 ms"
-    example_good = "decode longest path = TPOT"
+    example_bad = "a decode branch whose longest path is 12 ms for a plan whose decode step is 10 ms"
+    example_good = "decode longest path = the decode step"
 
     def violations(self, view: DagView) -> Iterator[Diagnostic]:
         if not view.acyclic:
             return
         for (r, phase), nodes in view.branches.items():
-            want = view.graph.get("ttft_us" if phase == Phase.PREFILL else "tpot_us")
+            want = view.graph.get("prefill_us" if phase == Phase.PREFILL else "decode_step_us")
             if not isinstance(want, (int, float)) or want <= 0:
                 continue
             got = longest_path_us(view.dag, nodes)[0]

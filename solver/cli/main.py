@@ -17,7 +17,7 @@ import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, read_text
-from shardplan.rules.catalog import LISTED_RULES, get_rule
+from shardplan.rules.catalog import LISTED_RULES, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
@@ -149,7 +149,8 @@ experts_out_option = click.option(
 @problem_options
 @experts_out_option
 def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
-    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...)."""
+    """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...), and judge it:
+    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1."""
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("experts-out", experts_out)
         problem = build_problem(problem_args(kw))
@@ -158,12 +159,17 @@ def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
         if experts_out:
             write_experts(outputs.temp("experts-out"), experts)
         outputs.commit()
-    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts)
+    plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
+    violations = [{"rule": d.rule, "message": d.message} for d in errors_of(check_plan(plan))]
+    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts, extra={"violations": violations})
     if as_json:
         emit_json(data)
     else:
-        plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
         cli_views.print_plan(data, plan, report.binding_constraints(plan))
+        for v in violations:
+            click.echo(f"violation {v['rule']}: {v['message']}")
+    if violations:
+        sys.exit(EXIT_INFEASIBLE)
 
 
 @cli.command()

@@ -141,6 +141,10 @@ def print_plan(
         f"   batch {text['batch']} per replica"
     )
     console.print(
+        f"  decode step {text['decode_step']} (TPOT less the prefill sharing its steps)"
+        f"   {text['tokens_per_s_per_user']} per user"
+    )
+    console.print(
         f"  throughput [bold]{text['tokens_per_s']}[/bold] (cluster), {text['tokens_per_s_per_gpu']} per GPU"
         f"   ({data['microbatches']} decode microbatch{'es' if data['microbatches'] != 1 else ''} in flight)"
     )

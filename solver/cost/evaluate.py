@@ -8,18 +8,21 @@ stage's time is the sum of its layers' integer times; with no factors, or all of
 the per-kind sum above. The solver's tables price every MoE layer of a shape at one factor
 (``tables.search_load_factor``), so they agree with this exactly whenever all layers share it.
 
-Definitions (DESIGN.md "Cost model", 004 §2-§8):
-- a decode **round** moves every sequence of the replica one token: with S stages and ``mu`` =
-  min(S, batch) microbatches of ``m`` = ceil(batch / mu) sequences, round = max(sum of stage
+Definitions (DESIGN.md "Cost model", 004 §2-§8), at concurrency C = the batch (sequences in flight
+per replica, closed loop, steady state):
+- a decode **round** (``decode_step``) moves every sequence of the replica one token: with S stages
+  and ``mu`` = min(S, C) microbatches of ``m`` = ceil(C / mu) sequences, round = max(sum of stage
   times + sends, mu x the slowest stage) — one microbatch's critical path, or the busiest stage,
   whichever is longer;
 - prompts are prefilled in **chunks** of ``p`` = min(m, max_num_tokens // ISL) prompts (at least 1);
-- **TTFT**: the first chunk prefilled through every stage in turn;
-- **TPOT**: one round; **e2e** = TTFT + OSL x TPOT (the contract's definition);
-- **throughput**: in steady state every round also prefills the sequences that replace finished
-  ones (batch / OSL per round), chunk after chunk through the pipeline, so a round costs
-  ``cycle = round + ceil(batch x slowest chunk stage / (OSL x p))`` ns and output tokens/s =
-  dp x batch x 1e9 / cycle.
+- **TPOT** as users measure it: while a request decodes, the other C - 1 requests finish and are
+  replaced at one per OSL rounds each, and their prompts are prefilled chunk after chunk in the same
+  steps, so a token costs ``tpot = round + ceil((C - 1) x slowest chunk stage / (OSL x p))``;
+- **TTFT** as users measure it: the prompt's chunk through every stage; under load (C > 1) its
+  ``n`` = ceil(ISL / the token budget the decode tokens leave) chunk steps each also carry a decode
+  round, and it waits half a step on arrival: ``ttft = prefill + ceil((2n + 1) x round / 2)``. At
+  C = 1 it is the bare prefill and TPOT the bare round;
+- **e2e** = TTFT + (OSL - 1) x TPOT; **throughput** = dp x C x OSL / e2e (Little's law, exactly).
 """
 
 from __future__ import annotations
@@ -72,9 +75,43 @@ def prefill_chunk(problem: Problem, profile: Profile, micro: int) -> int:
     return max(1, min(micro, profile.max_num_tokens // problem.workload.isl))
 
 
-def cycle_ns(round_ns: int, slowest_chunk_ns: int, batch: int, osl: int, chunk: int) -> int:
-    """Nanoseconds of one steady-state round: the decode round plus its share of prefill."""
-    return round_ns + -(-batch * slowest_chunk_ns // (osl * chunk))
+def prefill_steps(problem: Problem, profile: Profile, micro: int, attn_dp: int) -> int:
+    """Chunk steps one prompt needs under load: its ISL tokens at the token budget each step leaves
+    after an attention group's decode tokens (ceil(micro / attn_dp)); engines keep at least half the
+    budget for prefill (the profiles' batch limits sit far below their token budgets)."""
+    budget = profile.max_num_tokens
+    left = max(budget - -(-micro // attn_dp), -(-budget // 2))
+    return -(-problem.workload.isl // left)
+
+
+@dataclass(frozen=True)
+class UnderLoad:
+    """Latency as users measure it at concurrency C, in integer nanoseconds (DESIGN.md)."""
+
+    decode_step_ns: int  # one decode round, no prefill
+    prefill_share_ns: int  # the other requests' prefill each token shares a step with
+    wait_ns: int  # the chunk steps' decode rounds and half a step on arrival (0 at C = 1)
+    ttft_ns: int
+    tpot_ns: int
+    e2e_ns: int
+
+
+def under_load(
+    prefill_ns: int, round_ns: int, slowest_chunk_ns: int, batch: int, osl: int, chunk: int, steps: int
+) -> UnderLoad:
+    """The user-measured latencies from one plan's integer times (the solver encodes exactly this):
+    ``prefill_ns`` the prompt's chunk through every stage, ``round_ns`` a decode round, the slowest
+    stage's chunk, C = ``batch``, ``chunk`` prompts per chunk, ``steps`` chunk steps per prompt.
+
+    >>> under_load(100, 10, 40, 1, 5, 1, 1)  # one request: bare prefill and rounds
+    UnderLoad(decode_step_ns=10, prefill_share_ns=0, wait_ns=0, ttft_ns=100, tpot_ns=10, e2e_ns=140)
+    >>> under_load(100, 10, 40, 3, 5, 1, 1).tpot_ns  # 10 + ceil(2 x 40 / 5)
+    26
+    """
+    share = -(-(batch - 1) * slowest_chunk_ns // (osl * chunk))
+    wait = 0 if batch <= 1 else -(-(2 * steps + 1) * round_ns // 2)
+    ttft, tpot = prefill_ns + wait, round_ns + share
+    return UnderLoad(round_ns, share, wait, ttft, tpot, ttft + (osl - 1) * tpot)
 
 
 @dataclass(frozen=True)
@@ -239,17 +276,19 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
             )
         )
 
-    ttft_ns = sum(chunk_ns) + sum(send_chunk)
     round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec, strict=True)))
     slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk, strict=True))
-    cycle = cycle_ns(round_ns, slowest_chunk_ns, batch, wl.osl, chunk)
-    tokens_per_s = layout.dp * batch * NS_PER_S / cycle
+    steps = prefill_steps(problem, profile, micro, layout.attn_dp)
+    load = under_load(sum(chunk_ns) + sum(send_chunk), round_ns, slowest_chunk_ns, batch, wl.osl, chunk, steps)
+    tokens_per_s = layout.dp * batch * wl.osl * NS_PER_S / load.e2e_ns
     metrics = Metrics(
-        ttft_ms=ttft_ns / 1e6,
-        tpot_ms=round_ns / 1e6,
-        e2e_ms=(ttft_ns + wl.osl * round_ns) / 1e6,
+        ttft_ms=load.ttft_ns / 1e6,
+        tpot_ms=load.tpot_ns / 1e6,
+        decode_step_ms=load.decode_step_ns / 1e6,
+        e2e_ms=load.e2e_ns / 1e6,
         output_tokens_per_s=tokens_per_s,
         output_tokens_per_s_per_gpu=tokens_per_s / layout.num_gpus,
+        output_tokens_per_s_per_user=1e9 / load.tpot_ns,
         batch=batch,
     )
     return Prediction(
@@ -259,6 +298,7 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         profile=profile.name,
         microbatches=mu,
         prefill_chunk=chunk,
+        prefill_ms=(sum(chunk_ns) + sum(send_chunk)) / 1e6,
     )
 
 

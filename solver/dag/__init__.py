@@ -11,7 +11,7 @@ GraphML, DOT or Mermaid. docs/dag.md describes the schema.
 >>> dag = build_dag(plan)
 >>> check_dag(dag)
 []
->>> abs(critical_path_us(dag, "decode") / (plan.prediction.metrics.tpot_ms * 1e3) - 1) < 1e-5
+>>> abs(critical_path_us(dag, "decode") / (plan.prediction.metrics.decode_step_ms * 1e3) - 1) < 1e-5
 True
 """
 

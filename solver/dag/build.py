@@ -657,8 +657,10 @@ def graph_attributes(plan: Plan, detail: str, folded: bool, costs: dict[Phase, P
         "microbatches": pred.microbatches,
         "prefill_chunk": pred.prefill_chunk,
         "profile": pred.profile,
-        "ttft_us": pred.metrics.ttft_ms * 1e3,
-        "tpot_us": pred.metrics.tpot_ms * 1e3,
+        # What one pass of each branch takes: the prompt's prefill (TTFT at concurrency 1) and one decode
+        # step (TPOT less the prefill that shares its steps under load).
+        "prefill_us": pred.prefill_ms * 1e3,
+        "decode_step_us": pred.metrics.decode_step_ms * 1e3,
         "op_us": {
             phase.value: {
                 "layers": {label: _by_name(ops) for label, ops in c.layers_us.items()},

@@ -72,9 +72,11 @@ def plan_dict(
         "metrics": {
             "ttft_ms": _r(m.ttft_ms),
             "tpot_ms": _r(m.tpot_ms),
+            "decode_step_ms": _r(m.decode_step_ms),
             "e2e_ms": _r(m.e2e_ms),
             "output_tokens_per_s": _r(m.output_tokens_per_s),
             "output_tokens_per_s_per_gpu": _r(m.output_tokens_per_s_per_gpu),
+            "output_tokens_per_s_per_user": _r(m.output_tokens_per_s_per_user),
             "batch": m.batch,
         },
         "memory": memory_dict(worst),

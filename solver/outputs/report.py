@@ -54,7 +54,9 @@ def metric_text(metrics: dict[str, Any]) -> dict[str, str]:
     return {
         "ttft": f"{metrics['ttft_ms']:,.1f} ms",
         "tpot": f"{metrics['tpot_ms']:,.2f} ms",
+        "decode_step": f"{metrics['decode_step_ms']:,.2f} ms",
         "e2e": f"{metrics['e2e_ms']:,.0f} ms",
+        "tokens_per_s_per_user": f"{metrics['output_tokens_per_s_per_user']:,.1f} tok/s",
         "tokens_per_s": f"{metrics['output_tokens_per_s']:,.0f} tok/s",
         "tokens_per_s_per_gpu": f"{metrics['output_tokens_per_s_per_gpu']:,.1f} tok/s",
         "batch": f"{metrics['batch']:,}",
@@ -296,7 +298,7 @@ def compare(winner: Plan, other: Plan) -> list[str]:
         lines.append(
             f"end-to-end {b.e2e_ms:,.1f} ms vs {a.e2e_ms:,.1f} ms ({_pct(b.e2e_ms, a.e2e_ms)}): "
             f"TTFT {b.ttft_ms:,.2f} vs {a.ttft_ms:,.2f} ms ({_delta(b.ttft_ms - a.ttft_ms, 2)}), "
-            f"{osl} x TPOT {b.tpot_ms:,.3f} vs {a.tpot_ms:,.3f} ms ({_delta(osl * (b.tpot_ms - a.tpot_ms))})"
+            f"{osl - 1} x TPOT {b.tpot_ms:,.3f} vs {a.tpot_ms:,.3f} ms ({_delta((osl - 1) * (b.tpot_ms - a.tpot_ms))})"
         )
         tied = math.isclose(a.e2e_ms, b.e2e_ms, rel_tol=1e-9)
     else:
@@ -325,19 +327,17 @@ def compare(winner: Plan, other: Plan) -> list[str]:
 
 
 def _round_parts(plan: Plan) -> tuple[int, float, float, float]:
-    """(tokens per round over all replicas, round ms, decode ms, prefill share ms) as the cost model
-    defines throughput: tokens / (TPOT + the round's share of prefill)."""
+    """(requests in flight over all replicas, TPOT ms, its decode round ms, its prefill share ms): a
+    token costs a decode round plus the other requests' prefill that shares its steps."""
     m = plan.prediction.metrics
-    tokens = plan.layout.dp * m.batch
-    cycle = tokens / m.output_tokens_per_s * 1e3
-    return tokens, cycle, m.tpot_ms, cycle - m.tpot_ms
+    return plan.layout.dp * m.batch, m.tpot_ms, m.decode_step_ms, m.tpot_ms - m.decode_step_ms
 
 
 def _round_compare(winner: Plan, other: Plan) -> str:
     ta, ca, da, pa = _round_parts(winner)
     tb, cb, db, pb = _round_parts(other)
-    return (f"tokens per round {tb:,} vs {ta:,}, in {cb:,.1f} vs {ca:,.1f} ms = decode (TPOT) {db:,.1f} vs {da:,.1f} "
-            f"({_delta(db - da)}) + prefill share {pb:,.1f} vs {pa:,.1f} ({_delta(pb - pa)})")
+    return (f"requests in flight {tb:,} vs {ta:,}; TPOT {cb:,.1f} vs {ca:,.1f} ms = decode round {db:,.1f} vs "
+            f"{da:,.1f} ({_delta(db - da)}) + prefill share {pb:,.1f} vs {pa:,.1f} ({_delta(pb - pa)})")
 
 
 def _op_deltas(winner: Plan, other: Plan, phase: str, busiest: bool, top: int = 3) -> list[tuple[str, float]]:

@@ -40,8 +40,9 @@ def test_solver_optimum_equals_brute_force(scenario):
         assert metrics.e2e_ms * 1e6 == pytest.approx(plan.objective_value, rel=1e-9)
     else:
         layout = plan.layout
-        # evaluate() gives tokens/s = dp x batch x 1e9 / cycle; the oracle's ratio must match it.
-        assert metrics.output_tokens_per_s == pytest.approx(best.tokens * 1e9 / best.cycle_ns, rel=1e-12)
+        # evaluate() gives tokens/s = dp x batch x OSL x 1e9 / e2e; the oracle's ratio must match it.
+        osl = p.workload.osl
+        assert metrics.output_tokens_per_s == pytest.approx(best.tokens * osl * 1e9 / best.e2e_ns, rel=1e-12)
         assert metrics.output_tokens_per_s == pytest.approx(plan.objective_value, rel=0.005)
         assert layout.dp * layout.batch * 1e9 / metrics.output_tokens_per_s > 0
     assert errors_of(check_plan(plan)) == []
@@ -62,7 +63,8 @@ def test_enumeration_equals_brute_force(scenario):
         if p.objective is Objective.LATENCY:
             assert m.e2e_ms * 1e6 == pytest.approx(cand.e2e_ns, rel=1e-12)
         else:
-            assert m.output_tokens_per_s == pytest.approx(cand.tokens * 1e9 / cand.cycle_ns, rel=1e-12)
+            osl = p.workload.osl
+            assert m.output_tokens_per_s == pytest.approx(cand.tokens * osl * 1e9 / cand.e2e_ns, rel=1e-12)
 
 
 def test_solve_is_deterministic():

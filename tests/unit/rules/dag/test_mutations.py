@@ -58,8 +58,8 @@ def test_fixable_mutation_is_repaired(m: Mutation, plan: str, detail: str) -> No
     assert changes and remaining == [], [str(d) for d in remaining[:5]]
     assert check_dag(broken) != []  # the input is left as it was
     metrics = SMALL[plan]().prediction.metrics
-    assert critical_path_us(fixed, "decode") == pytest.approx(metrics.tpot_ms * 1e3, rel=1e-5)
-    assert critical_path_us(fixed, "prefill") == pytest.approx(metrics.ttft_ms * 1e3, rel=1e-5)
+    assert critical_path_us(fixed, "decode") == pytest.approx(metrics.decode_step_ms * 1e3, rel=1e-5)
+    assert critical_path_us(fixed, "prefill") == pytest.approx(SMALL[plan]().prediction.prefill_ms * 1e3, rel=1e-5)
 
 
 @pytest.mark.parametrize("m,plan,detail", [c for c in CASES if not c[0].fixable],
@@ -152,7 +152,7 @@ def test_every_collective_removed_is_restored_but_the_dispatch(name: str, detail
     kw = dict(REMOVAL_PLANS[name])
     plan = evaluated(kw.pop("model"), kw.pop("cluster"), **kw)
     g0 = build_dag(plan, detail)
-    tpot = plan.prediction.metrics.tpot_ms * 1e3
+    tpot = plan.prediction.metrics.decode_step_ms * 1e3
     removed = [n for n, d in g0.nodes(data=True)
                if d["kind"] in COLLECTIVE and d["kind"] != "SendRecv" and d["phase"] == "decode" and d["replica"] == 0]
     assert len(removed) >= 8

@@ -103,6 +103,6 @@ def test_enumeration_report_has_the_frontier():
 
 @pytest.mark.parametrize("value, expected", [(1234.56, "1,234.6 ms"), (0.04, "0.0 ms")])
 def test_metric_text(value, expected):
-    m = {"ttft_ms": value, "tpot_ms": 1.0, "e2e_ms": 1.0, "output_tokens_per_s": 1.0,
-         "output_tokens_per_s_per_gpu": 1.0, "batch": 1}
+    m = {"ttft_ms": value, "tpot_ms": 1.0, "decode_step_ms": 1.0, "e2e_ms": 1.0, "output_tokens_per_s": 1.0,
+         "output_tokens_per_s_per_gpu": 1.0, "output_tokens_per_s_per_user": 1000.0, "batch": 1}
     assert metric_text(m)["ttft"] == expected

@@ -175,11 +175,12 @@ def test_the_search_sees_how_each_ep_degree_spreads_hot_experts():
 
 
 def test_a_limit_the_imbalance_breaks_is_named_by_the_search():
-    # This pinned layout keeps a 130 ms TPOT under uniform routing (126.8 ms); Zipf(1.0) without a
-    # spare slot costs 2.77 x the mean on the hottest rank, and the search prices that, so the problem
-    # is infeasible with the TPOT limit and the pin named.
-    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, tpot_ms=130.0)
-    assert solve(problem(**kw)).prediction.metrics.tpot_ms < 130.0
+    # This pinned layout keeps a 650 ms TPOT under uniform routing (596.6 ms: a 126.8 ms decode step and
+    # the prefill of 4,095 other requests sharing its steps); Zipf(1.0) without a spare slot costs 2.77 x
+    # the mean on the hottest rank (711.3 ms), and the search prices that, so the problem is infeasible
+    # with the TPOT limit and the pin named.
+    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=16, batch=4096, tpot_ms=650.0)
+    assert solve(problem(**kw)).prediction.metrics.tpot_ms < 650.0
     with pytest.raises(InfeasibleError) as err:
         solve(problem(**kw, zipf=1.0))
     assert {"SLA-002", "PIN-attn_dp"} <= {rule for rule, _ in err.value.conflicts}
@@ -187,8 +188,8 @@ def test_a_limit_the_imbalance_breaks_is_named_by_the_search():
 
 def test_a_limit_broken_only_by_per_layer_imbalance_is_reported_not_crashed():
     # Skewed routing in the first half of the MoE layers only: the search prices every layer at the
-    # mean factor (61.7 ms TPOT for this layout), the plan prices stage 1's layers at their own, higher
-    # factor (64.0 ms). A 63 ms limit breaks only then; the user hears which limit and why.
+    # mean factor (222.2 ms TPOT for this layout), the plan prices stage 1's layers at their own, higher
+    # factor (236.3 ms). A 230 ms limit breaks only then; the user hears which limit and why.
     from shardplan.models import get_model
     from shardplan.models.load_profile import ExpertLoadProfile
 
@@ -197,9 +198,9 @@ def test_a_limit_broken_only_by_per_layer_imbalance_is_reported_not_crashed():
     rows = tuple(row if layer < 31 else (1.0,) * 256 for row, layer in zip(skewed.loads, layers, strict=True))
     half = ExpertLoadProfile(num_experts=256, layers=tuple(layers), loads=rows)
     kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=8, pp=2, batch=4096)
-    assert 63.0 < solve(problem(**kw).model_copy(update={"expert_load": half})).prediction.metrics.tpot_ms
+    assert 230.0 < solve(problem(**kw).model_copy(update={"expert_load": half})).prediction.metrics.tpot_ms
     with pytest.raises(InfeasibleError) as err:
-        solve(problem(**kw, tpot_ms=63.0).model_copy(update={"expert_load": half}))
+        solve(problem(**kw, tpot_ms=230.0).model_copy(update={"expert_load": half}))
     assert [rule for rule, _ in err.value.conflicts] == ["SLA-002"]
     assert "priced layer by layer" in str(err.value)
 
