@@ -1,0 +1,281 @@
+"""Latency under load: the AIC-SILICON aggregated runs of ``serving_points.csv`` against the cost model.
+
+``python -m benchmarks.accuracy.serving`` loads the closed-loop runs (one pool, a stated concurrency)
+whose model and GPU have presets, prices each layout at its concurrency with the GPU's default
+profile as ``shardplan evaluate --json`` does (experts placed, then ``evaluate``: ``metrics.ttft_ms``
+with its wait, ``metrics.tpot_ms`` with the prefill sharing its steps), and prints the median |error|
+and the median signed error of TTFT and TPOT per engine, per concurrency bucket and overall. The
+latency-under-load formula lives in ``solver/cost/evaluate.py``, not here; nothing is fitted.
+Runs whose layout does not fit memory at their concurrency are priced anyway and counted apart.
+
+Conventions for what the runs leave unstated (read with ``solver/cost/calibration/points.py``):
+
+- **models**: DeepSeek-R1 and -V3 (and NVIDIA's NVFP4 R1) share the DeepSeek-V3 architecture;
+  Kimi-K2.5's language model is Kimi-K2's (``DeepseekV3ForCausalLM``: 61 layers, hidden 7168, 384
+  experts top-8, MLA; K2.5 is K2-Base continued on vision-text tokens, its vision tower is left out);
+  Llama-3.1-8B(-Instruct, -FP8) and -70B; Qwen3-235B-A22B(-FP8). MiniMax-M2.5, Qwen3.5-397B and
+  GLM-5 have no preset: skipped as ``no-preset``.
+- **GPUs**: B300/GB300 have no preset: skipped as ``no-gpu-preset``.
+- **layout** (``notes``: ``dp column = attention-DP size; moe_tp=.. moe_ep=..``): attention TP = ``tp``,
+  ``attn_dp`` = ``dp``, pipeline ``pp``, one replica; MoE layers ``expert_tp = moe_tp`` over the
+  stage's GPUs, so ``ep = G / moe_tp``, which must equal the recorded ``moe_ep`` (else ``bad-row``);
+  ``expert-tp`` allowed when ``moe_tp > 1``. Dense models with ``dp > 1`` are ``dp`` replicas.
+  Rows flagged ``tp>8 as recorded in source; verify`` are skipped (``tp-unverified``).
+- **batch**: the concurrency is the instance's (all attention-DP ranks); ``Layout.batch`` is per replica.
+- **number formats**: weights from ``weights_dtype`` (fp8, fp4 = NVFP4, int4 = weight-only INT4,
+  bf16; ``unspecified`` is the bf16 checkpoint). KV cache is unrecorded: TensorRT-LLM takes the
+  ModelOpt checkpoint's FP8 KV cache (``kv_cache_config.dtype=auto`` reads ``hf_quant_config``), so
+  fp8 for fp8/fp4 weights; vLLM and SGLang default ``--kv-cache-dtype auto`` to the activation type,
+  so bf16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.accuracy import _SHARED
+from shardplan.hardware import get_gpu
+from shardplan.hardware.cluster import parse_cluster
+from shardplan.models import DType, SpecError, get_model
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Problem, Workload
+from shardplan.solver.cost.evaluate import fits
+from shardplan.solver.placement.plan import place_and_price
+
+SERVING_CSV = _SHARED / "serving_points.csv"
+SOURCE = "AIC-SILICON"
+
+MODEL_PRESETS = {
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-v3",
+    "moonshotai/Kimi-K2.5": "kimi-k2",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+    "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b",
+}
+ENGINES = ("vllm", "sglang", "trtllm")
+BUCKETS = (("1", 1, 1), ("2-16", 2, 16), ("17-128", 17, 128), (">128", 129, math.inf))
+SKIP_REASONS = {
+    "disagg": "separate prefill and decode pools (mode=disagg): not one layout",
+    "no-preset": "model has no preset (MiniMax-M2.5, Qwen3.5-397B, GLM-5)",
+    "no-gpu-preset": "GPU has no preset (B300, GB300)",
+    "tp-unverified": "the source flags the TP degree (tp>8 as recorded in source; verify)",
+    "no-concurrency": "concurrency not stated",
+    "bad-row": "row does not describe a valid layout (GPU count, ep = G / moe_tp, dtype)",
+}
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """One measured run (a configuration at one concurrency): its TTFT and TPOT and how to price it."""
+
+    key: str  # the source's row id (configuration and concurrency)
+    engine: str  # vllm, sglang or trtllm
+    engine_version: str
+    label: str
+    concurrency: int  # sequences in flight over the whole instance
+    problem: Problem
+    layout: Layout
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def bucket(self) -> str:
+        return next(name for name, lo, hi in BUCKETS if lo <= self.concurrency <= hi)
+
+
+def _skip_reason(row: dict[str, str]) -> str | None:
+    notes = row["notes"]
+    if "mode=agg" not in notes:
+        return "disagg"
+    if row["model"] not in MODEL_PRESETS:
+        return "no-preset"
+    try:
+        get_gpu(row["gpu"])
+    except SpecError:
+        return "no-gpu-preset"
+    if "tp>8 as recorded in source" in notes:
+        return "tp-unverified"
+    if not row["concurrency"].strip():
+        return "no-concurrency"
+    return None
+
+
+def _weights(text: str) -> DType:
+    head = text.split("(")[0].strip().lower()
+    return DType.BF16 if head in ("unspecified", "") else DType.parse(head, "weights_dtype")
+
+
+def _engine(text: str) -> tuple[str, str]:
+    family = text.split()[0]
+    if family not in ENGINES:
+        raise SpecError("engine", f"unknown engine {text!r}")
+    return family, text[len(family):].strip()
+
+
+def _kv(engine: str, weights: DType) -> DType:
+    if engine == "trtllm" and weights in (DType.FP8, DType.FP4):
+        return DType.FP8
+    return DType.BF16
+
+
+def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> ServingRun:
+    engine, version = _engine(row["engine"])
+    weights = _weights(row["weights_dtype"])
+    isl, osl = int(row["isl"]), int(row["osl"])
+    model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
+    if isl + osl > model.max_position_embeddings:
+        model = model.model_copy(update={"max_position_embeddings": isl + osl})
+    tp, pp, dp, num_gpus = int(row["tp"]), int(row["pp"]), int(row["dp"] or 1), int(row["num_gpus"])
+    found = re.search(r"moe_tp=(\d+) moe_ep=(\d+)", row["notes"])
+    moe_tp, moe_ep = (int(found.group(1)), int(found.group(2))) if found else (1, 1)
+    concurrency = int(row["concurrency"])
+    allow: frozenset[str] = frozenset()
+    if model.is_moe:
+        replicas, degrees = 1, dict(tp=tp, attn_dp=dp, expert_tp=moe_tp)
+        if moe_tp > 1:
+            allow = frozenset({"expert-tp"})
+    else:
+        replicas, degrees = dp, dict(tp=tp)
+    if concurrency % replicas:
+        raise SpecError("concurrency", f"{concurrency} over {replicas} replicas")
+    layout = Layout.even(model.num_layers, pp, dp=replicas, batch=concurrency // replicas, **degrees)
+    if layout.num_gpus != num_gpus:
+        raise SpecError("num_gpus", f"layout uses {layout.num_gpus} GPUs, the row {num_gpus}")
+    if model.is_moe and layout.ep != moe_ep:
+        raise SpecError("moe_ep", f"ep = G / moe_tp = {layout.ep}, the row {moe_ep}")
+    gpu = get_gpu(row["gpu"])
+    problem = Problem(
+        model=model,
+        cluster=parse_cluster(f"{num_gpus}x{gpu.name}"),  # as ``--cluster`` reads it
+        workload=Workload(isl=isl, osl=osl, batch=concurrency // replicas),
+        objective=Objective.THROUGHPUT,
+        allow=allow,
+    )
+    label = (
+        f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} tp{tp}pp{pp}dp{dp} "
+        f"moe{moe_tp}x{moe_ep} {isl}/{osl} c{concurrency}"
+    )
+    return ServingRun(row["source"], engine, version, label, concurrency, problem, layout, ttft_ms, tpot_ms)
+
+
+def _source_rows(path: str | Path) -> list[dict[str, str]]:
+    """The CSV's rows of ``SOURCE``. Not ``points.read_rows``: that one requires every row's ISL,
+    and the file's other sources leave it blank where they do not state it."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return [row for row in csv.DictReader(f) if row["source_id"] == SOURCE]
+
+
+def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter[str]]:
+    """The usable runs, and how many CSV rows (of the source) each skip reason took."""
+    by_key: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
+    skipped: Counter[str] = Counter()
+    for row in _source_rows(path):
+        reason = _skip_reason(row)
+        if reason is not None:
+            skipped[reason] += 1
+            continue
+        kind = row["metric"].split("_")[0]  # ttft or tpot
+        by_key[row["source"]][kind] = row
+    runs = []
+    for metrics in by_key.values():
+        if set(metrics) != {"ttft", "tpot"}:
+            skipped["bad-row"] += len(metrics)
+            continue
+        try:
+            runs.append(_run(metrics["ttft"], float(metrics["ttft"]["value"]), float(metrics["tpot"]["value"])))
+        except (SpecError, ValueError):  # e.g. moe_tp wider than the stage: counted, set aside
+            skipped["bad-row"] += 2
+    return runs, skipped
+
+
+# --- comparing ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Priced:
+    """One run as ``shardplan evaluate`` prices it, and its relative errors (predicted / measured - 1)."""
+
+    run: ServingRun
+    ttft_ms: float
+    tpot_ms: float
+    fits: bool  # the layout's KV cache and weights fit the default profile's memory at the concurrency
+
+    @property
+    def ttft_error(self) -> float:
+        return self.ttft_ms / self.run.ttft_ms - 1
+
+    @property
+    def tpot_error(self) -> float:
+        return self.tpot_ms / self.run.tpot_ms - 1
+
+
+def price(runs: Iterable[ServingRun]) -> list[Priced]:
+    """Each run at its concurrency with the GPU's default profile, experts placed as the CLI places
+    them (``place_and_price``), so the numbers are those ``shardplan evaluate --json`` prints."""
+    out = []
+    for r in runs:
+        layout, prediction, _ = place_and_price(r.problem, r.layout)
+        metrics = prediction.metrics
+        out.append(Priced(r, metrics.ttft_ms, metrics.tpot_ms, fits(r.problem, layout)))
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def table(priced: Sequence[Priced]) -> list[tuple[str, int, float, float, float, float]]:
+    """Rows (group, runs, median |TTFT err|, median |TPOT err|, median signed TTFT and TPOT err)."""
+    groups: dict[str, list[Priced]] = defaultdict(list)
+    for p in priced:
+        groups[p.run.engine].append(p)
+        groups[f"c {p.run.bucket}"].append(p)
+        groups["all"].append(p)
+    order = [*ENGINES, *(f"c {b[0]}" for b in BUCKETS), "all"]
+    return [
+        (g, len(groups[g]),
+         _median([abs(p.ttft_error) for p in groups[g]]), _median([abs(p.tpot_error) for p in groups[g]]),
+         _median([p.ttft_error for p in groups[g]]), _median([p.tpot_error for p in groups[g]]))
+        for g in order if groups[g]
+    ]
+
+
+def print_table(title: str, priced: Sequence[Priced]) -> None:
+    print(title)
+    print(f"  {'group':10s} {'runs':>5s} {'|TTFT|':>8s} {'|TPOT|':>8s} {'TTFT bias':>9s} {'TPOT bias':>9s}")
+    for g, n, ttft, tpot, ttft_bias, tpot_bias in table(priced):
+        print(f"  {g:10s} {n:5d} {ttft:8.1%} {tpot:8.1%} {ttft_bias:+9.1%} {tpot_bias:+9.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.serving", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
+    args = ap.parse_args(argv)
+    runs, skipped = load_runs(args.points)
+    print(f"{len(runs)} runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
+          + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
+    priced = price(runs)
+    over = [p for p in priced if not p.fits]
+    print(f"{len(over)} runs do not fit the default profile's memory at their concurrency: priced anyway, "
+          "in the table below and apart after it")
+    print_table("evaluate's metrics (ttft_ms with its wait, tpot_ms with the prefill sharing its steps) "
+                "vs measured; error = predicted / measured - 1:", priced)
+    print_table("  of which the runs that fit memory:", [p for p in priced if p.fits])
+    if over:
+        print_table("  of which the runs that do not fit memory:", over)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
