@@ -258,6 +258,23 @@ def print_table(title: str, priced: Sequence[Priced]) -> None:
         print(f"  {g:10s} {n:5d} {ttft:8.1%} {tpot:8.1%} {ttft_bias:+9.1%} {tpot_bias:+9.1%}")
 
 
+def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, float, float]]:
+    """Per engine: the median predicted / measured ratio of TTFT and TPOT, and the median |error| left
+    once each run is divided by its engine's median ratio (how much of the error one engine-wide
+    offset would carry)."""
+    out = []
+    for engine in ENGINES:
+        group = [p for p in priced if p.run.engine == engine]
+        if not group:
+            continue
+        row: list[float] = []
+        for ratios in ([1 + p.ttft_error for p in group], [1 + p.tpot_error for p in group]):
+            offset = statistics.median(ratios)
+            row += [offset, statistics.median(abs(r / offset - 1) for r in ratios)]
+        out.append((engine, *row))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.serving", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
@@ -274,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     print_table("  of which the runs that fit memory:", [p for p in priced if p.fits])
     if over:
         print_table("  of which the runs that do not fit memory:", over)
+    print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
+    print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
+    for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):
+        print(f"  {engine:10s} {ttft_ratio:10.2f} {ttft_left:11.1%} {tpot_ratio:10.2f} {tpot_left:11.1%}")
     return 0
 
 
