@@ -15,6 +15,7 @@ from shardplan.models import DType, SpecError
 from shardplan.models.hf_config import check_model_id
 from shardplan.models.presets import find_preset
 from shardplan.rules.plan import Plan
+from shardplan.rules.problem import resolve_profile
 from shardplan.solver.placement import ExpertPlacement
 
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2"}
@@ -228,6 +229,12 @@ class PlanShape:
             f"with {ENGINE_VERSIONS[engine]}"
         )
         return []
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens one engine step may carry (prefill chunks and decode tokens together): the budget the
+        plan's chunked prefill and its TTFT were priced with, the calibration profile's ``max_num_tokens``."""
+        return resolve_profile(self.plan.problem).max_num_tokens
 
     def mem_fraction(self) -> float | None:
         cap = self.plan.problem.mem_cap_gib

@@ -49,7 +49,8 @@ def emit_sglang(plan: Plan, expert_location: str = "expert_location.json") -> Em
         )
     if s.moe:
         args += ["--ep-size", str(s.ep)]
-    args += ["--max-running-requests", str(s.batch), "--context-length", str(s.max_len)]
+    args += ["--max-running-requests", str(s.batch), "--chunked-prefill-size", str(s.token_budget)]
+    args += ["--context-length", str(s.max_len)]
     if s.kv_fp8:
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     fraction = s.mem_fraction()

@@ -31,7 +31,7 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml") ->
             f"sp={s.sp}: --cp_size {s.sp} needs a cp_config (cp_type) that supports this model in both phases"
         )
     args += ["--gpus_per_node", str(s.per_node), "--max_batch_size", str(batch_per_rank)]
-    args += ["--max_seq_len", str(s.max_len)]
+    args += ["--max_num_tokens", str(s.token_budget), "--max_seq_len", str(s.max_len)]
     if adp:
         s.notes.append(f"--max_batch_size is per attention-DP rank: the plan's batch of {s.batch} over {s.G} ranks")
     args += ["--extra_llm_api_options", options_file]

@@ -60,7 +60,7 @@ def emit_vllm(plan: Plan) -> Emitted:
                 "than planned"
             )
     args += ["--max-num-seqs", str(s.batch if not s.moe else per_rank(s.batch, s.attn_dp))]
-    args += ["--max-model-len", str(s.max_len)]
+    args += ["--max-num-batched-tokens", str(s.token_budget), "--max-model-len", str(s.max_len)]
     if s.kv_fp8:
         args += ["--kv-cache-dtype", "fp8"]
     fraction = s.mem_fraction()

@@ -11,6 +11,7 @@ import pytest
 from shardplan.models.errors import SpecError
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
+from shardplan.rules.problem import resolve_profile
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.optimise import solve
@@ -220,3 +221,16 @@ def test_engines_own_parser_when_installed(acceptance, engine):
                 from sglang.srt.server_args import prepare_server_args
 
                 prepare_server_args(argv[3:])
+
+
+def test_launch_commands_carry_the_plans_batch_limit_and_token_budget():
+    # The engine runs what the plan priced: its batch limit per rank and the chunked-prefill token budget
+    # (the profile's max_num_tokens) that the plan's TTFT and TPOT under load were computed with.
+    plan = plan_of("llama-3.1-8b", "2xH100", "throughput", batch=96, tp=2)
+    budget = str(resolve_profile(plan.problem).max_num_tokens)
+    v = emit_vllm(plan).launches[0].argv
+    assert _arg(v, "--max-num-seqs") == "96" and _arg(v, "--max-num-batched-tokens") == budget
+    s = emit_sglang(plan).launches[0].argv
+    assert _arg(s, "--max-running-requests") == "96" and _arg(s, "--chunked-prefill-size") == budget
+    t = emit_trtllm(plan).launches[0].argv
+    assert _arg(t, "--max_batch_size") == "96" and _arg(t, "--max_num_tokens") == budget
