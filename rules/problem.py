@@ -21,7 +21,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class Objective(str, Enum):
-    LATENCY = "latency"  # TTFT + OSL x TPOT of one request at the given batch
+    LATENCY = "latency"  # e2e = TTFT + (OSL - 1) x TPOT of one request at the given batch
     THROUGHPUT = "throughput"  # output tokens/s of the whole cluster under the memory cap
 
 
