@@ -67,11 +67,15 @@ class Prediction(_Data):
     profile: str = Field(description="calibration profile the prediction used")
     microbatches: int = Field(description="decode microbatches a pipeline keeps in flight")
     prefill_chunk: int = Field(description="sequences prefilled together in the steady state")
-    prefill_ms: float = Field(description="the prompt's chunk through every stage: TTFT at concurrency 1")
 
     @property
     def fits(self) -> bool:
         return all(m.fits for m in self.memory)
+
+    @property
+    def prefill_ms(self) -> float:
+        """The prompt's chunk through every stage and send: TTFT at concurrency 1."""
+        return sum(s.prefill_ms + s.send_prefill_ms for s in self.stages)
 
     @property
     def worst_memory(self) -> MemoryReport:

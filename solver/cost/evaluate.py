@@ -298,7 +298,6 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         profile=profile.name,
         microbatches=mu,
         prefill_chunk=chunk,
-        prefill_ms=(sum(chunk_ns) + sum(send_chunk)) / 1e6,
     )
 
 
