@@ -44,7 +44,7 @@ class TimeLimits:
         check_seconds("max-time-limit", self.max_s, math.inf)
         check_seconds("time-limit", self.default_s, self.max_s)
 
-    def solver_s(self, asked_s: float | None, field: str = "time_limit") -> float:
+    def solver_s(self, asked_s: float | None, field: str = "time-limit") -> float:
         """The solver's time limit for a call that asked for ``asked_s`` (None: the default)."""
         check_seconds(field, asked_s, self.max_s)
         return self.default_s if asked_s is None else asked_s

@@ -120,8 +120,8 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
     with OutputFiles(input_files(inputs)) as outputs:
         outputs.add("dag", dag_path)
         outputs.add("experts-out", experts_out)
-        if dag_path:  # an unknown extension is bad input: say so before solving
-            writer_for(dag_path)
+        if args.dag_path:  # an unknown extension is bad input: say so before solving, naming the path as given
+            writer_for(args.dag_path)
         problem = build_problem(inputs)
         check_experts_out(problem, experts_out)
         try:
@@ -196,8 +196,8 @@ def fix_dag(args: FixDagInput, session: Session) -> dict[str, Any]:
     out = session.root.resolve_optional(args.out, "out")
     with OutputFiles([file]) as outputs:
         outputs.add("out", out)
-        if out:
-            writer_for(out)  # an unknown extension fails before any work
+        if args.out:
+            writer_for(args.out)  # an unknown extension fails before any work
         check_writable(dag)
         fixed, changes, diagnostics = repair_dag(dag)
         if out:
