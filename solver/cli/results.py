@@ -39,6 +39,19 @@ def one_line(message: str) -> str:
     return " ".join(f"shardplan: {message}".split("\n"))
 
 
+# The fields that vary run to run: the plan's and its expert placement's solve time, the runner-up's.
+TIMING_FIELDS = frozenset({"solve_time_s", "runner_up_solve_time_s"})
+
+
+def without_timing(data: Any) -> Any:
+    """A result with its timing fields removed at any depth: what is the same bytes on every run."""
+    if isinstance(data, dict):
+        return {k: without_timing(v) for k, v in data.items() if k not in TIMING_FIELDS}
+    if isinstance(data, list):
+        return [without_timing(v) for v in data]
+    return data
+
+
 def infeasible_dict(problem: Problem, exc: InfeasibleError) -> dict[str, Any]:
     """DESIGN.md's JSON for a problem with no plan: status, objective and the conflicting rules."""
     return {

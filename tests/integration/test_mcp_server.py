@@ -26,6 +26,7 @@ from mcp.client.stdio import stdio_client
 
 from shardplan.hardware.profile import PROFILE_DIR
 from shardplan.solver.cli import main
+from shardplan.solver.cli.results import without_timing
 from shardplan.solver.dag.export import from_json_data, to_json_data, write_json
 from tests.unit.rules.dag.mutations import collective_removed
 
@@ -52,15 +53,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 def cli_json(*argv: str) -> Any:
     return json.loads(cli(*argv, "--json")[1])
-
-
-def untimed(data: Any) -> Any:
-    """``data`` without its timing fields, the one part of a result that may differ between runs."""
-    if isinstance(data, dict):
-        return {k: untimed(v) for k, v in data.items() if k != "solve_time_s"}
-    if isinstance(data, list):
-        return [untimed(v) for v in data]
-    return data
 
 
 # --- the server, driven by the SDK's client -------------------------------------------------------
@@ -176,7 +168,7 @@ def test_lists_the_nine_tools_each_with_an_object_schema(exchange: dict[str, Any
 def test_plan_of_the_default_is_the_cli_default(exchange: dict[str, Any]) -> None:
     answer = exchange["default"]
     assert not answer.is_error and answer.data["status"] == "optimal"
-    assert untimed(answer.data) == untimed(cli_json("solve"))
+    assert without_timing(answer.data) == without_timing(cli_json("solve"))
     assert json.loads(answer.text) == answer.data  # the text block carries the same JSON
 
 
@@ -200,7 +192,8 @@ def test_evaluate_of_tp_3_lists_the_violations_the_cli_lists(exchange: dict[str,
 def test_validate_dag_of_a_plans_dag_inline_and_from_the_file_it_wrote(exchange: dict[str, Any], root: Path) -> None:
     small = exchange["small"]
     dag = small.data.pop("dag")  # the one key the CLI's solve --json has no twin for
-    assert untimed(small.data) == untimed(cli_json("solve", "--model", "llama-3.1-8b", "--cluster", "2xH100"))
+    expected = cli_json("solve", "--model", "llama-3.1-8b", "--cluster", "2xH100")
+    assert without_timing(small.data) == without_timing(expected)
     assert from_json_data(dag).number_of_nodes() > 0 and (root / "small.json").is_file()
     inline, from_file = exchange["validate_inline"].data, exchange["validate_file"].data
     assert inline["valid"] and inline["violations"] == [] and inline["file"] is None
@@ -225,7 +218,7 @@ def test_a_config_object_plans_as_the_same_config_file(exchange: dict[str, Any],
     path.write_text(json.dumps(CONFIG))
     answer = exchange["custom"]
     assert not answer.is_error and answer.data["model"] == "custom"
-    assert untimed(answer.data) == untimed(cli_json("solve", "--model", str(path), "--cluster", "2xH100"))
+    assert without_timing(answer.data) == without_timing(cli_json("solve", "--model", str(path), "--cluster", "2xH100"))
 
 
 def test_enumerate_is_bounded_and_puts_the_pareto_frontier_first(exchange: dict[str, Any]) -> None:
@@ -234,7 +227,7 @@ def test_enumerate_is_bounded_and_puts_the_pareto_frontier_first(exchange: dict[
     assert data["pareto"] == [p["index"] for p in data["plans"] if p["pareto"]]
     expected = cli_json("enumerate", "--model", "llama-3.1-8b", "--cluster", "2xH100", "--limit", "4",
                         "--time-limit", "20")
-    assert untimed(data) == untimed(expected)
+    assert without_timing(data) == without_timing(expected)
 
 
 def test_the_catalogs_are_the_clis(exchange: dict[str, Any]) -> None:
