@@ -21,7 +21,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class Objective(str, Enum):
-    LATENCY = "latency"  # e2e = TTFT + (OSL - 1) x TPOT of one request at the given batch
+    LATENCY = "latency"  # TTFT + OSL x TPOT of one request at the given batch
     THROUGHPUT = "throughput"  # output tokens/s of the whole cluster under the memory cap
 
 
@@ -68,6 +68,10 @@ class Pins(BaseModel):
         return self
 
 
+# --max-batch at most: beyond any engine's scheduler limit, and the exact batch search scans every value.
+MAX_BATCH = 16384
+
+
 class Problem(BaseModel):
     """One planning question. Units are already resolved: GiB, milliseconds, tokens."""
 
@@ -88,6 +92,12 @@ class Problem(BaseModel):
     )
     redundant_slots: NonNegativeInt = Field(
         default=0, description="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"
+    )
+    max_batch: PositiveInt | None = Field(
+        default=None,
+        le=MAX_BATCH,
+        description="the engine's limit on sequences one attention group runs at once (vLLM --max-num-seqs); "
+        "None: the profile's",
     )
 
     @model_validator(mode="after")

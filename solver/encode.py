@@ -96,25 +96,31 @@ class Encoding:
         for o in self.shapes:
             lits: list[IntVar] = []
             for option in space.batch_options(o):
-                lit = cp.new_bool_var(f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}]")
+                name = f"pair[{o.tp},{o.sp},{o.attn_dp},{o.expert_tp};{option.micro},{option.q}-{option.q_hi}]"
+                lit = cp.new_bool_var(name)
                 self.pair[(o, option)] = lit
                 lits.append(lit)
             cp.add(sum(lits) == self.shape[o])
         if space.decides_batch:
-            # q[v]: v sequences per attention group per microbatch, whatever the shape.
-            self.q: dict[int, IntVar] = {v: cp.new_bool_var(f"q[{v}]") for v in space.q_values}
-            cp.add_exactly_one(self.q.values())
-            for v, lit in self.q.items():
-                cp.add(sum(p for (o, opt), p in self.pair.items() if opt.q == v) == lit)
-            qmax = max(space.q_values)
+            # bucket[(q, q_hi)]: the range of q (sequences per attention group per microbatch)
+            # every shape's chosen option covers; q_value is the q itself, any integer in it.
+            buckets = sorted({(opt.q, opt.q_hi) for _, opt in self.pair})
+            self.bucket: dict[tuple[int, int], IntVar] = {b: cp.new_bool_var(f"q in {b}") for b in buckets}
+            cp.add_exactly_one(self.bucket.values())
+            for b, lit in self.bucket.items():
+                cp.add(sum(p for (_, opt), p in self.pair.items() if (opt.q, opt.q_hi) == b) == lit)
+            qmax = space.batch_limit
             self.q_value = cp.new_int_var(1, qmax, "q")
-            cp.add(self.q_value == sum(v * lit for v, lit in self.q.items()))
+            cp.add(self.q_value >= sum(lo * lit for (lo, _), lit in self.bucket.items()))
+            cp.add(self.q_value <= sum(hi * lit for (_, hi), lit in self.bucket.items()))
             # Sequences a GPU holds (S microbatches of q per group), at most what the engine
             # schedules at once; the replica's batch is S x attn_dp x q.
             self.seqs_per_gpu = cp.new_int_var(1, qmax, "S*q")
             cp.add_multiplication_equality(self.seqs_per_gpu, [self.stages, self.q_value])
+            attn_dp = cp.new_int_var(1, self.num_gpus, "attn_dp")
+            cp.add(attn_dp == sum(o.attn_dp * lit for o, lit in self.shape.items()))
             self.micro = cp.new_int_var(1, self.num_gpus * qmax, "micro")
-            cp.add(self.micro == sum(opt.micro * p for (o, opt), p in self.pair.items()))
+            cp.add_multiplication_equality(self.micro, [attn_dp, self.q_value])
             self.batch = cp.new_int_var(1, self.num_gpus * qmax, "batch")
             cp.add_multiplication_equality(self.batch, [self.stages, self.micro])
         else:
@@ -166,9 +172,10 @@ class Encoding:
         big = self.hi
         # Per-layer times of each kind, for the chosen shape and microbatch.
         self.tau_decode = {
-            k: self._new(f"tau_decode[{k.label}]", self._pair_sum({key: e.decode[k] for key, e in t.time.items()}))
+            k: self._at_least(f"tau_decode[{k.label}]", self._pair_sum({key: e.decode[k] for key, e in t.time.items()}))
             for k in self.kinds
         }
+        self._post_batch_range_slopes()
         self.tau_prefill = {
             k: self._new(f"tau_prefill[{k.label}]", self._pair_sum({key: e.prefill[k] for key, e in t.time.items()}))
             for k in self.kinds
@@ -242,7 +249,7 @@ class Encoding:
         """
         cp, osl, t = self.cp, self.problem.workload.osl, self.tables
         decided = isinstance(self.batch, IntVar)
-        batch_hi = self.num_gpus * max(self.space.q_values) if decided else self.space.fixed_batch
+        batch_hi = self.num_gpus * self.space.batch_limit if decided else self.space.fixed_batch
         chunks = sorted({e.chunk for e in t.time.values()})
         self.share_hi = (batch_hi - 1) * self.hi // (osl * chunks[0]) + 1
         steps_hi = max(2 * e.steps + 1 for e in t.time.values())
@@ -309,6 +316,31 @@ class Encoding:
         """Per-stage times matter when microbatches pipeline (more than one sequence in flight)
         or when the throughput objective prices the slowest prefill stage."""
         return self.space.decides_batch or self.space.fixed_batch > 1 or self.problem.objective.value == "throughput"
+
+    def _at_least(self, name: str, expr: Expr) -> IntVar:
+        """A time bounded from below by ``expr`` alone: equal to it wherever the batch is exact
+        (every objective and limit prefers the shorter), above it only along a range's KV slope."""
+        if not self.space.decides_batch:
+            return self._new(name, expr)
+        var = self.cp.new_int_var(0, self.hi, name)
+        self.cp.add(var >= expr)
+        return var
+
+    def _post_batch_range_slopes(self) -> None:
+        """A decided batch's range [q, q_hi] is priced at q; each q' above it adds at least the KV
+        stream of q' - q more sequences per layer (tables.py ``kv_slope``; the -1 absorbs the
+        rounding of both ends to whole ns). Exact times at q, a tight lower bound above it."""
+        if not self.space.decides_batch:
+            return
+        for (o, option), lit in self.pair.items():
+            if option.exact:
+                continue
+            entry = self.tables.time[(o, option)]
+            for k in self.kinds:
+                slope = entry.kv_slope.get(k, 0)
+                if slope > 0:
+                    grown = entry.decode[k] - 1 + slope * (self.q_value - option.q)
+                    self.cp.add(self.tau_decode[k] >= grown).only_enforce_if(lit)
 
     def _new(self, name: str, expr: Expr, hi: int | None = None) -> IntVar:
         var = self.cp.new_int_var(0, self.hi if hi is None else hi, name)
@@ -380,7 +412,7 @@ class Encoding:
         key = (s, k)
         if key not in self._held_vars:
             assert self.seqs_per_gpu is not None, "a fixed batch holds a constant number of sequences"
-            var = self.cp.new_int_var(0, self.num_layers * max(self.space.q_values), f"held[{s},{k.label}]")
+            var = self.cp.new_int_var(0, self.num_layers * self.space.batch_limit, f"held[{s},{k.label}]")
             self.cp.add_multiplication_equality(var, [self.count[s][k], self.seqs_per_gpu])
             self._held_vars[key] = var
         return self._held_vars[key]
@@ -413,7 +445,9 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
     return Model(enc, rules, literals)
 
 
-def new_solver(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
+def new_solver(
+    time_limit_s: float | None, presolve: bool = True, work_limit_s: float | None = None
+) -> cp_model.CpSolver:
     """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
     two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
     solver = cp_model.CpSolver()
@@ -422,4 +456,6 @@ def new_solver(time_limit_s: float | None, presolve: bool = True) -> cp_model.Cp
     solver.parameters.cp_model_presolve = presolve
     if time_limit_s is not None:
         solver.parameters.max_time_in_seconds = time_limit_s
+    if work_limit_s is not None:  # deterministic: the same work on every machine and run
+        solver.parameters.max_deterministic_time = work_limit_s
     return solver

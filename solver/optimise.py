@@ -31,13 +31,13 @@ from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
-from shardplan.solver.cost.evaluate import evaluate
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding, Expr, Model, build_model, new_solver
 from shardplan.solver.explain import explain
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
-from shardplan.solver.space import Shape
-from shardplan.solver.tables import Tables
+from shardplan.solver.space import BatchOption, SearchSpace, Shape
+from shardplan.solver.tables import Tables, build_tables
 
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
 
@@ -64,6 +64,15 @@ class Optimum:
     layout: Layout
     proven: bool
     objective_value: int
+    gap: float | None = None  # unproven throughput plan: 1 - its value / the search's bound
+    option: BatchOption | None = None  # a decided batch: the range the search priced the plan at
+
+    @property
+    def exact(self) -> bool:
+        """Priced exactly: a fixed batch, or q at the smallest of its range (where times are exact)."""
+        if self.option is None or self.option.exact:
+            return True
+        return self.layout.batch == self.layout.pp * self.layout.attn_dp * self.option.q
 
 
 @dataclass(frozen=True)
@@ -80,8 +89,27 @@ def enforce_all(model: Model) -> None:
 
 
 class Deadline:
-    def __init__(self, time_limit_s: float | None):
+    """The wall-clock limit of a whole search, and optionally a deterministic work limit per solver
+    call (CP-SAT's deterministic time: the same answer on every run, unlike a wall-clock cut)."""
+
+    def __init__(self, time_limit_s: float | None, work_limit_s: float | None = None):
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        self.work_left_s = work_limit_s  # deterministic seconds left for every call together
+
+    def with_work_limit(self, work_limit_s: float) -> Deadline:
+        bounded = Deadline(None, work_limit_s)
+        bounded.end = self.end
+        return bounded
+
+    def solve(self, model: cp_model.CpModel, time_limit_s: float | None) -> tuple[cp_model.CpSolver, int]:
+        """(solver, status) of ``model`` within the wall-clock limit and the work left, which it uses up."""
+        if self.work_left_s is not None and self.work_left_s <= 0:
+            return new_solver(0.0), cp_model.UNKNOWN
+        solver = new_solver(time_limit_s, work_limit_s=self.work_left_s)
+        status = solver.solve(model)
+        if self.work_left_s is not None:
+            self.work_left_s -= solver.deterministic_time
+        return solver, status
 
     def remaining(self) -> float | None:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
@@ -144,13 +172,15 @@ def throughput_terms(enc: Encoding) -> Ratio:
         tokens_hi = enc.num_gpus * enc.batch
     else:
         batch = enc.batch
-        tokens_hi = enc.num_gpus * max(enc.space.q_values)
-        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x micro, a constant per
-        # (shape, batch option) pair.
+        tokens_hi = enc.num_gpus * enc.space.batch_limit
+        # Redundant, for the LP: dp x S <= N / G, so tokens <= floor(N / G) x attn_dp x q_hi, a
+        # constant per (shape, batch option) pair.
     tokens = cp.new_int_var(1, tokens_hi, "tokens")
     cp.add_multiplication_equality(tokens, [enc.dp, batch])
     if not isinstance(enc.batch, int):
-        cp.add(tokens <= sum((enc.num_gpus // o.gpus) * opt.micro * lit for (o, opt), lit in enc.pair.items()))
+        cp.add(
+            tokens <= sum((enc.num_gpus // o.gpus) * o.attn_dp * opt.q_hi * lit for (o, opt), lit in enc.pair.items())
+        )
     return Ratio(tokens, enc.e2e, tokens_hi)
 
 
@@ -169,14 +199,12 @@ def _improve(
             step.minimize(objective)
         else:
             step.maximize(objective)
-    solver = new_solver(deadline.step())
-    status = solver.solve(step)
+    solver, status = deadline.solve(step, deadline.step())
     proven = objective is not None and status == cp_model.OPTIMAL
     if status == cp_model.UNKNOWN:
         # Nothing better within the step's budget: settle the question without an objective.
         step.clear_objective()
-        solver = new_solver(deadline.remaining())
-        status = solver.solve(step)
+        solver, status = deadline.solve(step, deadline.remaining())
     if status == cp_model.INFEASIBLE:
         return None
     if status == cp_model.UNKNOWN:
@@ -231,6 +259,143 @@ def maximise_throughput(
     return Outcome(proven=proven, tokens=a if found else None, e2e=c)
 
 
+class _Search:
+    """One problem's searches: each builds the model of a (refined) batch space, seeds it, runs the
+    objective's improvement loop and tie-breaks. Steps already priced carry over between searches."""
+
+    def __init__(
+        self, problem: Problem, deadline: Deadline, only_pins: bool, excluded: Collection[tuple[Shape, int]], seed: Seed
+    ):
+        self.problem, self.deadline, self.only_pins = problem, deadline, only_pins
+        self.excluded, self.seed = excluded, seed
+        self.profile = resolve_profile(problem)
+        self.tables: Tables | None = None
+        self.decides_batch = SearchSpace(problem, self.profile).decides_batch
+
+    def _model(self, refined: dict[Shape, frozenset[int]], ranges: bool = True) -> Model:
+        space = SearchSpace(self.problem, self.profile, only_pins=self.only_pins, refined=refined, ranges=ranges)
+        self.tables = build_tables(self.problem, space, reuse=self.tables)
+        model = build_model(self.problem, only_pins=self.only_pins, tables=self.tables)
+        enforce_all(model)
+        for shape, stages in self.excluded:
+            if shape in model.enc.shape and stages in model.enc.pp:
+                model.enc.cp.add_bool_or([~model.enc.shape[shape], ~model.enc.pp[stages]])
+        return model
+
+    def run(
+        self,
+        refined: dict[Shape, frozenset[int]] | None = None,
+        best: Candidate | None = None,
+        ranges: bool = True,
+        deadline: Deadline | None = None,
+    ) -> Optimum | NoPlan:
+        """The search's optimum (an upper bound when it sits inside a batch range), starting from the
+        oracle's seed or ``best`` (an exactly priced plan), whichever is better."""
+        problem, deadline = self.problem, deadline or self.deadline
+        model = self._model(refined or {}, ranges)
+        enc, cp = model.enc, model.enc.cp
+        incumbent = best if best is not None else self.seed(Oracle(enc.tables, self.excluded))
+        if problem.objective is Objective.LATENCY:
+            out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
+            if out.e2e is None:
+                return NoPlan(enc.tables)
+            cp.add(e2e_expr(enc) == out.e2e)
+            layout, option = tie_break(enc, cp, deadline)
+            return Optimum(layout, out.proven, out.e2e, option=option)
+        terms = throughput_terms(enc)
+        if problem.pins.dp is None:
+            # Dominance: replicas multiply throughput and change nothing else, so an optimum
+            # runs as many as fit; another one must not fit. Cuts the dp dimension away.
+            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+        a, c = (incumbent.tokens, incumbent.e2e_ns) if incumbent else (0, 1)
+        out = maximise_throughput(enc, cp, terms, deadline, a, c)
+        if out.tokens is None or out.e2e is None:
+            return NoPlan(enc.tables)
+        cp.add(terms.gain(cp, *terms.target(out.tokens, out.e2e)[:2]) >= 0)  # as good as the best
+        value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
+        layout, option = tie_break(enc, cp, deadline)
+        return Optimum(layout, out.proven, value, option=option)
+
+    def exact_candidate(self, found: Optimum) -> Candidate | None:
+        """``found``'s layout priced exactly: at its q, or — when a limit breaks there — at the
+        largest q of its range that keeps every limit (times grow with q)."""
+        assert self.tables is not None and found.option is not None
+        oracle = Oracle(self.tables, self.excluded)
+        lay = found.layout
+        shape, stages = _shape_of(lay), lay.pp
+        bounds = tuple(lo for lo, _ in lay.stages) + (lay.stages[-1][1],)
+        for q in range(_q_of(lay), found.option.q - 1, -1):
+            option = BatchOption.at(lay.attn_dp, q)
+            for dmax, pmax, _ in oracle._score_fixed(shape, option, stages, bounds):
+                cand, load = oracle.evaluate_combo(shape, option, stages, lay.dp, bounds, dmax, pmax)
+                if oracle.within_limits(load):
+                    return cand
+        return None
+
+    def promising_layouts(self) -> list[Layout]:
+        """The oracle's best layouts off the grid (``Oracle.promising``): incumbents for the proof
+        that the power-of-two grid may have ranked below its own winner."""
+        assert self.tables is not None
+        return [cand.layout for cand in Oracle(self.tables, self.excluded).promising(PROMISING)]
+
+    def best_batch_of(self, layout: Layout) -> Candidate | None:
+        """``layout`` at the exact best integer batch for it (its degrees, boundaries and replicas
+        fixed): every q from 1 up while memory fits, the best that keeps every limit."""
+        assert self.tables is not None
+        oracle = Oracle(self.tables, self.excluded)
+        shape, stages = _shape_of(layout), layout.pp
+        bounds = tuple(lo for lo, _ in layout.stages) + (layout.stages[-1][1],)
+        best: Candidate | None = None
+        for q in range(1, self.tables.space.batch_limit // stages + 1):
+            option = BatchOption.at(layout.attn_dp, q)
+            fitting = oracle._score_fixed(shape, option, stages, bounds)
+            if not fitting:
+                break  # memory grows with q: no larger q fits either
+            dmax, pmax, _ = fitting[0]
+            cand, load = oracle.evaluate_combo(shape, option, stages, layout.dp, bounds, dmax, pmax)
+            if oracle.within_limits(load) and cand.better_than(best, self.problem.objective):
+                best = cand
+        return best
+
+    def prove(self, best: Candidate) -> Optimum:
+        """``best`` (exactly priced), or a better plan, proven optimal over every integer batch: the
+        search over ranges priced as bounds (space.py) runs from ``best``; an optimum on an exact
+        point is a plan, one inside a range is priced exactly, becomes the incumbent if better, and
+        its range is split around it before the next search. The searches share a deterministic work
+        budget (the same answer on every run); when it runs out the best exact plan is returned
+        unproven, status ``feasible``."""
+        proof = self.deadline.with_work_limit(PROOF_WORK_S)
+        refined: dict[Shape, frozenset[int]] = {_shape_of(best.layout): frozenset({_q_of(best.layout)})}
+        for _ in range(MAX_REFINEMENTS):
+            try:
+                result = self.run(refined, best, deadline=proof)
+            except SolverLimitError:
+                break
+            if isinstance(result, NoPlan):
+                break
+            if result.exact:
+                return result
+            exact = self.exact_candidate(result)
+            if exact is not None and exact.better_than(best, self.problem.objective):
+                best = exact
+            assert result.option is not None
+            for lay, option in ((result.layout, result.option), (best.layout, None)):
+                shape = _shape_of(lay)
+                points = _split_points(option, _q_of(lay)) if option else frozenset({_q_of(lay)})
+                refined[shape] = refined.get(shape, frozenset()) | points
+        value = round(best.tokens * self.problem.workload.osl * 1e9 / best.e2e_ns)
+        return Optimum(best.layout, False, value)
+
+
+def _shape_of(layout: Layout) -> Shape:
+    return Shape(layout.tp, layout.sp, layout.attn_dp, layout.expert_tp)
+
+
+def _q_of(layout: Layout) -> int:
+    """Sequences per attention group per microbatch of a decided batch (batch = pp x attn_dp x q)."""
+    return layout.batch // (layout.pp * layout.attn_dp)
+
+
 def optimise(
     problem: Problem,
     deadline: Deadline,
@@ -245,33 +410,44 @@ def optimise(
     ``excluded`` lists (stage shape, stage count) pairs no plan may use, in the model and in the
     oracle that seeds it; ``seed`` picks the oracle's incumbent. Raises SolverLimitError when the
     deadline passes before any plan is found.
+
+    A decided batch is an integer. The layout is searched first over priced batch points (powers of
+    two and the like, space.py); its batch, and that of a few promising layouts off the grid, is
+    then made the exact best integer for the layout; the best of them is proven against every
+    integer batch of every layout (``_Search.prove``), or returned unproven when the proof's
+    deterministic budget runs out.
     """
-    model = build_model(problem, only_pins=only_pins)
-    enc, cp = model.enc, model.enc.cp
-    enforce_all(model)
-    for shape, stages in excluded:
-        if shape in enc.shape and stages in enc.pp:
-            cp.add_bool_or([~enc.shape[shape], ~enc.pp[stages]])
-    incumbent = seed(Oracle(enc.tables, excluded))
-    if problem.objective is Objective.LATENCY:
-        out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
-        if out.e2e is None:
-            return NoPlan(enc.tables)
-        cp.add(e2e_expr(enc) == out.e2e)
-        value = out.e2e
-    else:
-        terms = throughput_terms(enc)
-        if problem.pins.dp is None:
-            # Dominance: replicas multiply throughput and change nothing else, so an optimum
-            # runs as many as fit; another one must not fit. Cuts the dp dimension away.
-            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
-        a, c = (incumbent.tokens, incumbent.e2e_ns) if incumbent else (0, 1)
-        out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None or out.e2e is None:
-            return NoPlan(enc.tables)
-        cp.add(terms.gain(cp, *terms.target(out.tokens, out.e2e)[:2]) >= 0)  # as good as the best
-        value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
-    return Optimum(tie_break(enc, cp, deadline), out.proven, value)
+    search = _Search(problem, deadline, only_pins, excluded, seed)
+    if not search.decides_batch:
+        return search.run()
+    grid = search.run(ranges=False)
+    if isinstance(grid, NoPlan):
+        return grid
+    best: Candidate | None = None
+    for layout in [grid.layout, *search.promising_layouts()]:
+        found = search.best_batch_of(layout)
+        if found is not None and found.better_than(best, problem.objective):
+            best = found
+    assert best is not None, "the grid's plan keeps every limit at its own batch"
+    return search.prove(best)
+
+
+PROMISING = 4  # layouts the oracle finds off the grid (even stages, largest q) whose batch is made exact too
+
+
+PROOF_WORK_S = 1.0  # CP-SAT deterministic seconds for the whole proof (about as many wall seconds alone)
+MAX_REFINEMENTS = 8  # proof searches before the best exact plan is returned unproven
+
+
+def _split_points(option: BatchOption, q: int) -> frozenset[int]:
+    """Points that split ``option``'s range where the search's optimum sat at ``q``: q itself and
+    q + 1 (its memory-feasible end), and points below at doubling gaps (q - 1, q - 2, q - 4, ...),
+    dense where the next optimum of the range is likely (the largest q its memory allows)."""
+    points, gap = {q, q + 1}, 1
+    while q - gap > option.q:
+        points.add(q - gap)
+        gap *= 2
+    return frozenset(p for p in points if option.q < p <= option.q_hi)
 
 
 def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
@@ -284,21 +460,28 @@ def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     return decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
 
 
-def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout:
-    """Among plans as good as the optimum: fewest GPUs, then fewest stages, then smallest shape."""
+def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> tuple[Layout, BatchOption]:
+    """Among plans as good as the optimum: exactly priced first (a decided batch at the smallest q of
+    its range, where the value is a plan's, not a bound), then fewest GPUs, fewest stages, smallest
+    shape. Returns the layout and the batch option it was priced at."""
     ranks = {o: i for i, o in enumerate(enc.shapes)}
     n = len(enc.shapes)
     step = cp.clone()
-    step.minimize(
-        enc.gpus_used * (enc.max_stages + 1) * n
-        + enc.stages * n
-        + sum(ranks[o] * lit for o, lit in enc.shape.items())
+    smallest = enc.gpus_used * (enc.max_stages + 1) * n + enc.stages * n + sum(
+        ranks[o] * lit for o, lit in enc.shape.items()
     )
-    solver = new_solver(deadline.remaining())
-    status = solver.solve(step)
+    if enc.space.decides_batch:
+        inexact = step.new_bool_var("inexact")
+        above_smallest = enc.q_value - sum(lo * lit for (lo, _), lit in enc.bucket.items())
+        step.add(above_smallest <= enc.space.batch_limit * inexact)
+        step.minimize((enc.num_gpus + 1) * (enc.max_stages + 1) * n * inexact + smallest)
+    else:
+        step.minimize(smallest)
+    solver, status = deadline.solve(step, deadline.remaining())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverLimitError(f"tie-breaking ended with status {solver.status_name(status)}")
-    return read_layout(enc, solver)
+    option = next(opt for (_, opt), lit in enc.pair.items() if solver.value(lit))
+    return read_layout(enc, solver), option
 
 
 def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:

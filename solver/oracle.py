@@ -95,13 +95,18 @@ class Oracle:
             if S * o.gpus <= self.space.num_gpus and S <= self.problem.model.num_layers:
                 yield S
 
-    def options(self, o: Shape, S: int) -> Iterator[BatchOption]:
-        for opt in self.space.batch_options(o):
-            if self.space.decides_batch:
-                if S * opt.q <= max(self.space.q_values):
-                    yield opt
-            elif opt.micro == self.space.micro_for_stages(S):
-                yield opt
+    def options(self, o: Shape, S: int, exhaustive: bool = True) -> Iterator[BatchOption]:
+        """Exactly priced batch options of (o, S). A decided batch: every q with S x q within the
+        engine's limit (``exhaustive``, the brute force), or the space's priced points, the smallest
+        q of each range (a seed, which the search's own space must be able to represent)."""
+        space = self.space
+        if not space.decides_batch:
+            yield from (opt for opt in space.batch_options(o) if opt.micro == space.micro_for_stages(S))
+            return
+        top = space.batch_limit // S
+        qs = range(1, top + 1) if exhaustive else (opt.q for opt in space.batch_options(o) if opt.q <= top)
+        for q in qs:
+            yield BatchOption.at(o.attn_dp, q)
 
     def replicas(self, o: Shape, S: int) -> list[int]:
         top = self.space.num_gpus // (S * o.gpus)
@@ -118,7 +123,7 @@ class Oracle:
 
     def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int) -> tuple[int, int, int]:
         """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
-        t, e, m = self.t, self.t.time[(o, opt)], self.t.memory[o]
+        t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
         counts = {k: t.prefix[k][j] - t.prefix[k][i] for k in t.kinds}
         first, last = s == 0, s == S - 1
         d = sum(n * e.decode[k] for k, n in counts.items()) + first * e.first_decode + last * e.last_decode
@@ -163,7 +168,7 @@ class Oracle:
         self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
     ) -> tuple[Candidate, UnderLoad]:
         """The candidate and its latencies as users measure them (``evaluate``'s ``under_load``)."""
-        t, e = self.t, self.t.time[(o, opt)]
+        t, e = self.t, self.t.price(o, opt)
         L_k = {k: t.layers_of(k) for k in t.kinds}
         sends_d = sum(e.send_decode[: S - 1])
         sends_p = sum(e.send_prefill[: S - 1])
@@ -192,7 +197,7 @@ class Oracle:
         for o in self.shapes():
             for S in self.stage_counts(o):
                 best: Split | None = None
-                for opt in self.options(o, S):
+                for opt in self.options(o, S, exhaustive=exact):
                     split = self._best_split(o, opt, S, exact)
                     if split is not None and (best is None or split.candidate.better_than(best.candidate, objective)):
                         best = split
@@ -257,6 +262,45 @@ class Oracle:
                         best = cand
         return best
 
+    def largest_q(self, o: Shape, S: int) -> int | None:
+        """The largest q whose even-staged plan of (o, S) at one replica fits memory and keeps every
+        limit, or None: a bisection (memory, TTFT and TPOT all grow with q)."""
+        bounds = _even_bounds(self.problem.model.num_layers, S)
+
+        def keeps(q: int) -> bool:
+            option = BatchOption.at(o.attn_dp, q)
+            for dmax, pmax, _ in self._score_fixed(o, option, S, bounds):
+                if self.within_limits(self.evaluate_combo(o, option, S, 1, bounds, dmax, pmax)[1]):
+                    return True
+            return False
+
+        lo, hi = 0, self.space.batch_limit // S
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if keeps(mid) else (lo, mid - 1)
+        return lo or None
+
+    def promising(self, keep: int) -> list[Candidate]:
+        """The ``keep`` best (shape, stage count) combinations, each at the largest q that fits and
+        keeps the limits with even stages and its most replicas: where a decided batch's optimum
+        usually sits, found without the power-of-two grid."""
+        scored: list[Candidate] = []
+        for o in self.shapes():
+            for S in self.stage_counts(o):
+                dps = self.replicas(o, S)
+                q = self.largest_q(o, S) if dps else None
+                if q is None:
+                    continue
+                split = self._best_split(o, BatchOption.at(o.attn_dp, q), S, exact=False)
+                if split is not None:
+                    scored.extend(self._with_dp(split, dps[-1]))
+        objective = self.problem.objective
+
+        def order(x: Candidate, y: Candidate) -> int:
+            return -1 if x.better_than(y, objective) else int(y.better_than(x, objective))
+
+        return sorted(scored, key=cmp_to_key(order))[:keep]
+
     def _ranked(self, exact: bool, largest_batch_only: bool = False) -> list[Ranked]:
         """(candidate, (shape, option, stages, dp)) for every feasible combination, best first.
         ``largest_batch_only`` (a heuristic for seeding) keeps, per shape and stage count, only
@@ -269,7 +313,7 @@ class Oracle:
                 if not dps:
                     continue
                 dp = dps[-1] if throughput else dps[0]
-                options = list(self.options(o, S))
+                options = list(self.options(o, S, exhaustive=exact))
                 if largest_batch_only:
                     options.reverse()
                 for opt in options:

@@ -8,6 +8,7 @@ rejected by the rule it breaks, by name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -37,13 +38,27 @@ class Shape:
         return self.gpus // self.expert_tp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class BatchOption:
-    """One way the batch can look: ``micro`` sequences per stage step; for a decided batch, ``q``
-    sequences per attention group per microbatch (batch = stages x micro)."""
+    """One way the batch can look: ``micro`` sequences per stage step, the step the times are priced at.
+
+    For a decided batch, ``q`` .. ``q_hi`` sequences per attention group per microbatch (the replica
+    runs stages x attn_dp x q): one integer when ``exact``, else a range priced at its smallest q,
+    ``micro = attn_dp x q``. A step's time only grows with its sequences, so a range's times bound
+    every q in it from below; its memory and tokens are those of the q the search picks, exactly."""
 
     micro: int
     q: int = 0  # 0: the batch is fixed by the workload
+    q_hi: int = 0  # the range's largest q; equal to q (or 0 for a fixed batch) when exact
+
+    @property
+    def exact(self) -> bool:
+        return self.q_hi in (0, self.q)
+
+    @staticmethod
+    def at(attn_dp: int, q: int) -> BatchOption:
+        """The exactly priced option of q sequences per attention group per microbatch."""
+        return BatchOption(micro=attn_dp * q, q=q, q_hi=q)
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -63,10 +78,21 @@ class SearchSpace:
     value alone (enumeration solves one small model per candidate this way); otherwise a pin is
     added to the candidates and the pin's rule selects it, so a bad pin is explained, not hidden."""
 
-    def __init__(self, problem: Problem, profile: Profile, only_pins: bool = False):
+    def __init__(
+        self,
+        problem: Problem,
+        profile: Profile,
+        only_pins: bool = False,
+        refined: Mapping[Shape, frozenset[int]] | None = None,
+        ranges: bool = True,
+    ):
         self.problem = problem
         self.only_pins = only_pins
         self.profile = profile
+        # refined[shape]: values of q the driver asked to price exactly for that shape (optimise.py).
+        self.refined: Mapping[Shape, frozenset[int]] = refined or {}
+        # ranges=False: a decided batch takes only the priced points (the quick grid search).
+        self.ranges = ranges
         model, cluster, pins = problem.model, problem.cluster, problem.pins
         n, domain = cluster.num_gpus, cluster.scaleup_domain_gpus
         self.num_gpus = n
@@ -122,17 +148,30 @@ class SearchSpace:
         """Microbatch sizes a stage of ``shape`` may run.
 
         Fixed batch b: ceil(b / min(S, b)) for each stage count S. Decided batch: q sequences per
-        attention group per microbatch, q a power of two up to the engine's batch limit, so a
-        stage step carries attn_dp x q sequences and the replica S x attn_dp x q.
+        attention group per microbatch, any integer with S x q within the engine's batch limit, so a
+        stage step carries attn_dp x q sequences and the replica S x attn_dp x q. The q are grouped
+        into ranges between priced points: the powers of two, every q whose prefill chunk still
+        grows with it (a range's chunk must be one value), and the points the driver refined.
         """
-        if self.decides_batch:
-            return [BatchOption(micro=shape.attn_dp * q, q=q) for q in self.q_values]
-        micros = sorted({self.micro_for_stages(S) for S in self.stage_values})
-        return [BatchOption(micro=m) for m in micros]
+        if not self.decides_batch:
+            micros = sorted({self.micro_for_stages(S) for S in self.stage_values})
+            return [BatchOption(micro=m) for m in micros]
+        top = self.batch_limit
+        chunk_grows = self.profile.max_num_tokens // self.problem.workload.isl // shape.attn_dp
+        # q past chunk_grows all prefill the budget's prompts at once: one chunk per range above it.
+        points = set(_powers_of_two(top)) | set(range(1, min(chunk_grows + 1, top) + 1))
+        points |= {q for q in self.refined.get(shape, frozenset()) if 1 <= q <= top}
+        ordered = sorted(points)
+        if not self.ranges:
+            return [BatchOption.at(shape.attn_dp, q) for q in ordered]
+        ends = [nxt - 1 for nxt in ordered[1:]] + [top]
+        return [BatchOption(micro=shape.attn_dp * q, q=q, q_hi=end) for q, end in zip(ordered, ends, strict=True)]
 
-    @cached_property
-    def q_values(self) -> list[int]:
-        return _powers_of_two(self.profile.max_batch)
+    @property
+    def batch_limit(self) -> int:
+        """Sequences one attention group may hold at once (over its microbatches): the engine's limit,
+        --max-batch or the profile's."""
+        return self.problem.max_batch or self.profile.max_batch
 
     def micro_for_stages(self, stages: int) -> int:
         """Fixed batch: sequences per microbatch with ``stages`` stages."""

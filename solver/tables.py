@@ -13,6 +13,7 @@ from functools import cache
 
 from shardplan.hardware.profile import Profile
 from shardplan.models.load_profile import uniform_profile
+from shardplan.rules.operators import Op
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import (
     NS_PER_S,
@@ -44,6 +45,11 @@ class TimeEntry:
     send_prefill: list[int]
     chunk: int  # prompts per prefill chunk
     steps: int  # chunk steps one prompt needs under load (evaluate's prefill_steps)
+    # Per layer kind, ns each further sequence per attention group adds to a decode step at least:
+    # its KV cache streamed through attention, which the cost model prices in proportion to the
+    # sequences (operators.py _attention_core), every other operator only growing with them. Rounded
+    # down, so a batch range priced at its smallest q bounds its times from below along this slope.
+    kv_slope: dict[LayerKind, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +76,63 @@ class Tables:
     time: dict[tuple[Shape, BatchOption], TimeEntry] = field(default_factory=dict)
     memory: dict[Shape, MemoryEntry] = field(default_factory=dict)
     chunk_activation: dict[tuple[Shape, BatchOption], int] = field(default_factory=dict)
+    profile: Profile | None = None
+    # Per shape: its cost context and memory entry; per EP degree: the MoE load factor the search prices.
+    _contexts: dict[Shape, CostContext] = field(default_factory=dict)
+    _load_factors: dict[int, float] = field(default_factory=dict)
+    _priced: dict[tuple[Shape, int], tuple[TimeEntry, int]] = field(default_factory=dict)
+
+    def price(self, shape: Shape, option: BatchOption) -> TimeEntry:
+        """The time entry of (shape, option), priced on first use: the encoding's pairs at build time,
+        and any exact option the oracle or the driver asks for later."""
+        key = (shape, option)
+        if key in self.time:
+            return self.time[key]
+        # A range and the exact option at its smallest q are priced at the same step: price it once.
+        priced = self._priced.get((shape, option.micro))
+        if priced is None:
+            priced = self._price_step(shape, option.micro)
+            self._priced[(shape, option.micro)] = priced
+        self.time[key], self.chunk_activation[key] = priced
+        return priced[0]
+
+    def _price_step(self, shape: Shape, micro: int) -> tuple[TimeEntry, int]:
+        """(time entry, chunk activation bytes) of a stage step of ``shape`` carrying ``micro`` sequences."""
+        problem, space, kinds = self.problem, self.space, self.kinds
+        model, cluster, wl = problem.model, problem.cluster, problem.workload
+        profile = self.profile or resolve_profile(problem)
+        if shape not in self._contexts:
+            stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
+            self._contexts[shape] = CostContext(model, cluster, profile, stage, problem.redundant_slots)
+            self.memory[shape] = _memory_entry(problem, profile, stage, kinds, self.kind_of_layer)
+        ctx = self._contexts[shape]
+        if shape.ep not in self._load_factors:
+            self._load_factors[shape.ep] = search_load_factor(problem, shape.ep)
+        load = self._load_factors[shape.ep]
+        chunk = prefill_chunk(problem, profile, micro)
+        q = -(-micro // shape.attn_dp)  # sequences per attention group
+        dec_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
+        pre_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
+        dec, pre = phase_table(ctx, dec_step, kinds, load), phase_table(ctx, pre_step, kinds, load)
+        sends_d: list[int] = []
+        sends_p: list[int] = []
+        for s in range(space.max_stages - 1):
+            src, dst = s * shape.gpus, (s + 1) * shape.gpus
+            if dst >= cluster.num_gpus:  # no such boundary fits in the cluster
+                sends_d.append(0)
+                sends_p.append(0)
+                continue
+            sends_d.append(round(ctx.send_recv_s(dec_step, src, dst) * NS_PER_S))
+            sends_p.append(round(ctx.send_recv_s(pre_step, src, dst) * NS_PER_S))
+        entry = TimeEntry(
+            decode=dec.layer_ns, prefill=pre.layer_ns,
+            first_decode=dec.first_ns, first_prefill=pre.first_ns,
+            last_decode=dec.last_ns, last_prefill=pre.last_ns,
+            send_decode=sends_d, send_prefill=sends_p, chunk=chunk,
+            steps=prefill_steps(problem, profile, micro, shape.attn_dp),
+            kv_slope={k: _per_sequence_ns(ops[Op.ATTN_CORE], q) for k, ops in dec.layer_ops_s.items()},
+        )
+        return entry, math.ceil(activation_bytes(model, ctx.shape, profile, 0, chunk * wl.isl))
 
     def layers_of(self, kind: LayerKind) -> int:
         return self.prefix[kind][-1]
@@ -81,7 +144,7 @@ class Tables:
         the stage count overflowed it, made the model invalid, and reading its empty solution crashed)."""
         space, worst = self.space, 1
         for o, m in self.memory.items():
-            seqs = max(space.q_values) if space.decides_batch else space.fixed_seqs_per_gpu(o)
+            seqs = space.batch_limit if space.decides_batch else space.fixed_seqs_per_gpu(o)
             whole = sum(self.layers_of(k) * (m.weights[k] + m.kv_per_seq[k] * seqs) for k in self.kinds)
             whole += seqs * m.logits_per_seq + m.fixed + m.first + max(m.last, m.last_with_first)
             whole += max((v for (s, _), v in self.chunk_activation.items() if s == o), default=0)
@@ -90,12 +153,15 @@ class Tables:
 
     def time_bound_ns(self) -> int:
         """An upper bound on any one stage step: the whole model on one stage in the slowest
-        entry, plus every send. Variable domains are sized from it (a round is at most
-        max_stages of these) so that no product or objective can overflow 64 bits."""
+        entry (a batch range at its largest q along the KV slope), plus every send. Variable domains
+        are sized from it (a round is at most max_stages of these) so that no product or objective
+        can overflow 64 bits."""
         worst = 1
-        for e in self.time.values():
+        for (_, option), e in self.time.items():
+            extra = max(0, option.q_hi - option.q)
+            decode = {k: ns + extra * e.kv_slope.get(k, 0) for k, ns in e.decode.items()}
             for per_layer, first, last, sends in (
-                (e.decode, e.first_decode, e.last_decode, e.send_decode),
+                (decode, e.first_decode, e.last_decode, e.send_decode),
                 (e.prefill, e.first_prefill, e.last_prefill, e.send_prefill),
             ):
                 whole = sum(self.layers_of(k) * per_layer[k] for k in self.kinds) + first + last + sum(sends)
@@ -103,8 +169,16 @@ class Tables:
         return worst
 
 
-def build_tables(problem: Problem, space: SearchSpace) -> Tables:
-    model, cluster = problem.model, problem.cluster
+def _per_sequence_ns(seconds: float, sequences: int) -> int:
+    """Whole ns per sequence of an operator priced in proportion to its sequences, rounded down
+    (with a margin for the float's last bits)."""
+    return max(0, math.floor(seconds * NS_PER_S / sequences * (1 - 1e-9)))
+
+
+def build_tables(problem: Problem, space: SearchSpace, reuse: Tables | None = None) -> Tables:
+    """The tables of ``space``'s pairs; ``reuse`` (tables of the same problem) lends the steps it
+    has priced already, so a refined space prices only its new points."""
+    model = problem.model
     profile = resolve_profile(problem)
     kind_of_layer = [layer_kind(model, i) for i in range(model.num_layers)]
     kinds = sorted(set(kind_of_layer), key=lambda k: (k.moe, k.windowed))
@@ -119,41 +193,14 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
         kind_of_layer=kind_of_layer,
         prefix=prefix,
         limit_bytes=math.floor(memory_limit_gib(problem, profile) * GIB),
+        profile=profile,
     )
-    wl = problem.workload
-    load_factor: dict[int, float] = {}  # per EP degree: one placement of the whole profile each
+    if reuse is not None:
+        tables._priced, tables._contexts = reuse._priced, reuse._contexts
+        tables._load_factors, tables.memory = reuse._load_factors, reuse.memory
     for shape in space.shapes:
-        stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
-        ctx = CostContext(model, cluster, profile, stage, problem.redundant_slots)
-        tables.memory[shape] = _memory_entry(problem, profile, stage, kinds, kind_of_layer)
         for option in space.batch_options(shape):
-            chunk = prefill_chunk(problem, profile, option.micro)
-            dec_step = Step(Phase.DECODE, option.micro, 1, decode_context(problem))
-            pre_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
-            if shape.ep not in load_factor:
-                load_factor[shape.ep] = search_load_factor(problem, shape.ep)
-            load = load_factor[shape.ep]
-            dec, pre = phase_table(ctx, dec_step, kinds, load), phase_table(ctx, pre_step, kinds, load)
-            sends_d: list[int] = []
-            sends_p: list[int] = []
-            for s in range(space.max_stages - 1):
-                src, dst = s * shape.gpus, (s + 1) * shape.gpus
-                if dst >= cluster.num_gpus:  # no such boundary fits in the cluster
-                    sends_d.append(0)
-                    sends_p.append(0)
-                    continue
-                sends_d.append(round(ctx.send_recv_s(dec_step, src, dst) * NS_PER_S))
-                sends_p.append(round(ctx.send_recv_s(pre_step, src, dst) * NS_PER_S))
-            tables.time[(shape, option)] = TimeEntry(
-                decode=dec.layer_ns, prefill=pre.layer_ns,
-                first_decode=dec.first_ns, first_prefill=pre.first_ns,
-                last_decode=dec.last_ns, last_prefill=pre.last_ns,
-                send_decode=sends_d, send_prefill=sends_p, chunk=chunk,
-                steps=prefill_steps(problem, profile, option.micro, shape.attn_dp),
-            )
-            tables.chunk_activation[(shape, option)] = math.ceil(
-                activation_bytes(model, stage, profile, 0, chunk * wl.isl)
-            )
+            tables.price(shape, option)
     tables.limit_bytes = min(tables.limit_bytes, tables.memory_bound_bytes())
     return tables
 

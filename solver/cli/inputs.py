@@ -45,6 +45,7 @@ class ProblemArgs:
     load_profile: str | None = None  # a .json or .csv file of tokens per expert per MoE layer
     zipf: float | None = None  # synthetic Zipf routing with this exponent
     redundant_slots: int = 0  # expert slots per GPU beyond ceil(experts / ep)
+    max_batch: int | None = None  # the engine's sequences per attention group at once; None: the profile's
 
 
 ZIPF_SEED = 0  # the synthetic profile's shuffle: fixed, so a plan is reproducible
@@ -140,6 +141,7 @@ def build_problem(args: ProblemArgs) -> Problem:
             profile=args.profile,
             expert_load=expert_load,
             redundant_slots=args.redundant_slots,
+            max_batch=args.max_batch,
         )
     except ValidationError as exc:
         raise spec_error_from(exc) from None

@@ -76,6 +76,9 @@ def problem_options(func: Command) -> Command:
                      help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
         click.option("--ttft-ms", type=float, default=None, help="limit on time to first token"),
         click.option("--tpot-ms", type=float, default=None, help="limit on time per output token"),
+        click.option("--max-batch", type=int, default=None,
+                     help="the engine's limit on sequences one attention group runs at once (vLLM --max-num-seqs, "
+                          "SGLang --max-running-requests); default: the calibration profile's"),
         click.option("--weights-dtype", default=None,
                      help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
         click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),

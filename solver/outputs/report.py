@@ -128,10 +128,12 @@ def binding_constraints(plan: Plan) -> list[Finding]:
     decides = p.objective is Objective.THROUGHPUT and p.workload.batch is None
     profile = resolve_profile(p)
     seqs = lay.batch // lay.attn_dp  # sequences one GPU holds: stages x q
+    # The next batch the search could have taken: one more sequence per attention group per microbatch.
+    next_batch = lay.batch + lay.pp * lay.attn_dp
     if decides:
-        probe = evaluate(p, lay.model_copy(update={"batch": lay.batch * 2}))
+        probe = evaluate(p, lay.model_copy(update={"batch": next_batch}))
         probe_reasons = []
-        if seqs * 2 > profile.max_batch:
+        if seqs + lay.pp > (p.max_batch or profile.max_batch):
             probe_reasons.append("batch")
         if not probe.fits:
             probe_reasons.append("memory")
@@ -140,7 +142,7 @@ def binding_constraints(plan: Plan) -> list[Finding]:
         if p.workload.tpot_ms is not None and probe.metrics.tpot_ms > p.workload.tpot_ms:
             probe_reasons.append("tpot")
     better = probe is not None and probe.metrics.output_tokens_per_s > m.output_tokens_per_s
-    bigger = f"batch {lay.batch * 2:,}"
+    bigger = f"batch {next_batch:,}"
 
     # Memory on the fullest GPU.
     if not pred.fits:
@@ -176,7 +178,8 @@ def binding_constraints(plan: Plan) -> list[Finding]:
             out.append(Finding(
                 "batch", "binds",
                 f"the engine's batch limit binds: {seqs:,} sequences per GPU, "
-                f"the profile's max_batch is {profile.max_batch:,}",
+                + (f"--max-batch {p.max_batch:,}" if p.max_batch
+                   else f"the profile's max_batch is {profile.max_batch:,}"),
             ))
 
     # Service-level limits.

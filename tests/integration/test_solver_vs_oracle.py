@@ -86,8 +86,10 @@ def test_pinned_degrees_and_boundaries_are_kept():
 def test_uneven_stages_when_they_pay():
     # DeepSeek-V3's first three layers are dense (cheaper than MoE), and the last stage carries
     # the LM head: the optimum cuts the 61 layers unevenly and beats the even cut of its degrees.
-    p = problem(model="deepseek-v3", cluster="4x8xH200", objective="throughput")
+    # (The batch is fixed so that the claim is about the boundaries alone, proven.)
+    p = problem(model="deepseek-v3", cluster="4x8xH200", objective="throughput", batch=8192)
     plan = solve(p)
+    assert plan.status == "optimal"
     lay = plan.layout
     sizes = {end - start for start, end in lay.stages}
     assert len(sizes) > 1
