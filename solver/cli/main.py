@@ -21,6 +21,7 @@ from shardplan.rules.catalog import LISTED_RULES, check_plan, errors_of, get_rul
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
+from shardplan.solver.cli.disagg import evaluate_disagg_cmd
 from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.validate import validate
@@ -148,9 +149,24 @@ experts_out_option = click.option(
 @cli.command()
 @problem_options
 @experts_out_option
-def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
+@click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
+              help="one layout for both phases, or a prefill pool and a decode pool (--prefill, --decode)")
+@click.option("--prefill", "prefill_pool", default=None,
+              help="with --serving disagg: the prefill pool, e.g. workers=3,tp=4 (keys: the degree flags' names)")
+@click.option("--decode", "decode_pool", default=None,
+              help="with --serving disagg: the decode pool, e.g. workers=1,tp=8,attn_dp=8,ep=8")
+def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool: str | None,
+             decode_pool: str | None, **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...), and judge it:
-    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1."""
+    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1.
+    With --serving disagg, of a prefill pool and a decode pool at --batch requests in flight over both."""
+    if serving == "disagg":
+        if evaluate_disagg_cmd(problem_args(kw), prefill_pool, decode_pool, as_json, experts_out):
+            sys.exit(EXIT_INFEASIBLE)
+        return
+    for option, given in (("prefill", prefill_pool), ("decode", decode_pool)):
+        if given is not None:
+            raise SpecError(option, "a pool is only given with --serving disagg")
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("experts-out", experts_out)
         problem = build_problem(problem_args(kw))

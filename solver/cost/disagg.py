@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shardplan.hardware import Collective, Tier, collective_time_on_tier_s, tier_of
+from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
 from shardplan.hardware.profile import Profile
 from shardplan.models.derived import kv_bytes_per_sequence
 from shardplan.rules.disagg import DisaggLayout, Pool
@@ -134,13 +134,22 @@ def same_cache_layout(problem: Problem, a: Layout, b: Layout) -> bool:
     return kv_split(model, a.tp) * a.sp == kv_split(model, b.tp) * b.sp and a.stages == b.stages
 
 
+def transfer_tier(layout: DisaggLayout, cluster: ClusterSpec) -> Tier:
+    """The link a prompt's cache takes. It may go to any decode worker, so the slowest link between the
+    pools: NVLink only when both pools sit in one scale-up domain. Pools that run past the cluster
+    (DIS-001 and DIS-002 name that) are priced over the NICs rather than refused here."""
+    ids = {*layout.prefill.gpus, *layout.decode.gpus}
+    if max(ids) >= cluster.num_gpus:
+        return Tier.SCALE_OUT
+    return tier_of(sorted(ids), cluster)
+
+
 def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
     cluster, model = problem.cluster, problem.model
     p, d = layout.prefill, layout.decode
     send = kv_share_bytes(problem, p.layout)
     recv = kv_share_bytes(problem, d.layout)
-    # A prompt may go to any decode worker: the transfer is priced on the slowest link between the pools.
-    tier = tier_of(sorted({*p.gpus, *d.gpus}), cluster)
+    tier = transfer_tier(layout, cluster)
     eff = profile.scaleup_bw_efficiency if tier is Tier.SCALE_UP else profile.scaleout_bw_efficiency
     moved_ns = round(collective_time_on_tier_s(
         Collective.SEND_RECV, max(send, recv), 2, tier, cluster,
