@@ -6,13 +6,12 @@ Values are rounded as in ``plan_json`` so output bytes are stable.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
-from shardplan.solver.outputs.plan_json import _r, degrees, memory_dict
+from shardplan.solver.outputs.plan_json import _num, degrees, memory_dict, metrics_dict
 
 
 def pool_dict(plan: DisaggPlan, pool: Pool, pool_plan: Plan, role: dict[str, Any]) -> dict[str, Any]:
@@ -48,16 +47,9 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "decode": pool_dict(plan, layout.decode, plan.decode_plan, pred.decode.model_dump()),
         "kv_transfer": {k: _num(v) for k, v in pred.kv.model_dump().items()},
         "metrics": {
-            "ttft_ms": _r(m.ttft_ms),
-            "tpot_ms": _r(m.tpot_ms),
-            "decode_step_ms": _r(m.decode_step_ms),
-            "e2e_ms": _r(m.e2e_ms),
-            "output_tokens_per_s": _r(m.output_tokens_per_s),
-            "output_tokens_per_s_per_gpu": _r(m.output_tokens_per_s_per_gpu),
-            "output_tokens_per_s_per_user": _num(m.output_tokens_per_s_per_user),
-            "batch": m.batch,
-            "requests_per_s": _r(pred.throughput_rps),
-            "waiting_ms": _r(pred.waiting_ms),
+            **metrics_dict(m),
+            "requests_per_s": _num(pred.throughput_rps),
+            "waiting_ms": _num(pred.waiting_ms),
             "bottleneck": pred.bottleneck,
         },
         "fits": plan.prefill_plan.prediction.fits and plan.decode_plan.prediction.fits,
@@ -66,14 +58,6 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
     if extra:
         out.update(extra)
     return out
-
-
-def _num(value: Any) -> Any:
-    """A float rounded as ``plan_json`` does; an unbounded one (no decode step when OSL is 1) as null,
-    which JSON can carry."""
-    if not isinstance(value, float):
-        return value
-    return _r(value) if math.isfinite(value) else None
 
 
 __all__ = ["disagg_dict", "pool_dict"]
