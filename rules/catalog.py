@@ -7,6 +7,7 @@ from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.dag.catalog import DAG_RULES
+from shardplan.rules.dag.disagg import DISAGG_DAG_RULES
 from shardplan.rules.disagg import DISAGG_RULES
 from shardplan.rules.experts import PLACEMENT_RULES
 from shardplan.rules.parallel import (
@@ -61,7 +62,7 @@ ALL_RULES: tuple[Rule, ...] = CATALOG + PLACEMENT_RULES
 # posted nor run on plans, so they stay out of CATALOG. Rules on the pair of pools of a disaggregated
 # deployment (DIS-*): rules/disagg_plan.py runs them beside the catalog per pool. `shardplan rules`
 # lists all four families.
-LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES, *DISAGG_RULES)
+LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES, *DISAGG_DAG_RULES, *DISAGG_RULES)
 
 # The one registry: every rule of every family by ID and by name (IDs are never reused).
 REGISTRY: dict[str, Rule] = {key: rule for rule in LISTED_RULES for key in (rule.id.lower(), rule.name)}

@@ -17,6 +17,7 @@ import networkx as nx
 from shardplan.models.errors import SpecError
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
+from shardplan.rules.dag.disagg import disagg_schema_problems, is_disagg
 from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
@@ -71,7 +72,7 @@ def read_json(path: str | Path) -> nx.DiGraph:
     # A regular file of at most MAX_DAG_BYTES, strict UTF-8, nesting bounded (models.files).
     data = read_json_file(path, "file", MAX_DAG_BYTES)
     g = from_json_data(data)
-    problems = graph_schema_problems(g)
+    problems = disagg_schema_problems(g) if is_disagg(g) else graph_schema_problems(g)
     if problems:
         raise SpecError("file", f"{path} is not a shardplan DAG: {problems[0]}")
     return g
