@@ -40,6 +40,10 @@ class Pool(BaseModel):
     workers: PositiveInt = Field(description="identical workers in the pool")
     layout: Layout = Field(description="one worker's layout (dp = 1); batch: sequences one worker holds")
     first_gpu: NonNegativeInt = Field(default=0, description="global id of the pool's first GPU")
+    max_batch: PositiveInt | None = Field(
+        default=None, description="most sequences one worker holds at once (the engine's batch limit); "
+        "None: what the concurrency gives it, up to the profile's limit",
+    )
 
     @model_validator(mode="after")
     def _one_replica(self) -> Pool:
@@ -101,10 +105,13 @@ class DisaggLayout(BaseModel):
 
     @classmethod
     def place(cls, prefill: Layout, prefill_workers: int, decode: Layout, decode_workers: int,
-              concurrency: int, cluster: ClusterSpec) -> DisaggLayout:
-        """The pools placed from GPU 0: prefill first, decode from the next aligned id."""
-        p = Pool(role="prefill", workers=prefill_workers, layout=prefill)
-        d = Pool(role="decode", workers=decode_workers, layout=decode, first_gpu=decode_offset(p, decode, cluster))
+              concurrency: int, cluster: ClusterSpec, max_batch: tuple[int | None, int | None] = (None, None),
+              ) -> DisaggLayout:
+        """The pools placed from GPU 0: prefill first, decode from the next aligned id; ``max_batch``:
+        each role's batch limit per worker (None: none beyond the profile's)."""
+        p = Pool(role="prefill", workers=prefill_workers, layout=prefill, max_batch=max_batch[0])
+        d = Pool(role="decode", workers=decode_workers, layout=decode, first_gpu=decode_offset(p, decode, cluster),
+                 max_batch=max_batch[1])
         return cls(prefill=p, decode=d, concurrency=concurrency)
 
     @property

@@ -1,7 +1,8 @@
 """Turn ``--prefill workers=3,tp=4`` and ``--decode workers=1,tp=8,attn_dp=8,ep=8`` into a ``DisaggLayout``.
 
 A pool's keys are the single-pool flags' names (``pp tp sp ep attn_dp expert_tp stages``, dashes or
-underscores) plus ``workers``; ``stages`` takes the ``--stages`` form, its ranges continuing after
+underscores) plus ``workers`` and ``batch`` (as ``--batch`` per replica: the most sequences one worker
+holds, the engine's batch limit; by default what the concurrency gives it); ``stages`` takes the ``--stages`` form, its ranges continuing after
 commas (``stages=0:40,40:80``). Each worker's layout is built by the same code as ``evaluate``'s pins
 (``layout_from_pins``), so ep is checked against the stage the same way; every error names the pool
 and the field (``decode ep: ...``).
@@ -19,7 +20,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Pins, Problem
 from shardplan.solver.cli.inputs import check_pins, layout_from_pins, parse_stages
 
-POOL_KEYS = ("workers", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")
+POOL_KEYS = ("workers", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages", "batch")
 _RANGE = re.compile(r"^\s*\d{1,9}\s*:\s*\d{1,9}\s*$")
 MAX_POOL_TEXT = 4096
 
@@ -57,7 +58,7 @@ def parse_pool(role: str, text: str) -> dict[str, Any]:
 
 def worker_layout(role: str, problem: Problem, values: dict[str, Any]) -> Layout:
     """One worker's layout from a pool's values, through ``layout_from_pins`` (dp 1, batch 1)."""
-    pins = {k: v for k, v in values.items() if k != "workers"}
+    pins = {k: v for k, v in values.items() if k not in ("workers", "batch")}
     try:
         if "stages" in pins:
             pins["stages"] = parse_stages(pins["stages"])
@@ -82,7 +83,8 @@ def disagg_layout(problem: Problem, prefill: str | None, decode: str | None) -> 
         specs[role] = parse_pool(role, text)
     p, d = (worker_layout(role, problem, specs[role]) for role in ("prefill", "decode"))
     return DisaggLayout.place(p, specs["prefill"].get("workers", 1), d, specs["decode"].get("workers", 1),
-                              problem.workload.batch or 1, problem.cluster)
+                              problem.workload.batch or 1, problem.cluster,
+                              (specs["prefill"].get("batch"), specs["decode"].get("batch")))
 
 
 __all__ = ["POOL_KEYS", "disagg_layout", "parse_pool", "worker_layout"]

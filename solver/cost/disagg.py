@@ -4,7 +4,8 @@ Every step time comes from ``evaluate`` (``solver/cost/evaluate.py``) on one wor
 prefill worker's chunk through its stages, the decode worker's round at its batch. Nothing here prices
 an operator; this module only joins the two pools (DESIGN.md "Cost model", disaggregated serving):
 
-- **prefill** worker at chunk ``p`` (prompts per step, at most the engine's token budget over ISL):
+- **prefill** worker at chunk ``p`` (prompts per step, at most the engine's token budget over ISL and
+  the pool's batch limit):
   a prompt's prefill is the chunk through every stage and send; a new chunk enters every slowest stage,
   so the pool's capacity is ``workers x p / slowest stage`` prompts per second;
 - **KV transfer**: each prompt's cache (ISL x KV bytes per token) moves from the prefill worker's GPUs
@@ -17,7 +18,8 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
   disaggregation); the pool finishes ``workers x b / ((OSL - 1) x round)`` requests per second (the first
   token comes from the prefill worker);
 - the **rate** ``X`` at concurrency ``C`` is the slowest of: the prefill pool at its largest chunk, the
-  links, the decode pool at ``ceil(C / decode workers)``, and ``C / e2e`` with no waiting (the closed loop's
+  links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its batch limit or the most sequences
+  its memory holds: the requests beyond wait), and ``C / e2e`` with no waiting (the closed loop's
   own bound). Each pool then runs at the smallest chunk or batch that sustains ``X`` (a pool's occupancy
   is what Little's law gives it); this repeats until the chunk and batch settle;
 - **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
@@ -43,7 +45,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics, Prediction
 from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
-from shardplan.solver.cost.evaluate import NS_PER_S, evaluate
+from shardplan.solver.cost.evaluate import NS_PER_S, evaluate, max_batch
 from shardplan.solver.cost.stage import kv_split
 
 MAX_ROUNDS = 16  # the chunk and batch settle in two or three; a bound keeps a pathological case finite
@@ -104,6 +106,13 @@ def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) 
 def largest_chunk(problem: Problem, profile: Profile) -> int:
     """Prompts one prefill step may hold: the engine's token budget over ISL, at least one."""
     return max(1, profile.max_num_tokens // problem.workload.isl)
+
+
+def decode_memory_limit(problem: Problem, layout: DisaggLayout, profile: Profile) -> int:
+    """The most sequences a decode worker's memory holds at ISL + OSL (an engine admits no more: the rest
+    wait for a slot); at least 1, so a worker that holds none is still priced and MEM-001 names it."""
+    worker = layout.decode.layout.model_copy(update={"dp": 1})
+    return max(1, max_batch(role_problem(problem, "decode", 1), worker, profile))
 
 
 def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) -> int:
@@ -204,7 +213,9 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
     pools = _Pools(problem, layout, profile)
     osl, C = problem.workload.osl, layout.concurrency
     x, y = layout.prefill.workers, layout.decode.workers
-    top_chunk, top_batch = largest_chunk(problem, profile), -(-C // y)
+    top_chunk = min(largest_chunk(problem, profile), layout.prefill.max_batch or profile.max_batch)
+    top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
+                    decode_memory_limit(problem, layout, profile))
     transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
     chunk, batch = 1, top_batch
     for _ in range(MAX_ROUNDS):

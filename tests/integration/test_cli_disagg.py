@@ -69,6 +69,7 @@ BAD = [
     (["--decode", "tp=4,stages=0:10,10:20"], "decode stages"),
     (["--decode", "tp=4,ep=2"], "decode ep"),
     (["--decode", "tp=4,pp=2,stages=0:32"], "decode"),
+    (["--decode", "tp=4,batch=0"], "decode batch"),
 ]
 
 
@@ -102,3 +103,10 @@ def test_colocated_is_the_default_and_unchanged(capsys: pytest.CaptureFixture[st
     explicit = run([*base, "--serving", "colocated"], capsys)
     assert plain == explicit and plain[0] == 0
     assert "serving" not in json.loads(plain[1])
+
+
+def test_a_pool_batch_limit_is_a_key(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*LLAMA_8B, "--cluster", "2x8xH100", "--serving", "disagg", "--prefill", "workers=2,tp=2",
+            "--decode", "workers=1,tp=4,batch=4", "--batch", "64"]
+    code, data = evaluate_json(argv, capsys)
+    assert code == 0 and data["decode"]["batch"] == 4 and data["metrics"]["bottleneck"] == "decode"

@@ -140,3 +140,32 @@ def test_sla_and_pool_rules_are_judged_on_the_deployment() -> None:
     layout = DisaggLayout.place(Layout.even(32, 1, tp=3), 1, Layout.even(32, 1, tp=4), 1, 4, p.cluster)
     found = check_disagg(evaluate_disagg(p, layout))
     assert any(d.rule == "TP-001" and d.message.startswith("prefill: ") for d in found)
+
+
+def test_a_decode_batch_limit_makes_the_rest_wait_in_ttft() -> None:
+    p = problem("llama-3.1-8b", "2x8xH100", isl=ISL, osl=OSL)
+    layout = DisaggLayout.place(Layout.even(32, 1, tp=2), 2, Layout.even(32, 1, tp=4), 1, 64, p.cluster,
+                                max_batch=(None, 4))
+    pred = evaluate_disagg(p, layout).prediction
+    m = pred.metrics
+    assert pred.decode.batch == 4 and pred.bottleneck == "decode"
+    # the rate is the decode pool's at 4 sequences: 4 / ((OSL - 1) x round)
+    assert pred.throughput_rps == pytest.approx(4 / ((OSL - 1) * pred.decode.step_ms / 1e3), rel=1e-9)
+    # 64 requests, 4 decoding: the other 60 wait, and the wait is in TTFT (Little's law closes the loop)
+    assert pred.waiting_ms > 10 * pred.prefill.prefill_ms
+    assert m.ttft_ms == pytest.approx(pred.waiting_ms + pred.prefill.prefill_ms + pred.kv.transfer_ms
+                                      + pred.kv.relayout_ms, rel=1e-9)
+    assert m.output_tokens_per_s == pytest.approx(64 * OSL / (m.e2e_ms / 1e3), rel=1e-9)
+
+
+def test_a_decode_worker_holds_no_more_than_its_memory() -> None:
+    # A 20 GiB cap on tp=1: 16 GB of weights leave room for a few sequences of 1,100 tokens only.
+    p = problem("llama-3.1-8b", "8xH100", isl=ISL, osl=OSL, mem_cap_gib=20)
+    layout = DisaggLayout.place(Layout.even(32, 1, tp=2), 1, Layout.even(32, 1, tp=1), 1, 256, p.cluster)
+    plan = evaluate_disagg(p, layout)
+    held = plan.prediction.decode.batch
+    worker = Layout.even(32, 1, tp=1, batch=held)
+    assert 1 <= held < 256
+    assert check_disagg(plan) == []  # the batch priced fits memory ...
+    one_more = evaluate(p, worker.model_copy(update={"batch": held + 1}))
+    assert not one_more.fits  # ... and one more sequence would not
