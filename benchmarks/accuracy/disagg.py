@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
     print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
-    for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):  # type: ignore[arg-type]
+    for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):  # duck-typed: same fields
         print(f"  {engine:10s} {ttft_ratio:10.2f} {ttft_left:11.1%} {tpot_ratio:10.2f} {tpot_left:11.1%}")
     light = [p for p in priced if p.run.problem.workload.batch is not None and p.run.problem.workload.batch <= 16]
     gap = {e: statistics.median(p.run.ttft_ms - p.ttft_ms for p in light if p.run.engine == e)

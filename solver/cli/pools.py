@@ -1,11 +1,11 @@
-"""Turn ``--prefill workers=3,tp=4`` and ``--decode workers=1,tp=8,attn_dp=8,ep=8`` into a ``DisaggLayout``.
+"""Turn ``--prefill workers=3,tp=4`` and ``--decode workers=1,attn_dp=8,ep=8`` into a ``DisaggLayout``.
 
 A pool's keys are the single-pool flags' names (``pp tp sp ep attn_dp expert_tp stages``, dashes or
-underscores) plus ``workers`` and ``batch`` (as ``--batch`` per replica: the most sequences one worker
-holds, the engine's batch limit; by default what the concurrency gives it); ``stages`` takes the ``--stages`` form, its ranges continuing after
-commas (``stages=0:40,40:80``). Each worker's layout is built by the same code as ``evaluate``'s pins
-(``layout_from_pins``), so ep is checked against the stage the same way; every error names the pool
-and the field (``decode ep: ...``).
+underscores) plus ``workers`` and ``batch`` (as ``--batch`` is per replica: the most sequences one worker
+holds, the engine's batch limit; by default what the concurrency gives it). ``stages`` takes the
+``--stages`` form, its ranges continuing after commas (``stages=0:40,40:80``). Each worker's layout is
+built by the same code as ``evaluate``'s pins (``layout_from_pins``), so ep is checked against the stage
+the same way; every error names the pool and the field (``decode ep: ...``).
 """
 
 from __future__ import annotations

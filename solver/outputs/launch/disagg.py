@@ -125,10 +125,10 @@ def emit_sglang_disagg(plan: DisaggPlan, backend: str = "mooncake") -> Emitted:
         role_args = ["--disaggregation-mode", pool.role, "--disaggregation-transfer-backend", backend]
 
         def extra(u: int, role: str = pool.role, base: list[str] = role_args) -> list[str]:
-            return base + (["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + u)]
-                           if role == "prefill" else [])
+            bootstrap = ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT + u)] if role == "prefill" else []
+            return LISTEN_ALL + base + bootstrap
 
-        launches += _pool_launches(em, pool.role, port0, lambda u, f=extra: LISTEN_ALL + f(u))
+        launches += _pool_launches(em, pool.role, port0, extra)
         for u, (head, port) in enumerate(endpoints(pool, plan.problem.cluster, port0)):
             router += [f"--{pool.role}", f"http://{head}:{port}"]
             if pool.role == "prefill":
