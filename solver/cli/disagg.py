@@ -9,6 +9,7 @@ than ignoring them.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -17,9 +18,23 @@ from shardplan.models import SpecError
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cost.disagg import evaluate_disagg
+from shardplan.solver.dag.disagg import build_disagg_dag
+from shardplan.solver.dag.export import write_graph, writer_for
 from shardplan.solver.outputs.disagg_json import disagg_dict
+from shardplan.solver.outputs.launch.disagg import emit_disagg
+
+
+@dataclass(frozen=True)
+class DisaggOutputs:
+    """What ``evaluate --serving disagg`` writes or prints besides the plan."""
+
+    dag_path: str | None
+    detail: str
+    emit_engine: str | None
+    experts_out: str | None
 
 
 def refuse_single_pool_options(args: ProblemArgs, experts_out: str | None) -> None:
@@ -33,19 +48,35 @@ def refuse_single_pool_options(args: ProblemArgs, experts_out: str | None) -> No
 
 
 def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | None, as_json: bool,
-                        experts_out: str | None) -> bool:
-    """Print the plan (JSON or text); True when it breaks a rule (the caller exits 1)."""
-    refuse_single_pool_options(args, experts_out)
-    problem = build_problem(args)
-    plan = evaluate_disagg(problem, disagg_layout(problem, prefill, decode))
+                        out: DisaggOutputs, inputs: list[str | None]) -> bool:
+    """Print the plan (JSON or text) or its launch commands, write its DAG; True when it breaks a rule
+    (the caller exits 1). Files are written beside their targets and renamed once all is done."""
+    refuse_single_pool_options(args, out.experts_out)
+    with OutputFiles(inputs) as outputs:
+        outputs.add("dag", out.dag_path)
+        if out.dag_path:
+            writer_for(out.dag_path)  # an unknown extension is bad input, before any work
+        problem = build_problem(args)
+        plan = evaluate_disagg(problem, disagg_layout(problem, prefill, decode))
+        if out.dag_path:
+            write_graph(build_disagg_dag(plan, out.detail), outputs.temp("dag"))
+        launch = emit_disagg(plan, out.emit_engine) if out.emit_engine else None
+        outputs.commit()
     violations = [{"rule": d.rule, "message": d.message} for d in errors_of(check_disagg(plan))]
     data = disagg_dict(plan, status="evaluated", extra={"violations": violations})
+    if launch is not None:
+        data["launch"] = {"engine": launch.engine, "version": launch.version, "notes": list(launch.notes),
+                          "files": dict(launch.files), "script": launch.script()}
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
+    elif launch is not None:
+        click.echo(launch.script(), nl=False)
     else:
         print_disagg(data)
         for v in violations:
             click.echo(f"violation {v['rule']}: {v['message']}")
+        if out.dag_path:
+            click.echo(f"wrote {out.dag_path}")
     return bool(violations)
 
 

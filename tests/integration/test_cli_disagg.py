@@ -110,3 +110,22 @@ def test_a_pool_batch_limit_is_a_key(capsys: pytest.CaptureFixture[str]) -> None
             "--decode", "workers=1,tp=4,batch=4", "--batch", "64"]
     code, data = evaluate_json(argv, capsys)
     assert code == 0 and data["decode"]["batch"] == 4 and data["metrics"]["bottleneck"] == "decode"
+
+
+def test_the_dag_is_written_and_validates(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.json"
+    argv = ["evaluate", *LLAMA_8B, "--cluster", "8xH100", *POOLS, "--batch", "8", "--dag", str(path)]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and f"wrote {path}" in out
+    code, out, _ = run(["validate", str(path), "--json"], capsys)
+    assert code == 0 and json.loads(out)["valid"] is True
+
+
+def test_emit_prints_the_launch_script(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["evaluate", *LLAMA_8B, "--cluster", "8xH100", *POOLS, "--emit", "trtllm"], capsys)
+    assert code == 0 and out.startswith("# TensorRT-LLM") and "trtllm-serve disaggregated" in out
+
+
+def test_dag_and_emit_need_disagg_here(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    code, out, err = run(["evaluate", *LLAMA_8B, "--dag", str(tmp_path / "x.json")], capsys)
+    assert code == 2 and out == "" and "dag" in err and not (tmp_path / "x.json").exists()
