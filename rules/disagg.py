@@ -123,13 +123,6 @@ class DisaggLayout(BaseModel):
         """GPUs the workers use (the alignment gap between the pools, if any, is not counted)."""
         return self.prefill.num_gpus + self.decode.num_gpus
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            role: {"workers": pool.workers, "first_gpu": pool.first_gpu, "gpus": pool.num_gpus,
-                   **pool.layout.degrees(), "stages": [list(s) for s in pool.layout.stages]}
-            for role, pool in zip(ROLES, self.pools, strict=True)
-        }
-
 
 class DisaggRule(Rule):
     """A rule on the pair of pools. It is never posted on the colocated model (``applies`` is False
