@@ -7,6 +7,7 @@ from typing import Any
 from shardplan.models.derived import weight_bytes_total
 from shardplan.rules.base import Diagnostic, Rule
 from shardplan.rules.plan import Plan
+from shardplan.rules.prediction import Metrics
 from shardplan.rules.problem import Problem, memory_limit_gib, resolve_profile
 
 GIB = 2**30
@@ -74,8 +75,12 @@ class TtftLimit(Rule):
         enc.cp.add(enc.ttft <= min(round(enc.problem.workload.ttft_ms * 1e6), enc.ttft_hi)).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
-        limit = plan.problem.workload.ttft_ms
-        got = plan.prediction.metrics.ttft_ms
+        return self.check_metrics(plan.problem, plan.prediction.metrics)
+
+    def check_metrics(self, problem: Problem, metrics: Metrics) -> list[Diagnostic]:
+        """The limit against any metrics: a plan's, or a disaggregated deployment's."""
+        limit = problem.workload.ttft_ms
+        got = metrics.ttft_ms
         if limit is not None and got > limit + 1e-9:
             return [self.error(f"TTFT {got:.2f} ms over the {limit:g} ms limit")]
         return []
@@ -103,8 +108,11 @@ class TpotLimit(Rule):
         enc.cp.add(enc.tpot <= limit_ns).only_enforce_if(enforce)
 
     def check(self, plan: Plan) -> list[Diagnostic]:
-        limit = plan.problem.workload.tpot_ms
-        got = plan.prediction.metrics.tpot_ms
+        return self.check_metrics(plan.problem, plan.prediction.metrics)
+
+    def check_metrics(self, problem: Problem, metrics: Metrics) -> list[Diagnostic]:
+        limit = problem.workload.tpot_ms
+        got = metrics.tpot_ms
         if limit is not None and got > limit + 1e-9:
             return [self.error(f"TPOT {got:.3f} ms over the {limit:g} ms limit")]
         return []

@@ -7,6 +7,8 @@ from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.dag.catalog import DAG_RULES
+from shardplan.rules.dag.disagg import DISAGG_DAG_RULES
+from shardplan.rules.disagg import DISAGG_RULES
 from shardplan.rules.experts import PLACEMENT_RULES
 from shardplan.rules.parallel import (
     ExpertParallelWidth,
@@ -57,8 +59,10 @@ SWITCHES = {rule.switch: rule.id for rule in CATALOG if rule.switch}
 ALL_RULES: tuple[Rule, ...] = CATALOG + PLACEMENT_RULES
 
 # Rules on the shape of an execution DAG (DAG-*): rules/dag/check.py runs them on DAGs; they are never
-# posted nor run on plans, so they stay out of CATALOG. `shardplan rules` lists all three families.
-LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES)
+# posted nor run on plans, so they stay out of CATALOG. Rules on the pair of pools of a disaggregated
+# deployment (DIS-*): rules/disagg_plan.py runs them beside the catalog per pool. `shardplan rules`
+# lists all four families.
+LISTED_RULES: tuple[Rule, ...] = (*CATALOG, *PLACEMENT_RULES, *DAG_RULES, *DISAGG_DAG_RULES, *DISAGG_RULES)
 
 # The one registry: every rule of every family by ID and by name (IDs are never reused).
 REGISTRY: dict[str, Rule] = {key: rule for rule in LISTED_RULES for key in (rule.id.lower(), rule.name)}
@@ -94,7 +98,7 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
 
 
 __all__ = [
-    "ALL_RULES", "CATALOG", "DAG_RULES", "LISTED_RULES", "REGISTRY", "SWITCHES", "Kind", "Rule", "check_plan",
-    "errors_of", "get_rule", "rules_for", "unknown_switches",
+    "ALL_RULES", "CATALOG", "DAG_RULES", "DISAGG_RULES", "LISTED_RULES", "REGISTRY", "SWITCHES", "Kind", "Rule",
+    "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches",
 ]
 

@@ -10,11 +10,15 @@ from typing import Any
 
 from shardplan.rules.base import Diagnostic
 from shardplan.rules.dag.catalog import DAG_RULES, DagView
+from shardplan.rules.dag.disagg import DISAGG_DAG_RULES, check_disagg_dag, is_disagg
 
 
 def check_dag(dag: Any, include_warnings: bool = False) -> list[Diagnostic]:
     """Violations of ``dag``: errors only, unless ``include_warnings`` (advisory rules) is set.
-    Each diagnostic names its rule ID and, where it has one, the offending node id."""
+    Each diagnostic names its rule ID and, where it has one, the offending node id. A disaggregated
+    deployment's DAG (its own schema) is judged by its own rules (``rules/dag/disagg.py``)."""
+    if is_disagg(dag):
+        return check_disagg_dag(dag)
     view = DagView(dag)
     out: list[Diagnostic] = []
     for rule in DAG_RULES:
@@ -34,7 +38,7 @@ def check_dag(dag: Any, include_warnings: bool = False) -> list[Diagnostic]:
 def rule_ids(diagnostics: list[Diagnostic]) -> list[str]:
     """The distinct rule IDs of ``diagnostics``, in catalog order."""
     found = {d.rule for d in diagnostics}
-    return [rule.id for rule in DAG_RULES if rule.id in found]
+    return [rule.id for rule in (*DAG_RULES, *DISAGG_DAG_RULES) if rule.id in found]
 
 
 def diagnostics_json(diagnostics: list[Diagnostic]) -> list[dict[str, Any]]:

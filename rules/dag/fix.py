@@ -30,6 +30,7 @@ from shardplan.rules.dag.catalog import (
     is_sharded,
 )
 from shardplan.rules.dag.check import check_dag
+from shardplan.rules.dag.disagg import is_disagg
 from shardplan.rules.operators import Op, Phase
 
 FIXABLE = frozenset({"DAG-008", "DAG-010", "DAG-017", "DAG-018", "DAG-028"})
@@ -58,7 +59,8 @@ def fix_dag(dag: Any, max_rounds: int = 4) -> tuple[Any, list[Change], list[Diag
     """
     g = dag.copy()
     changes: list[Change] = []
-    if graph_schema_problems(g):
+    # A disaggregated DAG has no repairs yet: its violations come back as they are.
+    if is_disagg(g) or graph_schema_problems(g):
         return g, changes, check_dag(g)
     for _ in range(max_rounds):
         if not any(d.rule in FIXABLE for d in check_dag(g)):

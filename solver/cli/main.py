@@ -20,6 +20,7 @@ from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.solver.cli import views as cli_views
+from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
 from shardplan.solver.cli.inputs import (
     DEFAULT_CLUSTER,
     DEFAULT_MODEL,
@@ -156,9 +157,34 @@ experts_out_option = click.option(
 @cli.command()
 @problem_options
 @experts_out_option
-def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
+@click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
+              help="one layout for both phases, or a prefill pool and a decode pool (--prefill, --decode)")
+@click.option("--prefill", "prefill_pool", default=None,
+              help="with --serving disagg: the prefill pool, e.g. workers=3,tp=4 (keys: the degree flags' names)")
+@click.option("--decode", "decode_pool", default=None,
+              help="with --serving disagg: the decode pool, e.g. workers=1,attn_dp=8,ep=8,batch=64")
+@click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
+              help="with --serving disagg: write the execution DAG (.json, .graphml, .dot, .mmd)")
+@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
+@click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
+              help="with --serving disagg: print the launch commands for this engine instead of the plan")
+def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool: str | None,
+             decode_pool: str | None, dag_path: str | None, detail: str, emit_engine: str | None,
+             **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...), and judge it:
-    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1."""
+    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1.
+    With --serving disagg, of a prefill pool and a decode pool at --batch requests in flight over both."""
+    if serving == "disagg":
+        outputs_of = DisaggOutputs(dag_path, detail, emit_engine, experts_out)
+        if evaluate_disagg_cmd(problem_args(kw), prefill_pool, decode_pool, as_json, outputs_of, input_files(kw)):
+            sys.exit(EXIT_INFEASIBLE)
+        return
+    for option, given in (("prefill", prefill_pool), ("decode", decode_pool), ("dag", dag_path),
+                          ("emit", emit_engine)):
+        if given is not None:
+            raise SpecError(option, "only with --serving disagg here (for one layout, `shardplan solve` with the "
+                                    "same pins writes the DAG and the launch commands)" if option in ("dag", "emit")
+                            else "a pool is only given with --serving disagg")
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("experts-out", experts_out)
         problem = build_problem(problem_args(kw))

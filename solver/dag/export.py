@@ -17,6 +17,7 @@ import networkx as nx
 from shardplan.models.errors import SpecError
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
+from shardplan.rules.dag.disagg import disagg_schema_problems, is_disagg
 from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
@@ -76,7 +77,7 @@ def dag_from_data(data: Any, where: str) -> nx.DiGraph:
     """The DAG in parsed node-link ``data`` (a file's, or an object handed over whole), with the graph
     attributes validation needs; ``SpecError("file", ...)`` naming ``where`` otherwise."""
     g = from_json_data(data)
-    problems = graph_schema_problems(g)
+    problems = disagg_schema_problems(g) if is_disagg(g) else graph_schema_problems(g)
     if problems:
         raise SpecError("file", f"{where} is not a shardplan DAG: {problems[0]}")
     return g

@@ -15,6 +15,8 @@ from typing import Any
 
 from shardplan.rules.catalog import LISTED_RULES
 from shardplan.rules.dag import catalog as dag_catalog
+from shardplan.rules.dag import disagg as dag_disagg
+from shardplan.rules.dag.disagg import DISAGG_DAG_RULES, DISAGG_SCHEMA
 from shardplan.rules.dag.view import (
     COLLECTIVE,
     COMPUTE,
@@ -55,6 +57,12 @@ def dag_schema() -> dict[str, Any]:
         "attributes": doc[doc.find("Schema"):].strip() if "Schema" in doc else doc,
         "file_formats": sorted(WRITERS),
         "rules": [rule.id for rule in dag_catalog.DAG_RULES],
+        # A disaggregated deployment's DAG has its own schema and rules (rules/dag/disagg.py).
+        "disaggregated": {
+            "schema": DISAGG_SCHEMA,
+            "attributes": inspect.getdoc(dag_disagg) or "",
+            "rules": [rule.id for rule in DISAGG_DAG_RULES],
+        },
     }
 
 

@@ -5,10 +5,11 @@ Keys are fixed by the contract scripts rely on; values are rounded so output byt
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from shardplan.rules.layout import Layout
-from shardplan.rules.prediction import MemoryReport, Prediction
+from shardplan.rules.prediction import MemoryReport, Metrics, Prediction
 from shardplan.rules.problem import Problem
 from shardplan.solver.placement.plan import PlanPlacement
 
@@ -36,6 +37,20 @@ def memory_dict(m: MemoryReport) -> dict[str, float]:
     }
 
 
+def metrics_dict(m: Metrics) -> dict[str, Any]:
+    """The contract's metrics; an unbounded rate (no decode step to divide by) as null."""
+    return {
+        "ttft_ms": _r(m.ttft_ms),
+        "tpot_ms": _r(m.tpot_ms),
+        "decode_step_ms": _r(m.decode_step_ms),
+        "e2e_ms": _r(m.e2e_ms),
+        "output_tokens_per_s": _r(m.output_tokens_per_s),
+        "output_tokens_per_s_per_gpu": _r(m.output_tokens_per_s_per_gpu),
+        "output_tokens_per_s_per_user": _num(m.output_tokens_per_s_per_user),
+        "batch": m.batch,
+    }
+
+
 def experts_dict(experts: PlanPlacement | dict[str, Any] | None) -> dict[str, Any] | None:
     """The plan's expert placement in compact form (``PlanPlacement.summary``): per stage its MoE
     layers, slots per GPU, max/mean load and lower bound per layer, status. None without one."""
@@ -55,7 +70,6 @@ def plan_dict(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     worst = prediction.worst_memory
-    m = prediction.metrics
     out: dict[str, Any] = {
         "status": status,
         "objective": problem.objective.value,
@@ -69,16 +83,7 @@ def plan_dict(
             for s in range(layout.pp)
         ],
         "experts": experts_dict(experts),
-        "metrics": {
-            "ttft_ms": _r(m.ttft_ms),
-            "tpot_ms": _r(m.tpot_ms),
-            "decode_step_ms": _r(m.decode_step_ms),
-            "e2e_ms": _r(m.e2e_ms),
-            "output_tokens_per_s": _r(m.output_tokens_per_s),
-            "output_tokens_per_s_per_gpu": _r(m.output_tokens_per_s_per_gpu),
-            "output_tokens_per_s_per_user": _r(m.output_tokens_per_s_per_user),
-            "batch": m.batch,
-        },
+        "metrics": metrics_dict(prediction.metrics),
         "memory": memory_dict(worst),
         "memory_per_stage": [memory_dict(r) for r in prediction.memory],
         "fits": prediction.fits,
@@ -95,3 +100,11 @@ def plan_dict(
 
 def _r(x: float) -> float:
     return round(float(x), 4)
+
+
+def _num(value: Any) -> Any:
+    """A float rounded as ``_r``; an unbounded one as null, which JSON can carry (a finite one is
+    printed exactly as ``_r`` prints it, so colocated plans read as before)."""
+    if not isinstance(value, float):
+        return value
+    return _r(value) if math.isfinite(value) else None

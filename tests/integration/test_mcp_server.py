@@ -244,7 +244,9 @@ def test_the_rule_catalog_and_dag_schema_are_resources(exchange: dict[str, Any])
     assert exchange["shardplan://rules"] == cli_json("rules")
     schema = exchange["shardplan://dag-schema"]
     assert schema["schema"] == "shardplan.dag/1" and "AllReduce" in schema["node_kinds"]["collective"]
-    assert set(schema["rules"]) == {r["id"] for r in cli_json("rules") if r["id"].startswith("DAG-")}
+    listed = set(schema["rules"]) | set(schema["disaggregated"]["rules"])
+    assert listed == {r["id"] for r in cli_json("rules") if r["id"].startswith("DAG-")}
+    assert schema["disaggregated"]["schema"] == "shardplan.dag-disagg/1"
 
 
 # --- acceptance 2: bad input is one line, and the server goes on -----------------------------------

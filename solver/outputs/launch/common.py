@@ -20,7 +20,7 @@ from shardplan.solver.placement import ExpertPlacement
 
 ENGINE_VERSIONS = {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23", "trtllm": "TensorRT-LLM 1.2"}
 # The only shell expansions a script contains: the node address placeholders of ``head_address``.
-_VAR = re.compile(r"^\$NODE\d+_IP(:\d+)?$")
+_VAR = re.compile(r"^(http://)?\$NODE\d+_IP(:\d+)?$")
 # Characters that would end a comment line or hide text on a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -117,9 +117,10 @@ class PlanShape:
     per_node: int
     kv_fp8: bool
     notes: list[str] = field(default_factory=list)
+    first_gpu: int = 0  # global id of the deployment's first GPU (a disaggregated pool's offset)
 
     @classmethod
-    def of(cls, plan: Plan) -> PlanShape:
+    def of(cls, plan: Plan, first_gpu: int = 0) -> PlanShape:
         lay, problem = plan.layout, plan.problem
         counts = [end - start for start, end in lay.stages]
         moe = problem.model.moe
@@ -135,6 +136,7 @@ class PlanShape:
             batch=lay.batch, max_len=problem.workload.context,
             per_node=problem.cluster.gpus_per_node,
             kv_fp8=problem.model.kv_dtype is DType.FP8,
+            first_gpu=first_gpu,
         )
 
     @property
@@ -144,7 +146,8 @@ class PlanShape:
     def units(self, replicas_per_unit: int) -> list[range]:
         """GPU ranges of the deployments: ``replicas_per_unit`` replicas each (GPU ids are replica-major)."""
         size = self.pp * self.G * replicas_per_unit
-        return [range(u * size, (u + 1) * size) for u in range(self.dp // replicas_per_unit)]
+        first = self.first_gpu
+        return [range(first + u * size, first + (u + 1) * size) for u in range(self.dp // replicas_per_unit)]
 
     def nodes_of(self, gpus: range) -> NodeGpus:
         """(node, local GPU ids) for each node a GPU range touches."""

@@ -23,9 +23,9 @@ from shardplan.solver.outputs.launch.common import (
 from shardplan.solver.placement import sglang_expert_location
 
 
-def emit_sglang(plan: Plan, expert_location: str = "expert_location.json") -> Emitted:
+def emit_sglang(plan: Plan, expert_location: str = "expert_location.json", first_gpu: int = 0) -> Emitted:
     """``python -m sglang.launch_server`` commands (SGLang 0.5.23 option names)."""
-    s = PlanShape.of(plan)
+    s = PlanShape.of(plan, first_gpu)
     args = ["--tp-size", str(s.G), "--pp-size", str(s.pp)]
     if s.attn_dp > 1:
         args += ["--attn-dp-size", str(s.attn_dp)]

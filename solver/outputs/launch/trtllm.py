@@ -12,9 +12,9 @@ from shardplan.solver.outputs.launch.common import ENGINE_VERSIONS, Emitted, Lau
 from shardplan.solver.placement import trtllm_initial_assignments
 
 
-def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml") -> Emitted:
+def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml", first_gpu: int = 0) -> Emitted:
     """``trtllm-serve`` commands and their extra options YAML (TensorRT-LLM 1.2 names)."""
-    s = PlanShape.of(plan)
+    s = PlanShape.of(plan, first_gpu)
     adp = s.attn_dp > 1
     if adp and s.attn_dp != s.G:
         s.notes.append(

@@ -23,9 +23,9 @@ from shardplan.solver.outputs.launch.common import (
 )
 
 
-def emit_vllm(plan: Plan) -> Emitted:
+def emit_vllm(plan: Plan, first_gpu: int = 0) -> Emitted:
     """``vllm serve`` commands (vLLM 0.33.0 option names)."""
-    s = PlanShape.of(plan)
+    s = PlanShape.of(plan, first_gpu)
     # A MoE model's replicas must be separate deployments: vLLM shards MoE layers over all its
     # data-parallel ranks. A dense model's replicas are data-parallel ranks of one deployment.
     per_unit = 1 if s.moe else s.dp

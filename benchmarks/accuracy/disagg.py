@@ -1,0 +1,246 @@
+"""Disaggregated serving: the AIC-SILICON ``mode=disagg`` runs of ``serving_points.csv`` against the cost model.
+
+``python -m benchmarks.accuracy.disagg`` loads the closed-loop runs with separate prefill and decode pools
+whose model and GPU have presets, prices each deployment at its concurrency with the GPU's default profile
+through ``shardplan evaluate --serving disagg``'s own path (``solver/cost/disagg.py``: ``metrics.ttft_ms``
+= waiting + prefill + KV transfer, ``metrics.tpot_ms`` = the decode worker's round at its batch), and prints
+the median |error| and the median signed error of TTFT and TPOT per engine and overall. Nothing is fitted.
+
+The rows give each role as ``p<prefill>/d<decode>`` (``tp``, ``pp``, ``ep``, ``dp`` = attention-DP,
+``moe_tp`` in ``notes``) and the worker counts in ``notes`` (``disagg: X prefill worker(s) x G GPUs + Y
+decode worker(s) x G GPUs``). A worker's layout follows ``serving.py``'s conventions for one pool:
+attention TP = ``tp``, ``attn_dp`` = ``dp``, ``expert_tp`` = ``moe_tp``, so ``ep = G / moe_tp`` must equal
+the row's ``ep``; ``ep`` = 0 (vLLM without expert parallelism) means the experts are tensor-parallel over
+the worker's GPUs (``expert_tp = G``). The concurrency is the whole deployment's; the cluster is the row's
+GPU count. Models, GPUs, number formats and KV dtypes as in ``serving.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.accuracy.serving import (
+    ENGINES,
+    MODEL_PRESETS,
+    SERVING_CSV,
+    SOURCE,
+    _engine,
+    _kv,
+    _source_rows,
+    _weights,
+    offset_table,
+)
+from shardplan.hardware import get_gpu
+from shardplan.hardware.cluster import parse_cluster
+from shardplan.models import SpecError, get_model
+from shardplan.rules.disagg import DisaggLayout
+from shardplan.rules.disagg_plan import check_disagg
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Objective, Problem, Workload
+from shardplan.solver.cost.disagg import evaluate_disagg, role_problem
+from shardplan.solver.cost.evaluate import max_batch
+
+_WORKERS = re.compile(r"disagg: (\d+) prefill worker\(s\) x (\d+) GPUs \+ (\d+) decode worker\(s\) x (\d+) GPUs")
+_ROLE = re.compile(r"^p(\d+)/d(\d+)$")
+_MOE_TP = re.compile(r"moe_tp p(\d+)/d(\d+)")
+
+
+@dataclass(frozen=True)
+class DisaggRun:
+    key: str
+    engine: str
+    label: str
+    problem: Problem
+    layout: DisaggLayout
+    ttft_ms: float
+    tpot_ms: float
+
+
+def _skip_reason(row: dict[str, str]) -> str | None:
+    if "mode=disagg" not in row["notes"]:
+        return "agg"
+    if row["model"] not in MODEL_PRESETS:
+        return "no-preset"
+    try:
+        get_gpu(row["gpu"])
+    except SpecError:
+        return "no-gpu-preset"
+    if not row["concurrency"].strip():
+        return "no-concurrency"
+    return None
+
+
+def _roles(text: str, field: str) -> tuple[int, int]:
+    match = _ROLE.match(text.strip())
+    if match is None:
+        raise SpecError(field, f"{text!r} is not p<prefill>/d<decode>")
+    return int(match[1]), int(match[2])
+
+
+def _worker(num_layers: int, tp: int, pp: int, dp: int, ep: int, moe_tp: int, moe: bool, gpus: int) -> Layout:
+    if not moe:
+        layout = Layout.even(num_layers, pp, tp=tp * dp)  # a dense worker: attention DP is more TP ranks
+    else:
+        g = tp * dp
+        expert_tp = g if ep == 0 else moe_tp
+        layout = Layout.even(num_layers, pp, tp=tp, attn_dp=dp, expert_tp=expert_tp)
+        if ep and layout.ep != ep:
+            raise SpecError("ep", f"ep = G / moe_tp = {layout.ep}, the row {ep}")
+    if layout.gpus_per_replica != gpus:
+        raise SpecError("num_gpus", f"a worker uses {layout.gpus_per_replica} GPUs, the row {gpus}")
+    return layout
+
+
+def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
+    engine, _ = _engine(row["engine"])
+    weights = _weights(row["weights_dtype"])
+    isl, osl = int(row["isl"]), int(row["osl"])
+    model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
+    if isl + osl > model.max_position_embeddings:
+        model = model.model_copy(update={"max_position_embeddings": isl + osl})
+    found = _WORKERS.search(row["notes"])
+    moe_tp = _MOE_TP.search(row["notes"])
+    if found is None or moe_tp is None:
+        raise SpecError("notes", "no worker counts or moe_tp")
+    x, gp, y, gd = (int(v) for v in found.groups())
+    roles = {f: _roles(row[f], f) for f in ("tp", "pp", "ep", "dp")}
+    workers = []
+    for i, gpus in enumerate((gp, gd)):
+        tp, pp, ep, dp = (roles[f][i] for f in ("tp", "pp", "ep", "dp"))
+        workers.append(_worker(model.num_layers, tp, pp, max(dp, 1), ep, int(moe_tp.groups()[i]) or 1,
+                               model.is_moe, gpus))
+    concurrency = int(row["concurrency"])
+    gpu = get_gpu(row["gpu"])
+    cluster = parse_cluster(f"{int(row['num_gpus'])}x{gpu.name}")
+    experts_split = any(w.expert_tp > 1 for w in workers)
+    problem = Problem(model=model, cluster=cluster, workload=Workload(isl=isl, osl=osl, batch=concurrency),
+                      objective=Objective.THROUGHPUT,
+                      allow=frozenset({"expert-tp"}) if experts_split else frozenset())
+    # batch_size: each role's limit per attention-DP rank (TensorRT-LLM's --max_batch_size; the AIC configs
+    # give SGLang's per rank too: d256 x 32 ranks = 8,192 in flight); "-" when unstated.
+    limits = tuple(int(b) * w.attn_dp if b.isdigit() else None
+                   for b, w in zip(re.findall(r"[pd]([^/]+)", row["batch_size"]) or ["-", "-"], workers, strict=True))
+    layout = DisaggLayout.place(workers[0], x, workers[1], y, concurrency, cluster, (limits[0], limits[1]))
+    label = (f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} {x}x(tp{row['tp']} dp{row['dp']}) "
+             f"{isl}/{osl} c{concurrency}")
+    return DisaggRun(row["source"], engine, label, problem, layout, ttft_ms, tpot_ms)
+
+
+def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
+    by_key: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
+    skipped: Counter[str] = Counter()
+    for row in _source_rows(path):
+        reason = _skip_reason(row)
+        if reason == "agg":
+            continue
+        if reason is not None:
+            skipped[reason] += 1
+            continue
+        by_key[row["source"]][row["metric"].split("_")[0]] = row
+    runs = []
+    for metrics in by_key.values():
+        if set(metrics) != {"ttft", "tpot"}:
+            skipped["bad-row"] += len(metrics)
+            continue
+        try:
+            runs.append(_run(metrics["ttft"], float(metrics["ttft"]["value"]), float(metrics["tpot"]["value"])))
+        except (SpecError, ValueError):
+            skipped["bad-row"] += 2
+    return runs, skipped
+
+
+@dataclass(frozen=True)
+class Priced:
+    run: DisaggRun
+    ttft_ms: float
+    tpot_ms: float
+    fits: bool  # both pools fit memory at the priced chunk and batch
+    bottleneck: str
+
+    @property
+    def ttft_error(self) -> float:
+        return self.ttft_ms / self.run.ttft_ms - 1
+
+    @property
+    def tpot_error(self) -> float:
+        return self.tpot_ms / self.run.tpot_ms - 1
+
+
+def holds_a_sequence(run: DisaggRun) -> bool:
+    """Whether each role's worker holds its weights and one sequence in the default profile's memory. Some
+    rows record workers that cannot (DeepSeek-R1 on one GPU per worker): a layout mis-recorded, not a run
+    the model can price."""
+    for pool in run.layout.pools:
+        worker = pool.layout.model_copy(update={"dp": 1})
+        if max_batch(role_problem(run.problem, pool.role, 1), worker) == 0:
+            return False
+    return True
+
+
+def price(runs: Sequence[DisaggRun]) -> list[Priced]:
+    out = []
+    for r in runs:
+        plan = evaluate_disagg(r.problem, r.layout)
+        memory = not any(d.rule == "MEM-001" for d in check_disagg(plan))
+        m = plan.prediction.metrics
+        out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, plan.prediction.bottleneck))
+    return out
+
+
+def table(priced: Sequence[Priced]) -> list[tuple[str, int, float, float, float, float]]:
+    groups: dict[str, list[Priced]] = defaultdict(list)
+    for p in priced:
+        groups[p.run.engine].append(p)
+        groups["all"].append(p)
+    rows = []
+    for g in (*ENGINES, "all"):
+        ps = groups.get(g)
+        if ps:
+            rows.append((g, len(ps), statistics.median(abs(p.ttft_error) for p in ps),
+                         statistics.median(abs(p.tpot_error) for p in ps),
+                         statistics.median(p.ttft_error for p in ps), statistics.median(p.tpot_error for p in ps)))
+    return rows
+
+
+def print_table(title: str, priced: Sequence[Priced]) -> None:
+    print(title)
+    print(f"  {'group':10s} {'runs':>5s} {'|TTFT|':>8s} {'|TPOT|':>8s} {'TTFT bias':>9s} {'TPOT bias':>9s}")
+    for g, n, ttft, tpot, ttft_bias, tpot_bias in table(priced):
+        print(f"  {g:10s} {n:5d} {ttft:8.1%} {tpot:8.1%} {ttft_bias:+9.1%} {tpot_bias:+9.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.disagg", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
+    args = ap.parse_args(argv)
+    runs, skipped = load_runs(args.points)
+    held = [r for r in runs if holds_a_sequence(r)]
+    if len(held) < len(runs):
+        skipped["worker-cannot-hold-weights"] += 2 * (len(runs) - len(held))
+    runs = held
+    print(f"{len(runs)} disaggregated runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
+          + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
+    priced = price(runs)
+    print_table("evaluate --serving disagg vs measured; error = predicted / measured - 1:", priced)
+    print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
+    print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
+    print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
+    for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):  # duck-typed: same fields
+        print(f"  {engine:10s} {ttft_ratio:10.2f} {ttft_left:11.1%} {tpot_ratio:10.2f} {tpot_left:11.1%}")
+    light = [p for p in priced if p.run.problem.workload.batch is not None and p.run.problem.workload.batch <= 16]
+    gap = {e: statistics.median(p.run.ttft_ms - p.ttft_ms for p in light if p.run.engine == e)
+           for e in ENGINES if any(p.run.engine == e for p in light)}
+    print("at concurrency <= 16, the median measured - predicted TTFT (ms): "
+          + ", ".join(f"{e} {v:.0f} ({sum(p.run.engine == e for p in light)} runs)" for e, v in gap.items()))
+    print("rate set by: " + ", ".join(f"{k} {v}" for k, v in Counter(p.bottleneck for p in priced).most_common()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

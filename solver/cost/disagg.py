@@ -1,0 +1,291 @@
+"""``evaluate_disagg(problem, layout) -> DisaggPlan``: the cost of a disaggregated deployment.
+
+Every step time comes from ``evaluate`` (``solver/cost/evaluate.py``) on one worker of each pool: the
+prefill worker's chunk through its stages, the decode worker's round at its batch. Nothing here prices
+an operator; this module only joins the two pools (DESIGN.md "Cost model", disaggregated serving):
+
+- **prefill** worker at chunk ``p`` (prompts per step, at most the engine's token budget over ISL and
+  the pool's batch limit):
+  a prompt's prefill is the chunk through every stage and send; a new chunk enters every slowest stage,
+  so the pool's capacity is ``workers x p / slowest stage`` prompts per second;
+- **KV transfer**: each prompt's cache (ISL x KV bytes per token) moves from the prefill worker's GPUs
+  to the decode worker's. Every GPU sends its own share over its own link at once, so the time is the
+  largest per-GPU share (sent or received) over the link joining the pools (NVLink when both pools sit
+  in one scale-up domain, the NICs otherwise), plus the link's latency. When the pools split the cache
+  differently (KV heads over tp, sp, stage boundaries) the receiver re-arranges what it got: one read and
+  one write of its share in HBM. A worker's links move one prompt at a time: ``min(workers) / transfer``;
+- **decode** worker at batch ``b``: TPOT is its round (no prefill shares its steps: that is the point of
+  disaggregation); the pool finishes ``workers x b / ((OSL - 1) x round)`` requests per second (the first
+  token comes from the prefill worker);
+- the **rate** ``X`` at concurrency ``C`` is the slowest of: the prefill pool at its largest chunk, the
+  links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its batch limit or the most sequences
+  its memory holds: the requests beyond wait), and ``C / e2e`` with no waiting (the closed loop's
+  own bound). Each pool then runs at the smallest chunk or batch that sustains ``X`` (a pool's occupancy
+  is what Little's law gives it); this repeats until the chunk and batch settle;
+- **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
+  x TPOT`` = the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
+- **memory**: a prefill worker holds the KV of the prompts in flight through its pipeline (chunk x stages,
+  at ISL plus the first token); a decode worker the KV of its whole batch at ISL + OSL.
+
+No CP-SAT here; the solver will read these same functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
+from shardplan.hardware.profile import Profile
+from shardplan.models.derived import kv_bytes_per_sequence
+from shardplan.rules.disagg import DisaggLayout, Pool
+from shardplan.rules.disagg_plan import DecodeRole, DisaggPlan, DisaggPrediction, KvTransfer, PrefillRole
+from shardplan.rules.layout import Layout
+from shardplan.rules.plan import Plan
+from shardplan.rules.prediction import Metrics, Prediction
+from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
+from shardplan.solver.cost.evaluate import NS_PER_S, evaluate, max_batch
+from shardplan.solver.cost.stage import kv_split
+
+MAX_ROUNDS = 16  # the chunk and batch settle in two or three; a bound keeps a pathological case finite
+
+
+def role_problem(problem: Problem, role: str, batch: int) -> Problem:
+    """The problem one pool answers: its own batch, no SLA (the deployment's metrics are judged, not the
+    pool's), no pins, and for prefill a request that ends at its first token (the KV a worker holds)."""
+    wl = problem.workload
+    workload = wl.model_copy(update={"batch": batch, "ttft_ms": None, "tpot_ms": None,
+                                     **({"osl": 1} if role == "prefill" else {})})
+    return problem.model_copy(update={"workload": workload, "objective": Objective.THROUGHPUT, "pins": Pins()})
+
+
+@dataclass(frozen=True)
+class PrefillStep:
+    chunk: int
+    pass_ns: int  # the chunk through every stage and send
+    slowest_ns: int  # the slowest stage and its send: how often a chunk enters
+    prediction: Prediction
+
+    def capacity_rps(self, workers: int) -> float:
+        return workers * self.chunk * NS_PER_S / self.slowest_ns
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    batch: int
+    round_ns: int
+    prediction: Prediction
+
+    def capacity_rps(self, workers: int, osl: int) -> float:
+        if osl <= 1:
+            return math.inf  # the prefill worker's token is the only one: nothing to decode
+        return workers * self.batch * NS_PER_S / ((osl - 1) * self.round_ns)
+
+
+def _ns(ms: float) -> int:
+    return round(ms * 1e6)
+
+
+def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile) -> PrefillStep:
+    """One prefill worker at ``chunk`` prompts per step: ``evaluate`` at chunk x stages sequences, so each
+    of its microbatches is one chunk."""
+    worker = layout.model_copy(update={"batch": chunk * layout.pp, "dp": 1})
+    pred = evaluate(role_problem(problem, "prefill", worker.batch), worker, profile)
+    slowest = max(_ns(s.prefill_ms) + _ns(s.send_prefill_ms) for s in pred.stages)
+    passed = sum(_ns(s.prefill_ms) + _ns(s.send_prefill_ms) for s in pred.stages)
+    return PrefillStep(pred.prefill_chunk, passed, slowest, pred)
+
+
+def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) -> DecodeStep:
+    worker = layout.model_copy(update={"batch": batch, "dp": 1})
+    pred = evaluate(role_problem(problem, "decode", batch), worker, profile)
+    return DecodeStep(batch, _ns(pred.metrics.decode_step_ms), pred)
+
+
+def largest_chunk(problem: Problem, profile: Profile) -> int:
+    """Prompts one prefill step may hold: the engine's token budget over ISL, at least one."""
+    return max(1, profile.max_num_tokens // problem.workload.isl)
+
+
+def decode_memory_limit(problem: Problem, layout: DisaggLayout, profile: Profile) -> int:
+    """The most sequences a decode worker's memory holds at ISL + OSL (an engine admits no more: the rest
+    wait for a slot); at least 1, so a worker that holds none is still priced and MEM-001 names it."""
+    worker = layout.decode.layout.model_copy(update={"dp": 1})
+    return max(1, max_batch(role_problem(problem, "decode", 1), worker, profile))
+
+
+def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) -> int:
+    """The smallest n in 1..top whose rate reaches ``rate`` (``top`` if none does); the rate grows with
+    n (a bigger chunk or batch amortises the weights it reads), so a bisection finds it."""
+    lo, hi = 1, top
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rate_at(mid) >= rate * (1 - 1e-12):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+# --- the KV cache's move -------------------------------------------------------------------------
+def kv_share_bytes(problem: Problem, layout: Layout) -> float:
+    """The most bytes of one prompt's cache any GPU of a worker holds: per stage its layers' cache,
+    split by KV heads over tp (replicated beyond, MLA's latent everywhere) and by sp."""
+    model, isl = problem.model, problem.workload.isl
+    split = kv_split(model, layout.tp) * layout.sp
+    return max(kv_bytes_per_sequence(model, isl, layout.stage_layers(s)) for s in range(layout.pp)) / split
+
+
+def same_cache_layout(problem: Problem, a: Layout, b: Layout) -> bool:
+    """Whether both workers split the cache the same way: same shards per GPU and same stage boundaries."""
+    model = problem.model
+    return kv_split(model, a.tp) * a.sp == kv_split(model, b.tp) * b.sp and a.stages == b.stages
+
+
+def transfer_tier(layout: DisaggLayout, cluster: ClusterSpec) -> Tier:
+    """The link a prompt's cache takes. It may go to any decode worker, so the slowest link between the
+    pools: NVLink only when both pools sit in one scale-up domain. Pools that run past the cluster
+    (DIS-001 and DIS-002 name that) are priced over the NICs rather than refused here."""
+    ids = {*layout.prefill.gpus, *layout.decode.gpus}
+    if max(ids) >= cluster.num_gpus:
+        return Tier.SCALE_OUT
+    return tier_of(sorted(ids), cluster)
+
+
+def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
+    cluster, model = problem.cluster, problem.model
+    p, d = layout.prefill, layout.decode
+    send = kv_share_bytes(problem, p.layout)
+    recv = kv_share_bytes(problem, d.layout)
+    tier = transfer_tier(layout, cluster)
+    eff = profile.scaleup_bw_efficiency if tier is Tier.SCALE_UP else profile.scaleout_bw_efficiency
+    moved_ns = round(collective_time_on_tier_s(
+        Collective.SEND_RECV, max(send, recv), 2, tier, cluster,
+        bw_efficiency=eff, latency_scale=profile.collective_latency_scale,
+    ) * NS_PER_S)
+    relayout_ns = 0
+    if not same_cache_layout(problem, p.layout, d.layout):
+        relayout_ns = round(2 * recv / (cluster.gpu.hbm_bytes_per_s * profile.hbm_efficiency) * NS_PER_S)
+    per_prompt_ns = moved_ns + relayout_ns
+    return KvTransfer(
+        bytes_per_prompt=kv_bytes_per_sequence(model, problem.workload.isl),
+        send_bytes_per_gpu=send,
+        recv_bytes_per_gpu=recv,
+        tier=tier.value,
+        transfer_ms=moved_ns / 1e6,
+        relayout_ms=relayout_ns / 1e6,
+        capacity_rps=min(p.workers, d.workers) * NS_PER_S / per_prompt_ns if per_prompt_ns else math.inf,
+    )
+
+
+# --- the deployment ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SteadyState:
+    prefill: PrefillStep
+    decode: DecodeStep
+    rate_rps: float
+    bottleneck: str
+    unloaded_e2e_ns: int  # prefill + transfer + (OSL - 1) rounds, no waiting
+
+
+class _Pools:
+    """Memoised step prices of the two workers while the steady state is sought."""
+
+    def __init__(self, problem: Problem, layout: DisaggLayout, profile: Profile):
+        self.problem, self.layout, self.profile = problem, layout, profile
+        self._prefill: dict[int, PrefillStep] = {}
+        self._decode: dict[int, DecodeStep] = {}
+
+    def prefill(self, chunk: int) -> PrefillStep:
+        if chunk not in self._prefill:
+            self._prefill[chunk] = prefill_step(self.problem, self.layout.prefill.layout, chunk, self.profile)
+        return self._prefill[chunk]
+
+    def decode(self, batch: int) -> DecodeStep:
+        if batch not in self._decode:
+            self._decode[batch] = decode_step(self.problem, self.layout.decode.layout, batch, self.profile)
+        return self._decode[batch]
+
+
+def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile: Profile) -> SteadyState:
+    """The rate and the chunk and batch each pool runs at (module docstring)."""
+    pools = _Pools(problem, layout, profile)
+    osl, C = problem.workload.osl, layout.concurrency
+    x, y = layout.prefill.workers, layout.decode.workers
+    top_chunk = min(largest_chunk(problem, profile), layout.prefill.max_batch or profile.max_batch)
+    top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
+                    decode_memory_limit(problem, layout, profile))
+    transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
+    chunk, batch = 1, top_batch
+    for _ in range(MAX_ROUNDS):
+        pf, dc = pools.prefill(chunk), pools.decode(batch)
+        e2e0 = pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
+        bounds = {
+            "concurrency": C * NS_PER_S / e2e0,
+            "prefill": pools.prefill(top_chunk).capacity_rps(x),
+            "kv_transfer": kv.capacity_rps,
+            "decode": pools.decode(top_batch).capacity_rps(y, osl),
+        }
+        bottleneck = min(bounds, key=lambda k: bounds[k])
+        rate = bounds[bottleneck]
+        new_chunk = smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate)
+        new_batch = 1 if osl <= 1 else smallest_sustaining(
+            top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate)
+        if (new_chunk, new_batch) == (chunk, batch):
+            break
+        chunk, batch = new_chunk, new_batch
+    return SteadyState(pf, dc, rate, bottleneck, e2e0)
+
+
+def pool_plan(problem: Problem, pool: Pool, prediction: Prediction, batch: int) -> Plan:
+    """The pool as a plan of ``workers`` replicas, so the catalog can judge it (memory included)."""
+    role = role_problem(problem, pool.role, batch)
+    layout = pool.pool_layout().model_copy(update={"batch": batch})
+    return Plan(problem=role, layout=layout, prediction=prediction, status="evaluated")
+
+
+def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | None = None) -> DisaggPlan:
+    """Price ``layout`` for ``problem`` at its concurrency (module docstring)."""
+    profile = resolve_profile(problem, profile)
+    osl, C = problem.workload.osl, layout.concurrency
+    kv = kv_transfer(problem, layout, profile)
+    state = steady_state(problem, layout, kv, profile)
+    pf, dc = state.prefill, state.decode
+    e2e_ns = C * NS_PER_S / state.rate_rps  # Little's law: C requests in flight at X per second
+    tpot_ns = dc.round_ns if osl > 1 else 0
+    ttft_ns = e2e_ns - (osl - 1) * tpot_ns
+    waiting_ns = max(0.0, e2e_ns - state.unloaded_e2e_ns)
+    tokens_per_s = state.rate_rps * osl
+    metrics = Metrics(
+        ttft_ms=ttft_ns / 1e6,
+        tpot_ms=tpot_ns / 1e6,
+        decode_step_ms=dc.round_ns / 1e6,
+        e2e_ms=e2e_ns / 1e6,
+        output_tokens_per_s=tokens_per_s,
+        output_tokens_per_s_per_gpu=tokens_per_s / layout.num_gpus,
+        output_tokens_per_s_per_user=1e9 / tpot_ns if tpot_ns else math.inf,
+        batch=C,
+    )
+    prediction = DisaggPrediction(
+        metrics=metrics,
+        prefill=PrefillRole(chunk=pf.chunk, prefill_ms=pf.pass_ns / 1e6, slowest_stage_ms=pf.slowest_ns / 1e6,
+                            capacity_rps=pf.capacity_rps(layout.prefill.workers)),
+        decode=DecodeRole(batch=dc.batch, step_ms=dc.round_ns / 1e6,
+                          capacity_rps=dc.capacity_rps(layout.decode.workers, osl)),
+        kv=kv,
+        waiting_ms=waiting_ns / 1e6,
+        throughput_rps=state.rate_rps,
+        bottleneck=state.bottleneck,
+        profile=profile.name,
+    )
+    return DisaggPlan(
+        problem=problem,
+        layout=layout,
+        prediction=prediction,
+        prefill_plan=pool_plan(problem, layout.prefill, pf.prediction, pf.chunk * layout.prefill.layout.pp),
+        decode_plan=pool_plan(problem, layout.decode, dc.prediction, dc.batch),
+    )
+
+
+__all__ = ["evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem", "steady_state"]
