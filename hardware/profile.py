@@ -10,12 +10,22 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.models.errors import SpecError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
+
+Engine = Literal["vllm", "sglang", "trtllm"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+# The engine a plan is priced for and launched with when the user names none: vLLM, the serving
+# engine most deployments run (the most represented engine of the serving runs in
+# shared/calibration/serving_points.csv too: about 3,000 of its 8,270 rows against ~2,800 SGLang and
+# ~2,400 TensorRT-LLM).
+DEFAULT_ENGINE: Engine = "vllm"
+MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few hundred bytes; anything near this is not one
 
 
 class Profile(BaseModel):
@@ -26,6 +36,10 @@ class Profile(BaseModel):
     name: str = Field(description="profile id, e.g. 'h100-sxm'")
     gpu: str = Field(description="GPU preset name the profile was fitted for ('*': any)")
     software: str = Field(description="serving software generation the measurements came from")
+    engine: Engine | None = Field(
+        default=None,
+        description="the serving engine the profile models (None: the source does not name one, e.g. Splitwise)",
+    )
     default: bool = Field(
         default=True,
         description="the GPU's default profile; False for profiles of older serving software, kept to "
@@ -75,6 +89,10 @@ class Profile(BaseModel):
     max_batch: PositiveInt = Field(description="largest number of sequences the engine schedules at once")
     max_num_tokens: PositiveInt = Field(description="largest prefill chunk, in tokens, per forward step")
     source: str = Field(description="how the numbers were obtained")
+    fit_rows: PositiveInt | None = Field(default=None, description="measured rows the fitted fields were fitted on")
+    fit_median_abs_error: NonNegativeFloat | None = Field(
+        default=None, description="median |predicted / measured - 1| on those rows (None: not fitted)"
+    )
 
 
 @cache
@@ -97,9 +115,41 @@ def get_profile(name: str) -> Profile:
     return profiles[name]
 
 
-def profile_for_gpu(gpu_name: str) -> Profile:
-    """The default profile of a GPU: the one fitted for it (current software), else the generic one."""
-    for profile in _all_profiles().values():
-        if profile.gpu == gpu_name and profile.default:
-            return profile
+def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
+    """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the default profile fitted
+    for that GPU and engine; else the GPU's default profile of another engine (its hardware fields
+    are the GPU's; the name it carries says which profile priced the plan); else the engine's
+    generic profile, else the generic one."""
+    defaults = [p for p in _all_profiles().values() if p.default]
+    for candidates in (
+        [p for p in defaults if p.gpu == gpu_name and p.engine == engine],
+        [p for p in defaults if p.gpu == gpu_name],
+        [p for p in defaults if p.gpu == "*" and p.engine == engine],
+    ):
+        if candidates:
+            return candidates[0]
     return get_profile("generic")
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """A profile JSON file (what ``shardplan calibrate --out`` writes); a file that is not one is a
+    ``SpecError`` naming the field."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError("profile", f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise SpecError("profile", f"{path}: larger than {MAX_PROFILE_BYTES:,} bytes, not a profile")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError("profile", f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError("profile", f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "profile"
+        raise SpecError(f"profile {where}", f"{path}: {first['msg']}") from None

@@ -15,6 +15,7 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from shardplan.hardware import list_gpus
+from shardplan.hardware.profile import list_profiles
 from shardplan.models import presets
 from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
 from shardplan.rules.plan import Plan
@@ -77,6 +78,36 @@ def gpu_rows() -> list[dict[str, Any]]:
         }
         for g in list_gpus()
     ]
+
+
+def profile_rows() -> list[dict[str, Any]]:
+    """Every calibration profile: what it models and how well it was fitted."""
+    return [
+        {
+            "name": p.name,
+            "engine": p.engine,
+            "gpu": p.gpu,
+            "software": p.software,
+            "default": p.default,
+            "rows_fitted": p.fit_rows,
+            "median_abs_error": p.fit_median_abs_error,
+        }
+        for p in list_profiles()
+    ]
+
+
+def print_profiles(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Calibration profiles (default: priced by default for its GPU and engine)",
+                  title_justify="left")
+    for col in ("name", "engine", "GPU", "default", "rows", "median |err|", "software"):
+        table.add_column(col, justify="right" if col in ("rows", "median |err|") else "left")
+    for r in rows:
+        error = r["median_abs_error"]
+        table.add_row(
+            r["name"], r["engine"] or "-", r["gpu"], "yes" if r["default"] else "", _opt(r["rows_fitted"]),
+            "-" if error is None else f"{error:.1%}", r["software"],
+        )
+    console.print(table)
 
 
 def print_models(rows: list[dict[str, Any]]) -> None:
