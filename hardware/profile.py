@@ -42,8 +42,13 @@ class Profile(BaseModel):
     )
     default: bool = Field(
         default=True,
-        description="the GPU's default profile; False for profiles of older serving software, kept to "
-        "replay the measurements they were fitted on (choose them by name)",
+        description="the GPU's default (hardware) profile; False for profiles of older serving software, kept "
+        "to replay the measurements they were fitted on (choose them by name)",
+    )
+    engine_default: bool = Field(
+        default=False,
+        description="the profile plans for its engine on its GPU are priced with (fitted to that engine's runs "
+        "under load); where no profile is, the GPU's default profile prices them",
     )
     # Compute: a GEMM over M tokens achieves gemm_efficiency * M / (M + gemm_half_tokens) of peak,
     # so its time is affine in M (empirical: fits the GEMM points of op_points.csv).
@@ -104,6 +109,11 @@ def _all_profiles() -> dict[str, Profile]:
     return found
 
 
+def reload_profiles() -> None:
+    """Read ``profiles/*.json`` again on the next lookup (after a refit rewrote them)."""
+    _all_profiles.cache_clear()
+
+
 def list_profiles() -> list[Profile]:
     return list(_all_profiles().values())
 
@@ -116,15 +126,13 @@ def get_profile(name: str) -> Profile:
 
 
 def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
-    """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the default profile fitted
-    for that GPU and engine; else the GPU's default profile of another engine (its hardware fields
-    are the GPU's; the name it carries says which profile priced the plan); else the engine's
-    generic profile, else the generic one."""
-    defaults = [p for p in _all_profiles().values() if p.default]
+    """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the engine's profile for that
+    GPU (fitted to the engine's runs under load); else the GPU's default profile (its hardware
+    fields; the name a plan carries says which profile priced it); else the generic one."""
+    profiles = _all_profiles().values()
     for candidates in (
-        [p for p in defaults if p.gpu == gpu_name and p.engine == engine],
-        [p for p in defaults if p.gpu == gpu_name],
-        [p for p in defaults if p.gpu == "*" and p.engine == engine],
+        [p for p in profiles if p.engine_default and p.gpu == gpu_name and p.engine == engine],
+        [p for p in profiles if p.default and p.gpu == gpu_name],
     ):
         if candidates:
             return candidates[0]

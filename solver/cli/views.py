@@ -89,6 +89,7 @@ def profile_rows() -> list[dict[str, Any]]:
             "gpu": p.gpu,
             "software": p.software,
             "default": p.default,
+            "engine_default": p.engine_default,
             "rows_fitted": p.fit_rows,
             "median_abs_error": p.fit_median_abs_error,
         }
@@ -97,14 +98,15 @@ def profile_rows() -> list[dict[str, Any]]:
 
 
 def print_profiles(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="Calibration profiles (default: priced by default for its GPU and engine)",
+    table = Table(title="Calibration profiles (default: for the GPU / for the GPU with its engine)",
                   title_justify="left")
     for col in ("name", "engine", "GPU", "default", "rows", "median |err|", "software"):
         table.add_column(col, justify="right" if col in ("rows", "median |err|") else "left")
     for r in rows:
         error = r["median_abs_error"]
         table.add_row(
-            r["name"], r["engine"] or "-", r["gpu"], "yes" if r["default"] else "", _opt(r["rows_fitted"]),
+            r["name"], r["engine"] or "-", r["gpu"], "engine" if r["engine_default"] else "gpu" if r["default"] else "",
+            _opt(r["rows_fitted"]),
             "-" if error is None else f"{error:.1%}", r["software"],
         )
     console.print(table)

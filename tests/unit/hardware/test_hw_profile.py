@@ -27,23 +27,26 @@ def test_every_stored_profile_names_its_engine_or_none_and_loads():
             assert p.fit_median_abs_error is not None and 0 <= p.fit_median_abs_error < 1
 
 
-def test_each_gpu_and_engine_has_at_most_one_default_profile():
-    seen = set()
+def test_each_gpu_has_one_default_profile_and_each_gpu_and_engine_at_most_one_engine_profile():
+    gpus, engines = set(), set()
     for p in list_profiles():
+        assert not (p.default and p.engine_default), p.name  # a hardware profile or an engine's, not both
         if p.default:
-            key = (p.gpu, p.engine)
-            assert key not in seen, key
-            seen.add(key)
+            assert p.gpu not in gpus, p.gpu
+            gpus.add(p.gpu)
+        if p.engine_default:
+            assert p.engine is not None and (p.gpu, p.engine) not in engines, p.name
+            engines.add((p.gpu, p.engine))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_engine_profile_is_preferred_and_otherwise_the_gpu_keeps_its_own(engine):
     for gpu in ("H100-SXM", "H200-SXM", "L40S"):
         chosen = profile_for_gpu(gpu, engine)
-        own = [p for p in list_profiles() if p.default and p.gpu == gpu and p.engine == engine]
+        own = [p for p in list_profiles() if p.engine_default and p.gpu == gpu and p.engine == engine]
         if own:
             assert chosen == own[0]
-        else:  # no profile of this engine for the GPU: the GPU's hardware fields, never another GPU's
+        else:  # no profile of this engine for the GPU: the GPU's hardware profile, never another GPU's
             assert chosen.gpu == gpu and chosen.default
 
 
