@@ -66,7 +66,24 @@ class Profile(BaseModel):
     )
     # Memory streams.
     hbm_efficiency: PositiveFloat = Field(
-        le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)"
+        le=1, description="fraction of peak HBM bandwidth for weight reads (and KV reads without kv_stream_efficiency)"
+    )
+    kv_stream_efficiency: PositiveFloat | None = Field(
+        default=None,
+        le=1,
+        description="fraction of peak HBM bandwidth attention kernels read the KV cache at (measured: TensorRT-LLM "
+        "generation-attention kernels of op_points.csv reach 0.42-0.62 where weight streams reach ~0.8); None: "
+        "hbm_efficiency, as profiles fitted before this term assumed",
+    )
+    moe_fixed_us: NonNegativeFloat = Field(
+        default=0.0,
+        description="fixed cost of a MoE layer's expert block on one GPU: routing, permutation and combine kernels "
+        "(fitted to the MoE operator points of op_points.csv at one to 4,096 tokens)",
+    )
+    moe_routed_token_ns: NonNegativeFloat = Field(
+        default=0.0,
+        description="cost per token-to-expert assignment a GPU serves beyond its expert GEMMs: permutation, "
+        "activation quantisation, weighted combine (fitted with moe_fixed_us)",
     )
     # Collectives: alpha-beta per tier.
     scaleup_bw_efficiency: PositiveFloat = Field(

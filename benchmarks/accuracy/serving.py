@@ -58,10 +58,12 @@ from shardplan.solver.cost.calibration.engine_fit import (
     tpot_errors,
 )
 from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
 from shardplan.solver.cost.evaluate import fits
 from shardplan.solver.placement.plan import place_and_price
 
 SERVING_CSV = _SHARED / "serving_points.csv"
+OPS_CSV = _SHARED / "op_points.csv"
 SOURCE = "AIC-SILICON"
 
 MODEL_PRESETS = {
@@ -304,19 +306,42 @@ def engine_runs(runs: Iterable[ServingRun]) -> dict[tuple[str, str], list[Engine
     return dict(sorted(groups.items()))
 
 
-def _base_profile(gpu: str) -> Profile:
-    """The GPU's default (hardware) profile: what an engine profile starts from."""
+def _hardware_profile(gpu: str) -> Profile:
+    """The GPU's default (hardware) profile."""
     return next((p for p in list_profiles() if p.default and p.gpu == gpu), profile_for_gpu(gpu, "trtllm"))
+
+
+def _op_terms() -> OpTerms:
+    gpus = ("H100-SXM", "H200-SXM")  # the GPUs op_points.csv measured
+    return op_terms(OPS_CSV, {g: _hardware_profile(g) for g in gpus})
+
+
+def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
+    """What an engine profile starts from: the GPU's hardware profile with the operator-level physics
+    terms (KV stream, MoE fixed and per-token costs), and a note saying where each came from."""
+    kv, measured = terms.kv_stream_for(gpu)
+    base = _hardware_profile(gpu).model_copy(update={
+        "kv_stream_efficiency": round(kv, 4),
+        "moe_fixed_us": round(terms.moe_fixed_us, 2),
+        "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
+    })
+    where = "this GPU's" if measured else "the mean of the H100 and H200 (an assumption: no points for this GPU)"
+    note = (f"op_points.csv: kv_stream_efficiency from {where} bandwidth-bound generation-attention kernels; "
+            f"moe_fixed_us and moe_routed_token_ns from {terms.moe_points} balanced DeepSeek-V3 MoE points "
+            "(H100, H200) less the modelled expert GEMMs")
+    return base, note
 
 
 def refit(groups: dict[tuple[str, str], list[EngineRun]]) -> list[Profile]:
     """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs."""
     written = []
+    terms = _op_terms()
     for (engine, gpu), runs in groups.items():
         if len(runs) < MIN_RUNS:
             print(f"  {engine} on {gpu}: {len(runs)} runs, fewer than {MIN_RUNS}: no engine profile")
             continue
-        fitted = fit_engine(_base_profile(gpu), cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv")
+        base, note = base_profile(gpu, terms)
+        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv", note)
         write_profile(fitted.profile)
         written.append(fitted.profile)
         print(f"  wrote {fitted.profile.name}: {fitted.rows} runs, median |TPOT error| {fitted.median_abs_error:.1%}")
@@ -327,6 +352,7 @@ def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[
     """Per engine, the TPOT errors of each model's runs priced with the engine profile fitted on the
     same GPU's runs of the other models (groups with one model have nothing to hold out)."""
     held: dict[str, list[float]] = defaultdict(list)
+    terms = _op_terms()
     for (engine, gpu), runs in groups.items():
         models = sorted({r.model for r in runs})
         if len(runs) < MIN_RUNS or len(models) < 2:
@@ -334,7 +360,7 @@ def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[
         for model in models:
             train = [r for r in runs if r.model != model]
             test = [r for r in runs if r.model == model]
-            fitted = fit_engine(_base_profile(gpu), cast(Engine, engine), train, "held-out check")
+            fitted = fit_engine(base_profile(gpu, terms)[0], cast(Engine, engine), train, "held-out check")
             held[engine] += tpot_errors(test, fitted.profile)
     return held
 

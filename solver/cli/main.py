@@ -203,7 +203,25 @@ def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
 def calibrate(
     points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool
 ) -> None:
-    """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
+    """Fit calibration profiles to measured points; needs scipy (pip install 'shardplan[calibrate]').
+
+    \b
+    POINTS is a UTF-8 CSV with a header naming at least these columns (any order, more allowed):
+      id, source_id      row id and source (source_id picks the software generation, e.g. TRTLLM-PERF-v0.17)
+      model              e.g. Llama-3.1-70B (rows of models without a preset are skipped and counted)
+      weights_dtype, kv_cache_dtype   FP8, FP16, BF16, FP4 (blank: the checkpoint's)
+      gpu, num_gpus      e.g. H100-SXM-80GB, 8
+      tp, pp, dp         the layout's degrees (blank dp: 1)
+      isl, osl           input / output tokens per request (positive integers)
+      batch_size         static batch, when stated
+      request_rate_qps   offered rate (inf: all requests at once; blank: not serving)
+      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a positive number)
+      config_group       rows differing only in layout share it (blank allowed)
+      notes              free text
+    A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
+    (a leading byte-order mark is dropped, as for every file shardplan reads)
+    exit 2 with the column or row named. Write the profile with --out and plan with --profile FILE.
+    """
     if not 1 <= jobs <= MAX_JOBS:
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
     with OutputFiles([points, ops]) as outputs:

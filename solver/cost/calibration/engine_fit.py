@@ -76,9 +76,12 @@ def tpot_errors(runs: Sequence[EngineRun], profile: Profile) -> list[float]:
     return [evaluate(r.problem, r.layout, profile).metrics.tpot_ms / r.tpot_ms - 1 for r in runs]
 
 
-def fit_engine(base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str) -> EngineFit:
+def fit_engine(
+    base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str, physics_note: str = ""
+) -> EngineFit:
     """``base`` with ``ENGINE_FIELDS`` fitted to ``runs`` (all of ``engine`` on ``base``'s GPU),
-    the engine's limits, and a record of what was fitted on which rows."""
+    the engine's limits, and a record of what was fitted on which rows (``physics_note``: where the
+    base's operator terms came from)."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
@@ -113,7 +116,7 @@ def fit_engine(base: Profile, engine: Engine, runs: Sequence[EngineRun], source_
             f"{base.name} (hardware fields) with {', '.join(fields)} fitted by benchmarks/accuracy/serving.py "
             f"--refit: robust least squares on log(predicted/measured) TPOT of {len(runs)} {ENGINE_NAMES[engine]} "
             f"runs of {source_note}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
-            f"{ENGINE_LIMITS[engine]} are the engine's defaults"
+            f"{ENGINE_LIMITS[engine]} are the engine's defaults{'; ' + physics_note if physics_note else ''}"
         ),
     })
     return EngineFit(profile, len(runs), error)
