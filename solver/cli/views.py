@@ -167,7 +167,8 @@ def print_plan(
     for line in layout_lines(data, total, per_node):
         console.print(f"  {line}")
 
-    console.print("[bold]Metrics[/bold]")
+    engine = f" for {data['engine']}" if data.get("engine") else ""
+    console.print(f"[bold]Metrics[/bold]{engine}, calibration profile {data['profile']}")
     request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
     console.print(
         f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"
