@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from shardplan.hardware import get_gpu
+from shardplan.hardware import get_gpu, parse_cluster
 from shardplan.hardware.profile import get_profile
-from shardplan.models import SpecError
+from shardplan.models import SpecError, get_model
 from shardplan.solver.cost.calibration.op_terms import _expert_gemm_us, kv_stream_efficiencies, moe_terms
+from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step
+from shardplan.solver.cost.stage import shape_of
 
 
 def attention_row(gpu: str, batch: int, kv_len: int, latency_us: float) -> dict[str, str]:
@@ -46,3 +48,19 @@ def test_moe_terms_recover_the_fixed_and_per_assignment_costs_added_to_the_model
 def test_moe_terms_need_two_points():
     with pytest.raises(SpecError, match="fewer than two"):
         moe_terms([moe_row("H100-SXM-80GB", 1, 40.0)], {"H100-SXM": get_profile("h100-sxm")})
+
+
+def test_the_moe_overhead_adds_a_fixed_part_and_a_part_per_assignment_to_the_expert_block():
+    model, cluster = get_model("deepseek-v3"), parse_cluster("8xH200")
+    shape = shape_of(model, 8, 1, 1, 8, 1)  # 8 attention groups of one GPU, experts over the 8
+    step = Step(Phase.DECODE, 64, 1, 2048)
+    moe = LayerKind(moe=True, windowed=False)
+    bare = get_profile("h200-sxm").model_copy(update={"moe_fixed_us": 0.0, "moe_routed_token_ns": 0.0})
+    loaded = bare.model_copy(update={"moe_fixed_us": 10.0, "moe_routed_token_ns": 100.0})
+    before = CostContext(model, cluster, bare, shape).layer_ops_s(moe, step)
+    after = CostContext(model, cluster, loaded, shape).layer_ops_s(moe, step)
+    assignments = 64 * 8 / 8  # tokens x experts per token / ep
+    assert after["moe.experts"] - before["moe.experts"] == pytest.approx(10e-6 + 100e-9 * assignments)
+    assert {k: v for k, v in after.items() if k != "moe.experts"} == {
+        k: v for k, v in before.items() if k != "moe.experts"
+    }
