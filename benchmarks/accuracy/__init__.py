@@ -248,6 +248,16 @@ def model_half(models: Sequence[str]) -> Callable[[Point], bool]:
     return lambda p: p.problem.model.name not in held
 
 
+# Sources another source of the same software generation can stand in for: leaving one out still
+# fits its profiles, on the other's rows (the v0.17 and v1.0 tables share the ``trtllm`` profiles).
+SOURCE_OUT = ("TRTLLM-PERF-v0.17", "TRTLLM-PERF-v1.0")
+
+
+def source_out(source: str) -> Callable[[Point], bool]:
+    """Train on every source but ``source`` (the test rows are a table the profiles never saw)."""
+    return lambda p: p.source != source
+
+
 def model_halves(points: Sequence[Point]) -> tuple[list[str], list[str]]:
     """Models split in two by alternating over their sorted names: each half holds some of every
     family, and neither half's models appear in the other's training rows."""

@@ -13,6 +13,7 @@ from benchmarks.accuracy import (
     POINTS_CSV,
     RANK_TARGET,
     RANK_TOLERANCE,
+    SOURCE_OUT,
     TARGETS,
     by_metric,
     holdout,
@@ -23,6 +24,7 @@ from benchmarks.accuracy import (
     random_half,
     rankings,
     refit,
+    source_out,
     summary,
 )
 from shardplan.solver.cost.calibration.points import SKIP_REASONS, THROUGHPUT, load_points
@@ -203,6 +205,7 @@ def _print_holdouts(points, args) -> None:
         ("random half of the rows (seed 20261122)", random_half),
         (f"unseen models A ({', '.join(m.split('/')[-1] for m in first)})", model_half(first)),
         (f"unseen models B ({', '.join(m.split('/')[-1] for m in second)})", model_half(second)),
+        *((f"unseen source {src}", source_out(src)) for src in SOURCE_OUT),
     ]
     for name, train in checks:
         t = time.perf_counter()
