@@ -10,12 +10,22 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.models.errors import SpecError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
+
+Engine = Literal["vllm", "sglang", "trtllm"]
+ENGINES: tuple[str, ...] = get_args(Engine)
+# The engine a plan is priced for and launched with when the user names none: vLLM, the serving
+# engine most deployments run (the most represented engine of the serving runs in
+# shared/calibration/serving_points.csv too: about 3,000 of its 8,270 rows against ~2,800 SGLang and
+# ~2,400 TensorRT-LLM).
+DEFAULT_ENGINE: Engine = "vllm"
+MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few hundred bytes; anything near this is not one
 
 
 class Profile(BaseModel):
@@ -26,10 +36,19 @@ class Profile(BaseModel):
     name: str = Field(description="profile id, e.g. 'h100-sxm'")
     gpu: str = Field(description="GPU preset name the profile was fitted for ('*': any)")
     software: str = Field(description="serving software generation the measurements came from")
+    engine: Engine | None = Field(
+        default=None,
+        description="the serving engine the profile models (None: the source does not name one, e.g. Splitwise)",
+    )
     default: bool = Field(
         default=True,
-        description="the GPU's default profile; False for profiles of older serving software, kept to "
-        "replay the measurements they were fitted on (choose them by name)",
+        description="the GPU's default (hardware) profile; False for profiles of older serving software, kept "
+        "to replay the measurements they were fitted on (choose them by name)",
+    )
+    engine_default: bool = Field(
+        default=False,
+        description="the profile plans for its engine on its GPU are priced with (fitted to that engine's runs "
+        "under load); where no profile is, the GPU's default profile prices them",
     )
     # Compute: a GEMM over M tokens achieves gemm_efficiency * M / (M + gemm_half_tokens) of peak,
     # so its time is affine in M (empirical: fits the GEMM points of op_points.csv).
@@ -47,7 +66,24 @@ class Profile(BaseModel):
     )
     # Memory streams.
     hbm_efficiency: PositiveFloat = Field(
-        le=1, description="fraction of peak HBM bandwidth for weight/KV reads (empirical)"
+        le=1, description="fraction of peak HBM bandwidth for weight reads (and KV reads without kv_stream_efficiency)"
+    )
+    kv_stream_efficiency: PositiveFloat | None = Field(
+        default=None,
+        le=1,
+        description="fraction of peak HBM bandwidth attention kernels read the KV cache at (measured: TensorRT-LLM "
+        "generation-attention kernels of op_points.csv reach 0.42-0.62 where weight streams reach ~0.8); None: "
+        "hbm_efficiency, as profiles fitted before this term assumed",
+    )
+    moe_fixed_us: NonNegativeFloat = Field(
+        default=0.0,
+        description="fixed cost of a MoE layer's expert block on one GPU: routing, permutation and combine kernels "
+        "(fitted to the MoE operator points of op_points.csv at one to 4,096 tokens)",
+    )
+    moe_routed_token_ns: NonNegativeFloat = Field(
+        default=0.0,
+        description="cost per token-to-expert assignment a GPU serves beyond its expert GEMMs: permutation, "
+        "activation quantisation, weighted combine (fitted with moe_fixed_us)",
     )
     # Collectives: alpha-beta per tier.
     scaleup_bw_efficiency: PositiveFloat = Field(
@@ -75,6 +111,10 @@ class Profile(BaseModel):
     max_batch: PositiveInt = Field(description="largest number of sequences the engine schedules at once")
     max_num_tokens: PositiveInt = Field(description="largest prefill chunk, in tokens, per forward step")
     source: str = Field(description="how the numbers were obtained")
+    fit_rows: PositiveInt | None = Field(default=None, description="measured rows the fitted fields were fitted on")
+    fit_median_abs_error: NonNegativeFloat | None = Field(
+        default=None, description="median |predicted / measured - 1| on those rows (None: not fitted)"
+    )
 
 
 @cache
@@ -84,6 +124,11 @@ def _all_profiles() -> dict[str, Profile]:
         profile = Profile.model_validate(json.loads(path.read_text()))
         found[profile.name] = profile
     return found
+
+
+def reload_profiles() -> None:
+    """Read ``profiles/*.json`` again on the next lookup (after a refit rewrote them)."""
+    _all_profiles.cache_clear()
 
 
 def list_profiles() -> list[Profile]:
@@ -97,9 +142,39 @@ def get_profile(name: str) -> Profile:
     return profiles[name]
 
 
-def profile_for_gpu(gpu_name: str) -> Profile:
-    """The default profile of a GPU: the one fitted for it (current software), else the generic one."""
-    for profile in _all_profiles().values():
-        if profile.gpu == gpu_name and profile.default:
-            return profile
+def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
+    """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the engine's profile for that
+    GPU (fitted to the engine's runs under load); else the GPU's default profile (its hardware
+    fields; the name a plan carries says which profile priced it); else the generic one."""
+    profiles = _all_profiles().values()
+    for candidates in (
+        [p for p in profiles if p.engine_default and p.gpu == gpu_name and p.engine == engine],
+        [p for p in profiles if p.default and p.gpu == gpu_name],
+    ):
+        if candidates:
+            return candidates[0]
     return get_profile("generic")
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """A profile JSON file (what ``shardplan calibrate --out`` writes); a file that is not one is a
+    ``SpecError`` naming the field."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError("profile", f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise SpecError("profile", f"{path}: larger than {MAX_PROFILE_BYTES:,} bytes, not a profile")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError("profile", f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError("profile", f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "profile"
+        raise SpecError(f"profile {where}", f"{path}: {first['msg']}") from None

@@ -12,7 +12,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from shardplan.hardware import ClusterSpec
-from shardplan.hardware.profile import Profile, get_profile, profile_for_gpu
+from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile
@@ -86,7 +86,13 @@ class Problem(BaseModel):
     )
     allow: frozenset[str] = Field(default=frozenset(), description="policy switches that turn default rules off")
     pins: Pins = Pins()
-    profile: str | None = Field(default=None, description="calibration profile name; None: the GPU's default")
+    engine: Engine = Field(
+        default=DEFAULT_ENGINE, description="serving engine the plan is priced for and launched with"
+    )
+    profile: str | Profile | None = Field(
+        default=None,
+        description="calibration profile: a name, or one read from a file; None: the default of the GPU and engine",
+    )
     expert_load: ExpertLoadProfile | None = Field(
         default=None, description="tokens routed to each expert of each MoE layer; None: uniform routing"
     )
@@ -131,10 +137,14 @@ class Problem(BaseModel):
 
 def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile:
     """The profile to price with: an explicit one (the fitter passes candidates), else the
-    problem's named profile, else the GPU's default."""
+    problem's own (named, or read from a file), else the default of the GPU and the engine."""
     if profile is not None:
         return profile
-    return get_profile(problem.profile) if problem.profile else profile_for_gpu(problem.cluster.gpu.name)
+    if isinstance(problem.profile, Profile):
+        return problem.profile
+    if problem.profile:
+        return get_profile(problem.profile)
+    return profile_for_gpu(problem.cluster.gpu.name, problem.engine)
 
 
 def memory_limit_gib(problem: Problem, profile: Profile) -> float:

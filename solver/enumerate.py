@@ -18,7 +18,7 @@ count explodes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardplan.models.errors import InfeasibleError
 from shardplan.rules.layout import Layout
@@ -67,7 +67,9 @@ def enumerate_plans(
         top = problem.cluster.num_gpus // (stages * shape.gpus)
         experts = place_for_layout(problem, layout)  # every replica count shares the first replica's placement
         for dp in ([problem.pins.dp] if problem.pins.dp else range(1, top + 1)):
-            plan = _plan(problem, layout.model_copy(update={"dp": dp}), experts)
+            # Each replica repeats the first one's placement; the record counts the replicas of this plan.
+            copies = experts if experts is None else replace(experts, replicas=dp)
+            plan = _plan(problem, layout.model_copy(update={"dp": dp}), copies)
             if plan is None:
                 continue
             yield plan

@@ -101,7 +101,9 @@ class Deadline:
         bounded.end = self.end
         return bounded
 
-    def solve(self, model: cp_model.CpModel, time_limit_s: float | None) -> tuple[cp_model.CpSolver, int]:
+    def solve(
+        self, model: cp_model.CpModel, time_limit_s: float | None
+    ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
         """(solver, status) of ``model`` within the wall-clock limit and the work left, which it uses up."""
         if self.work_left_s is not None and self.work_left_s <= 0:
             return new_solver(0.0), cp_model.UNKNOWN

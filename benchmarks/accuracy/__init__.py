@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
+from shardplan.hardware.profile import PROFILE_DIR, Engine, Profile, get_profile, profile_for_gpu
 from shardplan.solver.cost.calibration.fit import (
     FitResult,
     calibrate,
@@ -27,9 +27,9 @@ from shardplan.solver.cost.calibration.fit import (
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import LATENCY, SERVING, THROUGHPUT, Point, load_points
 
-_SHARED = Path(
-    os.environ.get("SHARDPLAN_CALIBRATION_DIR", Path(__file__).resolve().parents[3] / "shared" / "calibration")
-)
+# The measured points: the copies in data/ (with their sources, data/README.md), or another folder
+# holding files of the same names.
+_SHARED = Path(os.environ.get("SHARDPLAN_CALIBRATION_DIR", Path(__file__).resolve().parent / "data"))
 POINTS_CSV = _SHARED / "perf_points.csv"
 OPS_CSV = _SHARED / "op_points.csv"
 
@@ -56,14 +56,21 @@ class Row:
         return self.predicted / self.point.value - 1.0
 
 
-def predict_all(points: Iterable[Point], profiles: dict[str, Profile] | None = None) -> list[Row]:
+def predict_all(
+    points: Iterable[Point], profiles: dict[str, Profile] | None = None, engine_default: Engine | None = None
+) -> list[Row]:
     """Each point priced with its own profile (``point.problem.profile``): from ``profiles`` when
-    given (a fit not yet written), else the stored profile of that name."""
+    given (a fit not yet written), else the stored profile of that name; with ``engine_default``,
+    that engine's default profile of the point's GPU instead (what a user of the CLI gets)."""
     rows = []
     for p in points:
         name = p.problem.profile
-        profile = profiles.get(name) if profiles is not None else None
-        m = predict(p, profile if profile is not None else get_profile(name))
+        if engine_default is not None:
+            profile = profile_for_gpu(p.gpu, engine_default)
+        else:
+            found = profiles.get(name) if profiles is not None else None
+            profile = found if found is not None else get_profile(name)
+        m = predict(p, profile)
         rows.append(Row(p, m.value, m.profile, m.batch, m.fits))
     return rows
 
@@ -239,6 +246,16 @@ def model_half(models: Sequence[str]) -> Callable[[Point], bool]:
     """Train on every model not in ``models`` (the test half is unseen models)."""
     held = set(models)
     return lambda p: p.problem.model.name not in held
+
+
+# Sources another source of the same software generation can stand in for: leaving one out still
+# fits its profiles, on the other's rows (the v0.17 and v1.0 tables share the ``trtllm`` profiles).
+SOURCE_OUT = ("TRTLLM-PERF-v0.17", "TRTLLM-PERF-v1.0")
+
+
+def source_out(source: str) -> Callable[[Point], bool]:
+    """Train on every source but ``source`` (the test rows are a table the profiles never saw)."""
+    return lambda p: p.source != source
 
 
 def model_halves(points: Sequence[Point]) -> tuple[list[str], list[str]]:

@@ -40,17 +40,30 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from benchmarks.accuracy import _SHARED
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
+from shardplan.hardware.profile import Engine, Profile, list_profiles, profile_for_gpu, reload_profiles
 from shardplan.models import DType, SpecError, get_model
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
+from shardplan.solver.cost.calibration.engine_fit import (
+    ENGINE_BOUNDS,
+    ENGINE_FIELDS,
+    EngineRun,
+    at_bound,
+    fit_engine,
+    tpot_errors,
+)
+from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
 from shardplan.solver.cost.evaluate import fits
 from shardplan.solver.placement.plan import place_and_price
 
 SERVING_CSV = _SHARED / "serving_points.csv"
+OPS_CSV = _SHARED / "op_points.csv"
 SOURCE = "AIC-SILICON"
 
 MODEL_PRESETS = {
@@ -81,7 +94,7 @@ class ServingRun:
     """One measured run (a configuration at one concurrency): its TTFT and TPOT and how to price it."""
 
     key: str  # the source's row id (configuration and concurrency)
-    engine: str  # vllm, sglang or trtllm
+    engine: Engine
     engine_version: str
     label: str
     concurrency: int  # sequences in flight over the whole instance
@@ -117,11 +130,11 @@ def _weights(text: str) -> DType:
     return DType.BF16 if head in ("unspecified", "") else DType.parse(head, "weights_dtype")
 
 
-def _engine(text: str) -> tuple[str, str]:
+def _engine(text: str) -> tuple[Engine, str]:
     family = text.split()[0]
     if family not in ENGINES:
         raise SpecError("engine", f"unknown engine {text!r}")
-    return family, text[len(family):].strip()
+    return cast(Engine, family), text[len(family):].strip()  # one of ENGINES: checked above
 
 
 def _kv(engine: str, weights: DType) -> DType:
@@ -162,6 +175,7 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> ServingRun:
         workload=Workload(isl=isl, osl=osl, batch=concurrency // replicas),
         objective=Objective.THROUGHPUT,
         allow=allow,
+        engine=engine,
     )
     label = (
         f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} tp{tp}pp{pp}dp{dp} "
@@ -275,11 +289,114 @@ def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, floa
     return out
 
 
+# --- engine profiles ----------------------------------------------------------------------------
+
+MIN_RUNS = 20  # runs of one engine on one GPU below which no engine profile is fitted
+
+
+def engine_runs(runs: Iterable[ServingRun]) -> dict[tuple[str, str], list[EngineRun]]:
+    """Runs per (engine, GPU), each with its experts placed once (the placement does not depend on
+    the fields fitted)."""
+    groups: dict[tuple[str, str], list[EngineRun]] = defaultdict(list)
+    for r in runs:
+        layout, _, _ = place_and_price(r.problem, r.layout)
+        groups[(r.engine, r.problem.cluster.gpu.name)].append(
+            EngineRun(r.problem, layout, r.tpot_ms, r.ttft_ms, r.problem.model.name, r.engine_version)
+        )
+    return dict(sorted(groups.items()))
+
+
+def _hardware_profile(gpu: str) -> Profile:
+    """The GPU's default (hardware) profile."""
+    return next((p for p in list_profiles() if p.default and p.gpu == gpu), profile_for_gpu(gpu, "trtllm"))
+
+
+def _op_terms() -> OpTerms:
+    gpus = ("H100-SXM", "H200-SXM")  # the GPUs op_points.csv measured
+    return op_terms(OPS_CSV, {g: _hardware_profile(g) for g in gpus})
+
+
+def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
+    """What an engine profile starts from: the GPU's hardware profile with the operator-level physics
+    terms (KV stream, MoE fixed and per-token costs), and a note saying where each came from."""
+    kv, measured = terms.kv_stream_for(gpu)
+    base = _hardware_profile(gpu).model_copy(update={
+        "kv_stream_efficiency": round(kv, 4),
+        "moe_fixed_us": round(terms.moe_fixed_us, 2),
+        "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
+    })
+    where = "this GPU's" if measured else "the mean of the H100 and H200 (an assumption: no points for this GPU)"
+    note = (f"op_points.csv: kv_stream_efficiency from {where} bandwidth-bound generation-attention kernels; "
+            f"moe_fixed_us and moe_routed_token_ns from {terms.moe_points} balanced DeepSeek-V3 MoE points "
+            "(H100, H200) less the modelled expert GEMMs")
+    return base, note
+
+
+def refit(groups: dict[tuple[str, str], list[EngineRun]]) -> list[Profile]:
+    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs."""
+    written = []
+    terms = _op_terms()
+    for (engine, gpu), runs in groups.items():
+        if len(runs) < MIN_RUNS:
+            print(f"  {engine} on {gpu}: {len(runs)} runs, fewer than {MIN_RUNS}: no engine profile")
+            continue
+        base, note = base_profile(gpu, terms)
+        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv", note)
+        write_profile(fitted.profile)
+        written.append(fitted.profile)
+        print(f"  wrote {fitted.profile.name}: {fitted.rows} runs, median |TPOT error| {fitted.median_abs_error:.1%}")
+    return written
+
+
+def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[str, list[float]]:
+    """Per engine, the TPOT errors of each model's runs priced with the engine profile fitted on the
+    same GPU's runs of the other models (groups with one model have nothing to hold out)."""
+    held: dict[str, list[float]] = defaultdict(list)
+    terms = _op_terms()
+    for (engine, gpu), runs in groups.items():
+        models = sorted({r.model for r in runs})
+        if len(runs) < MIN_RUNS or len(models) < 2:
+            continue
+        for model in models:
+            train = [r for r in runs if r.model != model]
+            test = [r for r in runs if r.model == model]
+            fitted = fit_engine(base_profile(gpu, terms)[0], cast(Engine, engine), train, "held-out check")
+            held[engine] += tpot_errors(test, fitted.profile)
+    return held
+
+
+def print_engine_fields() -> None:
+    """Every engine profile's fitted fields beside their physical range; a value at a bound is flagged."""
+    print("engine profiles: fitted fields and their physical ranges (* at a bound)")
+    for p in list_profiles():
+        if not p.engine_default:
+            continue
+        cells = []
+        for f in ENGINE_FIELDS:
+            value, (lo, hi) = getattr(p, f), ENGINE_BOUNDS[f]
+            cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if at_bound(f, value) else ''}")
+        print(f"  {p.name:24s} {p.fit_rows:4d} runs  " + "  ".join(cells) + f"  ({len(ENGINE_FIELDS)} fields fitted)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.serving", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
+    ap.add_argument("--refit", action="store_true",
+                    help="fit the engine profiles to the runs and rewrite hardware/profiles/*-ENGINE.json first")
+    ap.add_argument("--holdout", action="store_true", help="also the leave-one-model-out TPOT check")
     args = ap.parse_args(argv)
     runs, skipped = load_runs(args.points)
+    if args.refit or args.holdout:
+        groups = engine_runs(runs)
+        if args.refit:
+            refit(groups)
+            reload_profiles()  # price below with the profiles just written
+        if args.holdout:
+            print("leave one model out (engine fields fitted on the GPU's other models):")
+            for engine, errors in leave_one_model_out(groups).items():
+                held = _median([abs(e) for e in errors])
+                print(f"  {engine:10s} {len(errors):4d} runs  median |TPOT error| {held:.1%}")
+    print_engine_fields()
     print(f"{len(runs)} runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
           + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
     priced = price(runs)

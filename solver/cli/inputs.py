@@ -6,14 +6,16 @@ The CLI calls these; the solver itself only ever sees the finished ``Problem``.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from shardplan.hardware import parse_cluster
 from shardplan.hardware.cluster import MAX_GPUS
+from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, Engine, Profile, get_profile, load_profile_file
 from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
@@ -39,7 +41,8 @@ class ProblemArgs:
     tpot_ms: float | None = None
     weights_dtype: str | None = None
     kv_dtype: str | None = None
-    profile: str | None = None
+    profile: str | None = None  # a profile name, or the path of a profile file (``calibrate --out``)
+    engine: str | None = None  # vllm, sglang or trtllm; None: DEFAULT_ENGINE
     allow: tuple[str, ...] = ()
     pins: dict[str, Any] = field(default_factory=dict)  # pins[degree]: the pinned value, None when free
     load_profile: str | None = None  # a .json or .csv file of tokens per expert per MoE layer
@@ -138,13 +141,34 @@ def build_problem(args: ProblemArgs) -> Problem:
             mem_cap_gib=args.mem_cap_gib,
             allow=frozenset(args.allow),
             pins=Pins(**{k: v for k, v in pins.items() if v is not None}),
-            profile=args.profile,
+            engine=resolve_engine(args.engine),
+            profile=read_profile(args.profile),
             expert_load=expert_load,
             redundant_slots=args.redundant_slots,
             max_batch=args.max_batch,
         )
     except ValidationError as exc:
         raise spec_error_from(exc) from None
+
+
+def resolve_engine(engine: str | None) -> Engine:
+    """The engine a plan is priced for: the one named, else ``DEFAULT_ENGINE``."""
+    if engine is None:
+        return DEFAULT_ENGINE
+    if engine not in ENGINES:
+        raise SpecError("engine", f"{engine!r}; one of {', '.join(ENGINES)}")
+    return cast(Engine, engine)  # one of the Literal's values: checked on the line above
+
+
+def read_profile(profile: str | None) -> str | Profile | None:
+    """``--profile``: a profile file (a path ending in .json, or any existing file) is read and
+    checked; a name must be a known profile."""
+    if profile is None:
+        return None
+    if profile.endswith(".json") or os.path.isfile(profile):
+        return load_profile_file(profile)
+    get_profile(profile)  # an unknown name is bad input now, not an error deep in pricing
+    return profile
 
 
 def build_expert_load(args: ProblemArgs, model: ModelSpec) -> ExpertLoadProfile | None:

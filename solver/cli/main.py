@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES
 from shardplan.models import InfeasibleError, ShardplanError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
@@ -83,7 +84,12 @@ def problem_options(func: Command) -> Command:
         click.option("--weights-dtype", default=None,
                      help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
         click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),
-        click.option("--profile", default=None, help="calibration profile (default: the GPU's)"),
+        click.option("--engine", type=click.Choice(ENGINES), default=None,
+                     help=f"serving engine: prices with its calibration profile and formats --emit's launch "
+                          f"command (default: {DEFAULT_ENGINE}, the engine most deployments run; with --emit X, X)"),
+        click.option("--profile", default=None,
+                     help="calibration profile: a name from `shardplan profiles`, or a JSON file `shardplan "
+                          "calibrate` wrote (default: the GPU's profile for the engine)"),
         click.option("--allow", multiple=True,
                      help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
         click.option("--dp", type=int, default=None, help="pin replicas"),
@@ -146,6 +152,17 @@ def hardware(as_json: bool) -> None:
         emit_json(rows)
     else:
         cli_views.print_gpus(rows)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def profiles(as_json: bool) -> None:
+    """List the calibration profiles: engine, GPU, software version, rows fitted and their median |error|."""
+    rows = cli_views.profile_rows()
+    if as_json:
+        emit_json(rows)
+    else:
+        cli_views.print_profiles(rows)
 
 
 experts_out_option = click.option(
@@ -220,7 +237,25 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
 def calibrate(
     points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool
 ) -> None:
-    """Fit calibration profiles to measured points (CSV in the format of perf_points.csv); needs scipy."""
+    """Fit calibration profiles to measured points; needs scipy (pip install 'shardplan[calibrate]').
+
+    \b
+    POINTS is a UTF-8 CSV with a header naming at least these columns (any order, more allowed):
+      id, source_id      row id and source (source_id picks the software generation, e.g. TRTLLM-PERF-v0.17)
+      model              e.g. Llama-3.1-70B (rows of models without a preset are skipped and counted)
+      weights_dtype, kv_cache_dtype   FP8, FP16, BF16, FP4 (blank: the checkpoint's)
+      gpu, num_gpus      e.g. H100-SXM-80GB, 8
+      tp, pp, dp         the layout's degrees (blank dp: 1)
+      isl, osl           input / output tokens per request (positive integers)
+      batch_size         static batch, when stated
+      request_rate_qps   offered rate (inf: all requests at once; blank: not serving)
+      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a positive number)
+      config_group       rows differing only in layout share it (blank allowed)
+      notes              free text
+    A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
+    (a leading byte-order mark is dropped, as for every file shardplan reads)
+    exit 2 with the column or row named. Write the profile with --out and plan with --profile FILE.
+    """
     if not 1 <= jobs <= MAX_JOBS:
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
     with OutputFiles([points, ops]) as outputs:
@@ -280,6 +315,7 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         outputs.add("experts-out", experts_out)
         if dag_path:  # an unknown extension is bad input: say so before solving
             writer_for(dag_path)
+        kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)
         problem = build_problem(problem_args(kw))
         check_experts_out(problem, experts_out)
         try:
@@ -296,10 +332,21 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs)
 
 
+def engine_with_emit(engine: str | None, emit_engine: str | None) -> str | None:
+    """``--emit X`` prices with engine X: it is the engine unless ``--engine`` names another, which
+    would launch a plan priced for one engine on a different one."""
+    if emit_engine is None or engine is None:
+        return engine or emit_engine
+    if engine != emit_engine:
+        raise SpecError("emit", f"{emit_engine} launch commands for a plan priced with --engine {engine}: "
+                                "give the same engine to both, or only one of them")
+    return engine
+
+
 def input_files(kw: dict[str, Any]) -> list[str | None]:
     """The files the shared options read (a config.json given as --model, a load profile): no output
     may overwrite them."""
-    return [kw.get("model"), kw.get("load_profile")]
+    return [kw.get("model"), kw.get("load_profile"), kw.get("profile")]
 
 
 def check_time_limit(time_limit: float | None) -> None:

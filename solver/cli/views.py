@@ -15,6 +15,7 @@ from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from shardplan.hardware import list_gpus
+from shardplan.hardware.profile import list_profiles
 from shardplan.models import presets
 from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
 from shardplan.rules.plan import Plan
@@ -79,6 +80,38 @@ def gpu_rows() -> list[dict[str, Any]]:
     ]
 
 
+def profile_rows() -> list[dict[str, Any]]:
+    """Every calibration profile: what it models and how well it was fitted."""
+    return [
+        {
+            "name": p.name,
+            "engine": p.engine,
+            "gpu": p.gpu,
+            "software": p.software,
+            "default": p.default,
+            "engine_default": p.engine_default,
+            "rows_fitted": p.fit_rows,
+            "median_abs_error": p.fit_median_abs_error,
+        }
+        for p in list_profiles()
+    ]
+
+
+def print_profiles(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="Calibration profiles (default: for the GPU / for the GPU with its engine)",
+                  title_justify="left")
+    for col in ("name", "engine", "GPU", "default", "rows", "median |err|", "software"):
+        table.add_column(col, justify="right" if col in ("rows", "median |err|") else "left")
+    for r in rows:
+        error = r["median_abs_error"]
+        table.add_row(
+            r["name"], r["engine"] or "-", r["gpu"], "engine" if r["engine_default"] else "gpu" if r["default"] else "",
+            _opt(r["rows_fitted"]),
+            "-" if error is None else f"{error:.1%}", r["software"],
+        )
+    console.print(table)
+
+
 def print_models(rows: list[dict[str, Any]]) -> None:
     table = Table(title="Model presets", title_justify="left")
     for col in ("alias", "id", "layers", "experts", "total", "active", "weights", "KV B/token"):
@@ -134,7 +167,8 @@ def print_plan(
     for line in layout_lines(data, total, per_node):
         console.print(f"  {line}")
 
-    console.print("[bold]Metrics[/bold]")
+    engine = f" for {data['engine']}" if data.get("engine") else ""
+    console.print(f"[bold]Metrics[/bold]{engine}, calibration profile {data['profile']}")
     request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
     console.print(
         f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"

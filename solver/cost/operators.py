@@ -100,10 +100,13 @@ class CostContext:
         return max(compute, memory)
 
     def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
-        """A fused kernel (attention): FLOPs at attention efficiency against bytes from HBM."""
+        """A fused attention kernel: FLOPs at attention efficiency against the KV cache read from HBM at
+        the attention kernels' own stream efficiency (``kv_stream_efficiency``; measured generation-
+        attention kernels stream well below a weight-reading GEMM)."""
         p = self.profile
         compute = flops / (self.gpu.flops_per_s(compute_class) * p.attention_efficiency)
-        memory = nbytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
+        kv_eff = p.kv_stream_efficiency if p.kv_stream_efficiency is not None else p.hbm_efficiency
+        memory = nbytes / (self.gpu.hbm_bytes_per_s * kv_eff)
         return max(compute, memory)
 
     def collective_s(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
@@ -211,7 +214,7 @@ class CostContext:
         tokens_per_expert = assignments / active_experts if active_experts else 0.0
         ops[Op.MOE_EXPERTS] = active_experts * self.gemm_s(
             expert, tokens_per_expert, expert * e_bytes, e_class, eff_scale=self.profile.moe_efficiency
-        )
+        ) + self._moe_overhead_s(assignments)
         payload = stage_tokens / s.gpus * moe.experts_per_token * m.hidden_size * ACT_BYTES
         if s.attn_dp == 1:
             # Every GPU already holds every token: compute the local experts, then sum the partial
@@ -230,6 +233,15 @@ class CostContext:
                 s.stage_group[: s.expert_tp],
             )
         return ops
+
+    def _moe_overhead_s(self, assignments: float) -> float:
+        """What a MoE block costs beyond its expert GEMMs (``moe_fixed_us``, ``moe_routed_token_ns``):
+        routing, permuting tokens to their experts, quantising activations and the weighted combine, a
+        fixed part and a part per token-to-expert assignment the GPU serves (op_points.csv MoE rows)."""
+        if assignments <= 0:
+            return 0.0
+        p = self.profile
+        return p.moe_fixed_us * 1e-6 + p.moe_routed_token_ns * 1e-9 * assignments
 
     # --- the ends of the model ---------------------------------------------------------------
     def embedding_ops_s(self, step: Step) -> dict[Op, float]:

@@ -89,6 +89,7 @@ def plan_dict(
         "fits": prediction.fits,
         "short_gib": _r(max(r.short_gib for r in prediction.memory)),
         "breakdown": [s.model_dump() for s in prediction.stages],
+        "engine": problem.engine,
         "profile": prediction.profile,
         "microbatches": prediction.microbatches,
         "solve_time_s": None if solve_time_s is None else round(solve_time_s, 3),

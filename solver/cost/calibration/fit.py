@@ -223,6 +223,7 @@ def shared_profile(ops: OpFactors, gpu: str, software: str, default: bool = True
         name=profile_name(gpu, software),
         gpu=gpu,
         software=engine["software"],
+        engine=None if software == "splitwise" else "trtllm",  # Splitwise does not name its engine
         default=default,
         gemm_efficiency=_sig(min(0.7, ops.gemm_efficiency)),
         gemm_half_tokens=_sig(ops.gemm_half_tokens),
@@ -375,9 +376,8 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
         f"fields {', '.join(result.fields)}; median |error| on those rows {result.median_abs_error:.1%}. "
         f"Shared factors: {ops.note}; attention, MoE, scale-out and memory overheads are engineering defaults"
     )
-    return FitResult(
-        result.profile.model_copy(update={"source": source}), result.rows, result.median_abs_error, result.fields
-    )
+    update = {"source": source, "fit_rows": result.rows, "fit_median_abs_error": round(result.median_abs_error, 4)}
+    return FitResult(result.profile.model_copy(update=update), result.rows, result.median_abs_error, result.fields)
 
 
 @lru_cache(maxsize=1)

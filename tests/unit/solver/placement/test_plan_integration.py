@@ -94,15 +94,18 @@ def test_redundant_copies_are_read_like_experts_at_decode():
     shape = shape_of(model, 16, 1, 1, 16, 1)
     step = Step(Phase.DECODE, 256, 1, 2048)
     moe = LayerKind(moe=True, windowed=False)
-    plain = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape).layer_ops_s(moe, step)
-    spare = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), shape, 1).layer_ops_s(moe, step)
+    # Without the MoE overhead terms: they do not grow with the experts a rank reads.
+    hardware = profile_for_gpu(cluster.gpu.name, "trtllm").model_copy(update={"moe_fixed_us": 0.0,
+                                                                            "moe_routed_token_ns": 0.0})
+    plain = CostContext(model, cluster, hardware, shape).layer_ops_s(moe, step)
+    spare = CostContext(model, cluster, hardware, shape, 1).layer_ops_s(moe, step)
     assert spare["moe.experts"] / plain["moe.experts"] == pytest.approx(17 / 16, rel=1e-9)
     others = [k for k in plain if k != "moe.experts"]
     assert [spare[k] for k in others] == [plain[k] for k in others] and spare.keys() == plain.keys()
     # At most one copy of each expert per rank: 255 redundant slots on one rank read 256 experts.
     one_rank = shape_of(model, 1, 1, 1, 1, 1)
-    full = CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank, 255).layer_ops_s(moe, step)
-    assert full == CostContext(model, cluster, profile_for_gpu(cluster.gpu.name), one_rank).layer_ops_s(moe, step)
+    full = CostContext(model, cluster, hardware, one_rank, 255).layer_ops_s(moe, step)
+    assert full == CostContext(model, cluster, hardware, one_rank).layer_ops_s(moe, step)
 
 
 # --- a solved plan carries its placement -----------------------------------------------------------
@@ -197,7 +200,7 @@ def test_a_limit_broken_only_by_per_layer_imbalance_is_reported_not_crashed():
     skewed = zipf_profile(256, layers, 1.0, 256.0)
     rows = tuple(row if layer < 31 else (1.0,) * 256 for row, layer in zip(skewed.loads, layers, strict=True))
     half = ExpertLoadProfile(num_experts=256, layers=tuple(layers), loads=rows)
-    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=8, pp=2, batch=4096)
+    kw = dict(model="deepseek-v3", cluster="2x8xH200", attn_dp=8, pp=2, batch=4096, profile="h200-sxm")
     assert 230.0 < solve(problem(**kw).model_copy(update={"expert_load": half})).prediction.metrics.tpot_ms
     with pytest.raises(InfeasibleError) as err:
         solve(problem(**kw, tpot_ms=230.0).model_copy(update={"expert_load": half}))

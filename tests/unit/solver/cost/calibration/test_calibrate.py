@@ -132,6 +132,22 @@ def test_calibrate_command_round_trips(tmp_path):
     assert out.read_text() == first
 
 
+def test_a_calibrated_profile_file_prices_a_plan(tmp_path, capsys):
+    """``shardplan calibrate POINTS.csv --out p.json && shardplan solve --profile p.json``."""
+    pytest.importorskip("scipy")
+    points_csv, out = tmp_path / "points.csv", tmp_path / "p.json"
+    write_csv(points_csv, TINY)
+    main(["calibrate", str(points_csv), "--out", str(out), "--gpu", "H100"])
+    capsys.readouterr()
+    main(["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--profile", str(out), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    written = Profile.model_validate(json.loads(out.read_text()))
+    assert data["status"] in ("optimal", "feasible") and data["profile"] == written.name
+    # Priced with the file's numbers: its step overhead is in the decode step the plan reports.
+    step_us = sum(stage["decode_ops_us"].get("step.overhead", 0.0) for stage in data["breakdown"])
+    assert step_us == pytest.approx(written.step_overhead_us, rel=1e-3)
+
+
 def test_stored_default_profiles_are_the_fitted_ones():
     for name in ("h100-sxm", "h200-sxm", "a100-sxm-80gb", "l40s", "b200-sxm"):
         p = get_profile(name)

@@ -1,0 +1,128 @@
+"""Engine profiles: a GPU's default (hardware) profile with the serving engine's own fields fitted to
+that engine's runs under load.
+
+The same layout decodes at different speeds on vLLM, SGLang and TensorRT-LLM: their kernels stream
+weights and KV cache at different shares of HBM bandwidth, and their per-layer fixed costs differ
+(CUDA-graph capture, fused norms and residuals). ``ENGINE_FIELDS`` are those two; everything else
+(GEMM curve, collectives, memory) stays the GPU's hardware profile, fitted on the offline tables and
+the operator points (``fit.py``).
+
+The fit reads measured TPOT only: each run is priced exactly as ``shardplan evaluate`` prices it
+(``evaluate``'s ``tpot_ms``, the prefill of the other requests included), and least squares with a
+robust loss on log(predicted / measured) sets the fields within ``ENGINE_BOUNDS``. TTFT is not fitted:
+the measured TTFT grows with concurrency far faster than the cost model's wait term (see
+benchmarks/accuracy/README.md), and fitting these fields to it would bend them to a missing term.
+
+scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardplan.hardware.profile import Engine, Profile
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.calibration.fit import _sig
+from shardplan.solver.cost.evaluate import evaluate
+
+ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
+# Physical ranges: a layer's fixed cost between none (everything fused into one graph) and the
+# ~200 us of eager launches of a dozen kernels; a stream between 0.3 of HBM peak and the 0.95 no
+# kernel exceeds (the bare M = 1 GEMMs of op_points.csv reach 0.79-0.82 on H100/H200).
+ENGINE_BOUNDS: dict[str, tuple[float, float]] = {"layer_overhead_us": (0.0, 200.0), "hbm_efficiency": (0.3, 0.95)}
+AT_BOUND_SHARE = 0.01  # a value within 1 % of its range's width from an end counts as at the bound
+
+# Scheduler and memory limits each engine starts with when the user sets none (engine behaviour as
+# data, not fitted); an engine without an entry keeps its GPU profile's value.
+ENGINE_LIMITS: dict[str, dict[str, float]] = {
+    # vLLM V1 defaults on GPUs with at least 70 GiB: --max-num-seqs 1024, --max-num-batched-tokens 8192
+    # for the OpenAI server (vllm/engine/arg_utils.py, the usage-context defaults); the process keeps
+    # to --gpu-memory-utilization 0.9 of the GPU's memory (its cache configuration's default).
+    "vllm": {"max_batch": 1024, "max_num_tokens": 8192, "usable_memory_fraction": 0.9},
+    # SGLang: --chunked-prefill-size 8192 on 80 GB-class GPUs; --max-running-requests follows memory.
+    "sglang": {"max_batch": 2048, "max_num_tokens": 8192},
+    # TensorRT-LLM trtllm-serve: max_batch_size 2048, max_num_tokens 8192.
+    "trtllm": {"max_batch": 2048, "max_num_tokens": 8192},
+}
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One measured run under load: the problem (its engine set), the layout with its experts placed,
+    and what was measured."""
+
+    problem: Problem
+    layout: Layout
+    tpot_ms: float
+    ttft_ms: float
+    model: str  # the model's name, for leave-one-model-out
+    version: str  # the engine version the source names
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    profile: Profile
+    rows: int
+    median_abs_error: float  # of TPOT, on the rows fitted
+
+
+def tpot_errors(runs: Sequence[EngineRun], profile: Profile) -> list[float]:
+    """predicted / measured - 1 of each run's TPOT, priced with ``profile``."""
+    return [evaluate(r.problem, r.layout, profile).metrics.tpot_ms / r.tpot_ms - 1 for r in runs]
+
+
+def fit_engine(
+    base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str, physics_note: str = ""
+) -> EngineFit:
+    """``base`` with ``ENGINE_FIELDS`` fitted to ``runs`` (all of ``engine`` on ``base``'s GPU),
+    the engine's limits, and a record of what was fitted on which rows (``physics_note``: where the
+    base's operator terms came from)."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
+    from scipy.optimize import least_squares
+
+    fields = list(ENGINE_FIELDS)
+    lo = [ENGINE_BOUNDS[f][0] for f in fields]
+    hi = [ENGINE_BOUNDS[f][1] for f in fields]
+    x0 = [min(max(getattr(base, f), a), b) for f, a, b in zip(fields, lo, hi, strict=True)]
+    start = base.model_copy(update=ENGINE_LIMITS[engine])
+
+    def candidate(x: Sequence[float]) -> Profile:
+        return start.model_copy(update={f: float(v) for f, v in zip(fields, x, strict=True)})
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        return [math.log1p(e) for e in tpot_errors(runs, candidate(x))]
+
+    fit = least_squares(
+        residuals, x0, bounds=(lo, hi), x_scale=[max(abs(v), 1.0) for v in x0], diff_step=0.03,
+        loss="soft_l1", f_scale=0.2, max_nfev=80, xtol=1e-4, ftol=1e-6,
+    )
+    fitted = candidate([_sig(float(v)) for v in fit.x])
+    error = statistics.median(abs(e) for e in tpot_errors(runs, fitted))
+    versions = sorted({r.version for r in runs})
+    profile = fitted.model_copy(update={
+        "name": f"{base.name}-{engine}",
+        "engine": engine,
+        "default": False,
+        "engine_default": True,
+        "software": f"{ENGINE_NAMES[engine]} {', '.join(versions)}, serving under load (closed loop)",
+        "fit_rows": len(runs),
+        "fit_median_abs_error": round(error, 4),
+        "source": (
+            f"{base.name} (hardware fields) with {', '.join(fields)} fitted by benchmarks/accuracy/serving.py "
+            f"--refit: robust least squares on log(predicted/measured) TPOT of {len(runs)} {ENGINE_NAMES[engine]} "
+            f"runs of {source_note}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
+            f"{ENGINE_LIMITS[engine]} are the engine's defaults{'; ' + physics_note if physics_note else ''}"
+        ),
+    })
+    return EngineFit(profile, len(runs), error)
+
+
+def at_bound(field: str, value: float) -> bool:
+    lo, hi = ENGINE_BOUNDS[field]
+    margin = AT_BOUND_SHARE * (hi - lo)
+    return value <= lo + margin or value >= hi - margin

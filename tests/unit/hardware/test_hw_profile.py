@@ -1,0 +1,80 @@
+"""Calibration profiles: which profile prices a GPU and engine, and profile files as ``--profile`` reads them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardplan.hardware.profile import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    PROFILE_DIR,
+    get_profile,
+    list_profiles,
+    load_profile_file,
+    profile_for_gpu,
+)
+from shardplan.models import SpecError
+
+
+def test_every_stored_profile_names_its_engine_or_none_and_loads():
+    names = {p.name for p in list_profiles()}
+    assert names == {path.stem for path in PROFILE_DIR.glob("*.json")}
+    for p in list_profiles():
+        assert p.engine in (*ENGINES, None)
+        if p.fit_rows is not None:  # a fitted profile says how well: an error in [0, 1)
+            assert p.fit_median_abs_error is not None and 0 <= p.fit_median_abs_error < 1
+
+
+def test_each_gpu_has_one_default_profile_and_each_gpu_and_engine_at_most_one_engine_profile():
+    gpus, engines = set(), set()
+    for p in list_profiles():
+        assert not (p.default and p.engine_default), p.name  # a hardware profile or an engine's, not both
+        if p.default:
+            assert p.gpu not in gpus, p.gpu
+            gpus.add(p.gpu)
+        if p.engine_default:
+            assert p.engine is not None and (p.gpu, p.engine) not in engines, p.name
+            engines.add((p.gpu, p.engine))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_engine_profile_is_preferred_and_otherwise_the_gpu_keeps_its_own(engine):
+    for gpu in ("H100-SXM", "H200-SXM", "L40S"):
+        chosen = profile_for_gpu(gpu, engine)
+        own = [p for p in list_profiles() if p.engine_default and p.gpu == gpu and p.engine == engine]
+        if own:
+            assert chosen == own[0]
+        else:  # no profile of this engine for the GPU: the GPU's hardware profile, never another GPU's
+            assert chosen.gpu == gpu and chosen.default
+
+
+def test_default_engine_is_one_of_the_engines_and_an_unknown_gpu_falls_back_to_a_generic_profile():
+    assert DEFAULT_ENGINE in ENGINES
+    assert profile_for_gpu("No-Such-GPU").gpu == "*"
+
+
+def test_a_profile_file_round_trips(tmp_path):
+    stored = get_profile("h100-sxm")
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(stored.model_dump()))
+    assert load_profile_file(path) == stored
+
+
+@pytest.mark.parametrize(
+    "content, word",
+    [
+        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b"{", "not JSON"),
+        (b'{"name": "x"}', "gpu"),
+        (None, "cannot read"),
+    ],
+)
+def test_a_bad_profile_file_is_a_spec_error_naming_the_problem(tmp_path, content, word):
+    path = tmp_path / "p.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SpecError) as err:
+        load_profile_file(path)
+    assert word in str(err.value)
