@@ -398,9 +398,7 @@ class Model:
 def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None = None) -> Model:
     """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another.
     ``only_pins`` narrows the search space to the pinned values (enumeration pins each candidate)."""
-    bad = unknown_switches(problem.allow)
-    if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+    check_switches(problem)
     if tables is None:
         tables = build_tables(problem, SearchSpace(problem, resolve_profile(problem), only_pins=only_pins))
     enc = Encoding(tables)
@@ -411,6 +409,13 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
         rule.post(enc, lit)
         literals.append(lit)
     return Model(enc, rules, literals)
+
+
+def check_switches(problem: Problem) -> None:
+    """Every --allow switch must name a rule that can be turned off."""
+    bad = unknown_switches(problem.allow)
+    if bad:
+        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
 
 
 def new_solver(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:

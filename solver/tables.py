@@ -8,6 +8,7 @@ rounded up: a plan the tables accept fits in ``evaluate()`` as well.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -103,7 +104,8 @@ class Tables:
         return worst
 
 
-def build_tables(problem: Problem, space: SearchSpace) -> Tables:
+def build_tables(problem: Problem, space: SearchSpace, check: Callable[[], None] | None = None) -> Tables:
+    """``check`` runs before each shape is priced: a deadline's, which raises once it has passed."""
     model, cluster = problem.model, problem.cluster
     profile = resolve_profile(problem)
     kind_of_layer = [layer_kind(model, i) for i in range(model.num_layers)]
@@ -123,6 +125,8 @@ def build_tables(problem: Problem, space: SearchSpace) -> Tables:
     wl = problem.workload
     load_factor: dict[int, float] = {}  # per EP degree: one placement of the whole profile each
     for shape in space.shapes:
+        if check is not None:
+            check()
         stage = shape_of(model, shape.gpus, shape.tp, shape.sp, shape.attn_dp, shape.expert_tp)
         ctx = CostContext(model, cluster, profile, stage, problem.redundant_slots)
         tables.memory[shape] = _memory_entry(problem, profile, stage, kinds, kind_of_layer)

@@ -259,9 +259,17 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         if experts_out:
             write_experts(outputs.temp("experts-out"), plan.experts)
         data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
-                         experts=plan.experts, extra={"objective_value": plan.objective_value})
+                         experts=plan.experts, extra={"objective_value": plan.objective_value, **unproven(plan)})
         show_plan(plan, data, as_json, emit_engine, report_path,
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs)
+
+
+def unproven(plan: Plan) -> dict[str, Any]:
+    """A feasible plan's distance from optimal: ``gap`` = |bound - objective| / objective, with ``bound`` the
+    best bound proven on the objective (null when none was); an optimal plan has neither."""
+    if plan.status != "feasible":
+        return {}
+    return {"bound": plan.bound, "gap": None if plan.gap is None else round(plan.gap, 6)}
 
 
 def input_files(kw: dict[str, Any]) -> list[str | None]:
