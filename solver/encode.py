@@ -31,6 +31,7 @@ from shardplan.rules.catalog import SWITCHES, rules_for, unknown_switches
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.cost.operators import LayerKind
+from shardplan.solver.interruptible import InterruptibleSolver
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
@@ -421,7 +422,7 @@ def check_switches(problem: Problem) -> None:
 def new_solver(time_limit_s: float | None, presolve: bool = True) -> cp_model.CpSolver:
     """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
     two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
-    solver = cp_model.CpSolver()
+    solver = InterruptibleSolver()  # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.cp_model_presolve = presolve

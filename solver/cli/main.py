@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, check_plan, errors_of, get_rule
 from shardplan.rules.plan import Plan
@@ -23,10 +23,11 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
 from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
 from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.cost.calibration.fit import calibrate_to_file
 from shardplan.solver.dag.export import write_dag, writer_for
-from shardplan.solver.enumerate import enumerate_plans, pareto_front
+from shardplan.solver.enumerate import Enumeration
 from shardplan.solver.explain import explain
 from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
@@ -346,36 +347,35 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 
 def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
                        report_path: str | None, outputs: OutputFiles, kw: dict[str, Any]) -> None:
-    """The body of ``enumerate``: the report goes to a temporary file, renamed before the summary prints."""
+    """The body of ``enumerate``: rows are printed as they are found (``solver/cli/stream.py``); the report
+    goes to a temporary file, renamed before the summary prints. Ctrl-C ends the output as a partial one
+    before the one-line interruption."""
     problem = build_problem(problem_args(kw))
-    plans: list[Plan] = []
-    rows: list[dict[str, Any]] = []
-    with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
-        for plan in enumerate_plans(problem, limit=limit, progress=tick, time_limit_s=time_limit):
-            row = plan_dict(problem, plan.layout, plan.prediction, status="feasible")
-            row = {"index": len(plans), **row}
-            if jsonl:
-                click.echo(json.dumps(row, separators=(",", ":")))
-            plans.append(plan)
-            rows.append(row)
-    if not plans:
+    printer = Printer("jsonl" if jsonl else "json" if as_json else "table")
+    kept = Kept(with_points=report_path is not None)
+    run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
+    printer.start()
+    try:
+        with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
+            run.progress = tick
+            for plan in run:
+                row = {"index": kept.count, **plan_dict(problem, plan.layout, plan.prediction, status="feasible")}
+                printer.add(row, kept)
+    except KeyboardInterrupt:
+        printer.finish(kept, partial=True)
+        raise
+    if kept.count == 0:
+        if run.partial and time_limit is not None:
+            raise SolverLimitError(f"time-limit: no layout found within {time_limit:g} s")
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result.
         raise InfeasibleError(explain(problem))
-    marks = pareto_front(plans)
-    frontier = [i for i, on in enumerate(marks) if on]
     if report_path:
-        report.write_report(outputs.temp("report"), report.enumeration_report(problem, plans, rows, marks))
+        page = report.enumeration_report(problem, kept.points, kept.marks(), partial=run.partial)
+        report.write_report(outputs.temp("report"), page)
     outputs.commit()
-    if jsonl:
-        click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
-    elif as_json:
-        for row, on in zip(rows, marks, strict=True):
-            row["pareto"] = on
-        emit_json({"count": len(plans), "pareto": frontier, "plans": rows})
-    else:
-        cli_views.print_enumeration(rows, marks)
-        if report_path:
-            click.echo(f"wrote {report_path}")
+    printer.finish(kept, run.partial)
+    if report_path and not (as_json or jsonl):
+        click.echo(f"wrote {report_path}")
 
 
 @cli.command()
