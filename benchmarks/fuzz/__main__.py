@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,13 +120,19 @@ def finish(run: Running, status: int, rusage: object | None, hung: bool, timeout
     return Result(case.command, case.kind, case.argv, code, sig, peak, seconds, found)
 
 
-def run_all(cases: list[Case], jobs: int, timeout_s: float, on_result: Callable[[Result], None]) -> None:
-    """Fork up to ``jobs`` cases at a time; reap them, killing any past ``timeout_s``."""
-    pending = list(reversed(cases))
+def run_all(cases: Iterator[Case], jobs: int, timeout_s: float, on_result: Callable[[Result], None]) -> None:
+    """Fork up to ``jobs`` cases at a time; reap them, killing any past ``timeout_s``. ``cases`` is drawn
+    as it goes: held all at once, their files (DAGs, configs) grew this process past a gigabyte, and every
+    child's resident set with it."""
     running: dict[int, Running] = {}
-    while pending or running:
-        while pending and len(running) < jobs:
-            run = start(pending.pop())
+    exhausted = False
+    while not exhausted or running:
+        while not exhausted and len(running) < jobs:
+            case = next(cases, None)
+            if case is None:
+                exhausted = True
+                break
+            run = start(case)
             running[run.pid] = run
         pid, status, rusage = os.wait4(-1, os.WNOHANG)
         if pid:
@@ -188,15 +194,18 @@ def main() -> None:
     parser.add_argument("--failures", type=Path, default=None, help="write every failing case here (JSON lines)")
     args = parser.parse_args()
     base = dag_base()
-    cases = [draw(COMMANDS[i % len(COMMANDS)], random.Random(args.seed + i), base) for i in range(args.cases)]
+    cases = (draw(COMMANDS[i % len(COMMANDS)], random.Random(args.seed + i), base) for i in range(args.cases))
     began = time.monotonic()
     results: list[Result] = []
 
     def on_result(result: Result) -> None:
         results.append(result)
         done = len(results)
+        if result.problems:  # at once, so a long run's log shows them before its end
+            print(f"FAILING {result.command} ({result.kind}) {json.dumps(result.argv)}: {result.problems[0][:300]}",
+                  file=sys.stderr, flush=True)
         if done % 100 == 0:
-            print(f"{done}/{len(cases)} cases, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+            print(f"{done}/{args.cases} cases, {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
         if done % 1000 == 0:  # a long run shows its table as it goes
             print(table(results), file=sys.stderr, flush=True)
 
