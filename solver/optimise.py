@@ -249,8 +249,9 @@ def minimise_latency(
 
 
 def _latency_bound(best: int, step_bound: float | None) -> float | None:
-    """A lower bound on every plan's e2e: the step proved it for plans better than ``best``."""
-    if step_bound is None or not math.isfinite(step_bound):
+    """A lower bound on every plan's e2e: the step proved it for plans better than ``best``. (A step
+    stopped before CP-SAT had a bound reports 0.0: true, and useless; the tables' bound covers it.)"""
+    if step_bound is None or not math.isfinite(step_bound) or step_bound <= 0:
         return None
     return float(min(best, math.ceil(step_bound)))
 
@@ -270,8 +271,10 @@ def maximise_throughput(
             if not found:
                 raise
             proven = False
-            if exc.bound is not None and math.isfinite(exc.bound):
-                gain_bound = GainBound(a_target, c_target, max(0.0, exc.bound))
+            # The step asks for gain >= 1, so a proven bound is at least 1: below it, CP-SAT stopped
+            # before it had one (it reports 0.0 then, measured) and the number proves nothing.
+            if exc.bound is not None and math.isfinite(exc.bound) and exc.bound >= 1:
+                gain_bound = GainBound(a_target, c_target, exc.bound)
             break
         if step is None:
             proven = proven and exact
