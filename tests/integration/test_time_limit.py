@@ -19,7 +19,7 @@ from shardplan.rules.problem import Objective
 from shardplan.solver.bound import table_bound
 from shardplan.solver.cli.main import main
 from shardplan.solver.cost.evaluate import resolve_profile
-from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
+from shardplan.solver.optimise import Deadline, GainBound, NoPlan, _latency_bound, decode, optimise
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
@@ -113,3 +113,13 @@ def test_cli_short_limit_reports_feasible_with_gap(capsys, monkeypatch):
 def test_no_plan_within_the_limit_is_one_line_naming_the_option():
     with pytest.raises(SolverLimitError, match=r"^time-limit: no plan found within 0\.001 s$"):
         optimise(problem(model="llama-3.1-8b", cluster="4xH100"), Gone())
+
+
+def test_cp_sat_bounds_are_read_only_when_proven():
+    """A step stopped in presolve reports a bound of 0.0 (no bound at all); one that searched, a real one.
+    Latency: a lower bound on e2e, never above the best plan. Throughput: hand-computed a/c + gain/(c x e2e)."""
+    assert _latency_bound(100, 0.0) is None
+    assert _latency_bound(100, 42.3) == 43.0  # e2e is an integer: the bound rounds up
+    assert _latency_bound(100, 250.0) == 100.0  # nothing better than 100 exists, and 100 itself does
+    # a/c = 2/10 tokens per ns, gain 5 over c x e2e floor = 10 x 100: (0.2 + 0.005) x OSL 4 x 1e9
+    assert GainBound(2, 10, 5.0).tokens_per_s(100, 4) == pytest.approx(0.205 * 4e9)
