@@ -38,6 +38,7 @@ from shardplan.solver.placement.plan import place_and_price, write_experts
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
 MAX_JOBS = 256
+MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -261,8 +262,9 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
             write_experts(outputs.temp("experts-out"), plan.experts)
         data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
                          experts=plan.experts, extra={"objective_value": plan.objective_value, **unproven(plan)})
+        left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
         show_plan(plan, data, as_json, emit_engine, report_path,
-                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs)
+                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s)
 
 
 def unproven(plan: Plan) -> dict[str, Any]:
@@ -291,14 +293,18 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
 
 
 def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str | None, report_path: str | None,
-              with_runner_up: bool, outputs: OutputFiles) -> None:
+              with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
-    Every output file is renamed into place before anything is printed."""
+    Every output file is renamed into place before anything is printed. ``left_s``: what --time-limit
+    leaves after the plan's search (None without a limit), the runner-up's budget."""
     findings = report.binding_constraints(plan)
     runner, note = None, None
-    if with_runner_up:
-        # About one more solve; bounded so a large problem does not double its wait unboundedly.
-        budget = max(5.0, 3 * (plan.solve_time_s or 0.0))
+    if with_runner_up and left_s is not None and left_s < MIN_RUNNER_UP_S:
+        note = "runner-up not computed: --time-limit was spent on the plan"
+    elif with_runner_up:
+        # About one more solve; bounded so a large problem does not double its wait unboundedly, and
+        # within what --time-limit leaves, so the whole command keeps to it.
+        budget = max(5.0, 3 * (plan.solve_time_s or 0.0)) if left_s is None else left_s
         runner = report.runner_up(plan, time_limit_s=budget)
     else:
         note = "runner-up not computed (--runner-up computes it)"

@@ -124,6 +124,8 @@ def print_plan(
     short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
              if cluster is not None else data["cluster"])
     timing = f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else ""
+    if data.get("gap") is not None:  # a time limit stopped the search: how far from the proven bound
+        timing += f", within {data['gap']:.2%} of the proven bound"
     console.print(f"[bold]{data['model']}[/bold] on {short}: {data['status']}, objective {data['objective']}{timing}")
     console.print(f"[dim]{data['cluster']}[/dim]")
     wl = plan.problem.workload if plan is not None else None
