@@ -360,7 +360,6 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
     printer = Printer("jsonl" if jsonl else "json" if as_json else "table")
     kept = Kept(with_points=report_path is not None)
     run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
-    printer.start()
     try:
         with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
             run.progress = tick

@@ -1,22 +1,25 @@
-"""``enumerate``'s output as the layouts arrive: each row is printed (``--json``, ``--jsonl``) when it is
-found and then dropped, so memory holds only what the end needs: the frontier's rows, the fastest and
-the busiest row for the terminal view, and for ``--report`` one small point per layout (its scatter).
+"""``enumerate``'s output as the layouts arrive: each row is printed (``--jsonl``) or spooled to a
+temporary file (``--json``) when it is found and then dropped, so memory holds only what the end needs:
+the frontier's rows, the fastest and the busiest row for the terminal view, and for ``--report`` one
+small point per layout (its scatter).
 
-``--json`` prints one object whose ``plans`` array is written row by row: ``{"plans": [...], "count":
-N, "pareto": [indices], "partial": bool}``; ``--jsonl`` one row per line and a last
-``{"type": "frontier", "count", "pareto", "partial"}`` line. ``partial`` is true when the enumeration
-stopped before visiting every layout (its time limit, ``--limit``, or Ctrl-C).
+``--jsonl`` prints one row per line and a last ``{"type": "frontier", "count", "pareto", "partial"}``
+line. ``--json`` keeps its one object, ``{"count", "pareto": [indices], "plans": [rows, each with its
+"pareto" mark], "partial"}``: the marks are known only at the end, so the rows wait on disk and are
+copied out then, one at a time. ``partial`` is true when the enumeration stopped before visiting every
+layout (its time limit, ``--limit``, or Ctrl-C).
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -87,11 +90,11 @@ def deferred_sigint() -> Iterator[None]:
 
 
 class Printer:
-    """Prints rows in the chosen format as they come, and the closing summary."""
+    """Prints rows in the chosen format as they come (or spools them, for ``--json``), and the end."""
 
     def __init__(self, mode: str):
         self.mode = mode  # "json", "jsonl" or "table"
-        self.started = False
+        self.spool: IO[str] | None = tempfile.TemporaryFile("w+", encoding="utf-8") if mode == "json" else None
 
     def add(self, row: dict[str, Any], kept: Kept) -> None:
         """Print the row and keep what the end needs of it, together (``deferred_sigint``)."""
@@ -103,21 +106,31 @@ class Printer:
         line = json.dumps(row, separators=(",", ":"))
         if self.mode == "jsonl":
             click.echo(line)
-        elif self.mode == "json":
-            click.echo(("\n" if not self.started else ",\n") + line, nl=False)
-        self.started = True
-
-    def start(self) -> None:
-        if self.mode == "json":
-            click.echo('{"plans": [', nl=False)
+        elif self.spool is not None:
+            self.spool.write(line + "\n")
 
     def finish(self, kept: Kept, partial: bool) -> None:
         summary = {"count": kept.count, "pareto": kept.pareto, "partial": partial}
         if self.mode == "jsonl":
             click.echo(json.dumps({"type": "frontier", **summary}, separators=(",", ":")))
-        elif self.mode == "json":
-            tail = json.dumps(summary)[1:]  # the summary's members, after the plans array
-            click.echo(("\n" if self.started else "") + "], " + tail)
+        elif self.spool is not None:
+            self._copy_out(summary)
         else:
             rows = sorted(kept.frontier_rows.values(), key=_speed)
             cli_views.print_enumeration(kept.count, rows, kept.fastest, kept.busiest, partial)
+
+    def _copy_out(self, summary: dict[str, Any]) -> None:
+        """The ``--json`` object: count and frontier first, then the spooled rows with their marks, then
+        ``partial``; written row by row, as ``json.dumps(..., indent=2)`` lays the object out."""
+        assert self.spool is not None
+        front = set(summary["pareto"])
+        head = {"count": summary["count"], "pareto": summary["pareto"]}
+        click.echo(json.dumps(head, indent=2)[:-2] + ',\n  "plans": [', nl=False)
+        self.spool.seek(0)
+        for n, line in enumerate(self.spool):
+            row = json.loads(line)
+            row["pareto"] = row["index"] in front
+            text = json.dumps(row, indent=2).replace("\n", "\n    ")
+            click.echo(("," if n else "") + "\n    " + text, nl=False)
+        click.echo(("\n  " if summary["count"] else "") + '],\n  "partial": ' + json.dumps(summary["partial"]) + "\n}")
+        self.spool.close()

@@ -1,4 +1,4 @@
-"""``enumerate`` streams its layouts, keeps only the frontier, and says when it stopped short (issue 14):
+"""``enumerate`` streams (or spools) its layouts, keeps only the frontier, and says when it stopped short (issue 14):
 the incremental frontier against the all-points definition, ``partial`` after a limit or a deadline,
 Ctrl-C (a real SIGINT to a real process) closing valid output, and pinned stages that used to end in a
 tie-break error."""
@@ -50,10 +50,14 @@ def test_json_stream_is_one_object_and_partial_only_when_cut_short(capsys):
     whole = run_json(args, capsys)
     assert whole["partial"] is False and whole["count"] == len(whole["plans"]) > 2
     assert [row["index"] for row in whole["plans"]] == list(range(whole["count"]))
+    assert list(whole)[:3] == ["count", "pareto", "plans"]  # the object as before streaming, and partial
+    assert whole["pareto"] == [row["index"] for row in whole["plans"] if row["pareto"]]
     marks = pareto_front([as_plan(r["metrics"]["e2e_ms"], r["metrics"]["output_tokens_per_s"]) for r in whole["plans"]])
     assert whole["pareto"] == [i for i, on in enumerate(marks) if on]
     first = run_json([*args, "--limit", "1"], capsys)
-    assert first["partial"] is True and first["count"] == 1 and first["plans"] == whole["plans"][:1]
+    assert first["partial"] is True and first["count"] == 1 and first["pareto"] == [0]
+    unmarked = lambda row: {k: v for k, v in row.items() if k != "pareto"}  # noqa: E731
+    assert unmarked(first["plans"][0]) == unmarked(whole["plans"][0])  # alone, the first row is its own frontier
     main([*args[:-1], "--jsonl", "--limit", "2"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[-1] == {"type": "frontier", "count": 2, "pareto": lines[-1]["pareto"], "partial": True}
@@ -81,21 +85,45 @@ def test_pinned_stages_enumerate_only_their_stage_count(capsys):
         assert [s["layers"] for s in row["stages"]] == [[0, 16], [16, 32]]
 
 
-def test_ctrl_c_closes_the_output_as_partial_and_exits_130():
-    """A real SIGINT once the first layout is out: exit 130, one stderr line, valid JSON marked partial
-    whose count is the rows it holds."""
-    cmd = [sys.executable, "-m", "shardplan.solver.cli", "enumerate", "--model", "deepseek-v3", "--cluster",
-           "512x8xH200", "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+LARGE = ["enumerate", "--model", "deepseek-v3", "--cluster", "512x8xH200"]  # hours to the end: always cut short
+
+
+def interrupted(extra: list[str], ready: bytes) -> tuple[bytes, list[str]]:
+    """Start a large enumeration, wait until ``ready`` is on its stdout, send SIGINT; (stdout, stderr lines)."""
+    proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.cli", *LARGE, *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     head = b""
-    while b'{"index"' not in head:  # the first row has begun: the enumeration is under way
+    while ready not in head:
         chunk = os.read(proc.stdout.fileno(), 4096)
-        assert chunk, "enumerate ended before its first layout"
+        assert chunk, "enumerate ended before it was ready"
         head += chunk
     proc.send_signal(signal.SIGINT)
     rest, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
-    assert err.decode().splitlines() == ["shardplan: interrupted"]
-    data = json.loads(head + rest)
-    assert data["partial"] is True and data["count"] == len(data["plans"]) >= 1
+    return head + rest, err.decode().splitlines()
+
+
+def test_ctrl_c_closes_the_streamed_lines_as_partial_and_exits_130():
+    """A real SIGINT once the first layout is out: exit 130, one stderr line, every row whole and a last
+    frontier line marked partial whose count is the rows printed."""
+    out, err = interrupted(["--jsonl"], b'{"index"')
+    assert err == ["shardplan: interrupted"]
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    assert lines[-1]["type"] == "frontier" and lines[-1]["partial"] is True
+    assert lines[-1]["count"] == len(lines) - 1 >= 1
+    assert [row["index"] for row in lines[:-1]] == list(range(len(lines) - 1))
+
+
+def test_ctrl_c_closes_the_json_object_as_partial():
+    """--json holds its rows until the end: an interruption still prints the one object, marked partial."""
+    proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.cli", *LARGE, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(8)  # start-up and a few layouts; an interruption earlier than that is the case above
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.decode().splitlines() == ["shardplan: interrupted"]
+    if out:  # empty only when the signal came during start-up, before the enumeration began
+        data = json.loads(out)
+        assert data["partial"] is True and data["count"] == len(data["plans"])
+        assert data["pareto"] == [row["index"] for row in data["plans"] if row["pareto"]]
