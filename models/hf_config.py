@@ -9,6 +9,7 @@ of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache m
 from __future__ import annotations
 
 import builtins
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
 from shardplan.models.errors import SpecError, spec_error_from
-from shardplan.models.files import read_json
+from shardplan.models.files import MAX_INPUT_BYTES, parse_json, read_text
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
 Config = dict[str, Any]
@@ -33,13 +34,31 @@ def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
     commands print it.
     """
     path = Path(path)
-    cfg = read_json(path, "model")
+    return _load_config_text(read_text(path, "model"), str(path), name, path.stem)
+
+
+def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:
+    """A config.json handed over already parsed (an agent's JSON object rather than a file): written
+    back to JSON text and read through the checks a file gets, so the same size and nesting bounds
+    and the same messages apply. ``name`` defaults to its ``_shardplan_id``, else ``custom``."""
+    try:
+        text = json.dumps(cfg, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise SpecError("model", "the config is not a JSON object") from None
+    size_bytes = len(text.encode("utf-8"))
+    if size_bytes > MAX_INPUT_BYTES:
+        raise SpecError("model", f"the config is {size_bytes:,} bytes; at most {MAX_INPUT_BYTES:,} are read")
+    return _load_config_text(text, "the config", name, "custom")
+
+
+def _load_config_text(text: str, where: str, name: str | None, default_name: str) -> ModelSpec:
+    cfg = parse_json(text, "model", where)
     if not isinstance(cfg, dict):
-        raise SpecError("model", f"{path} must hold a JSON object")
+        raise SpecError("model", f"{where} must hold a JSON object")
     model_id = cfg.get("_shardplan_id")
     if model_id is not None:
         check_model_id(model_id, "_shardplan_id")
-    return load_config(cfg, name=name or model_id or path.stem)
+    return load_config(cfg, name=name or model_id or default_name)
 
 
 # A Hugging Face repository id: ``org/name`` (or a bare ``name``), each part letters, digits and ``._-``,

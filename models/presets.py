@@ -67,9 +67,14 @@ def get_model(name: str) -> ModelSpec:
         return preset.load()
     if name.endswith(".json") or _is_file(name):
         return load_config_file(name)
+    raise unknown_model(name)
+
+
+def unknown_model(name: str) -> SpecError:
+    """The error for a name that is neither a preset nor a config.json file, listing the presets."""
     known = ", ".join(p.aliases[0] if p.aliases else p.id for p in presets())
     shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
-    raise SpecError("model", f"unknown model {shown}: not a preset or a config.json file; presets: {known}")
+    return SpecError("model", f"unknown model {shown}: not a preset or a config.json file; presets: {known}")
 
 
 def _is_file(name: str) -> bool:

@@ -28,7 +28,7 @@ DEFAULT_CLUSTER = "2x8xH200"
 class ProblemArgs:
     """Everything the shared command-line options carry, before validation."""
 
-    model: str = DEFAULT_MODEL
+    model: str | ModelSpec = DEFAULT_MODEL  # a preset or a config.json path; or a model already loaded
     cluster: str = DEFAULT_CLUSTER
     objective: str = "latency"
     isl: int = 1024
@@ -109,7 +109,7 @@ def build_problem(args: ProblemArgs) -> Problem:
             raise SpecError(name.replace("_", "-"), f"must be at most {most:g}, got {value:g}")
     if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:  # below 0 or not finite: zipf_profile says so
         raise SpecError("zipf", f"must be at most {MAX_ZIPF_EXPONENT:g}, got {args.zipf:g}")
-    model = get_model(args.model)
+    model = args.model if isinstance(args.model, ModelSpec) else get_model(args.model)
     weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
     kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None
     if kv is not None and kv not in (DType.BF16, DType.FP16, DType.FP8):
@@ -166,6 +166,12 @@ def build_expert_load(args: ProblemArgs, model: ModelSpec) -> ExpertLoadProfile 
     except SpecError as exc:
         raise SpecError(f"{option} {exc.field}", exc.reason) from None
     return None
+
+
+def check_experts_out(problem: Problem, experts_out: str | None) -> None:
+    """--experts-out of a dense model has nothing to write: say so before solving."""
+    if experts_out and not problem.model.is_moe:
+        raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
 def layout_from_pins(problem: Problem) -> Layout:

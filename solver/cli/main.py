@@ -17,22 +17,37 @@ import click
 
 from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, read_text
-from shardplan.rules.catalog import LISTED_RULES, check_plan, errors_of, get_rule
+from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views as cli_views
-from shardplan.solver.cli.inputs import DEFAULT_CLUSTER, DEFAULT_MODEL, ProblemArgs, build_problem, layout_from_pins
+from shardplan.solver.cli.inputs import (
+    DEFAULT_CLUSTER,
+    DEFAULT_MODEL,
+    ProblemArgs,
+    build_problem,
+    check_experts_out,
+    layout_from_pins,
+)
 from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.results import (
+    enumerated_row,
+    error_message,
+    evaluated_dict,
+    infeasible_dict,
+    launch_dict,
+    one_line,
+    solved_dict,
+)
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.cost.calibration.fit import calibrate_to_file
 from shardplan.solver.dag.export import write_dag, writer_for
 from shardplan.solver.enumerate import Enumeration
 from shardplan.solver.explain import explain
+from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
 from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted, emit
-from shardplan.solver.outputs.plan_json import plan_dict
 from shardplan.solver.placement.plan import place_and_price, write_experts
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
@@ -88,17 +103,6 @@ def problem_options(func: Command) -> Command:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-def infeasible_dict(problem: Problem, exc: InfeasibleError) -> dict[str, Any]:
-    """DESIGN.md's JSON for a problem with no plan: status, objective and the conflicting rules."""
-    return {
-        "status": "infeasible",
-        "objective": problem.objective.value,
-        "model": problem.model.name,
-        "cluster": problem.cluster.describe(),
-        "conflict": [{"rule": rule, "message": message} for rule, message in exc.conflicts],
-    }
 
 
 def problem_args(kw: dict[str, Any]) -> ProblemArgs:
@@ -162,8 +166,8 @@ def evaluate(as_json: bool, experts_out: str | None, **kw: Any) -> None:
             write_experts(outputs.temp("experts-out"), experts)
         outputs.commit()
     plan = Plan(problem=problem, layout=layout, prediction=prediction, status="evaluated", experts=experts)
-    violations = [{"rule": d.rule, "message": d.message} for d in errors_of(check_plan(plan))]
-    data = plan_dict(problem, layout, prediction, status="evaluated", experts=experts, extra={"violations": violations})
+    data = evaluated_dict(plan)
+    violations = data["violations"]
     if as_json:
         emit_json(data)
     else:
@@ -260,19 +264,9 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
             write_dag(plan, outputs.temp("dag"), detail)
         if experts_out:
             write_experts(outputs.temp("experts-out"), plan.experts)
-        data = plan_dict(problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
-                         experts=plan.experts, extra={"objective_value": plan.objective_value, **unproven(plan)})
         left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
-        show_plan(plan, data, as_json, emit_engine, report_path,
+        show_plan(plan, as_json, emit_engine, report_path,
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s)
-
-
-def unproven(plan: Plan) -> dict[str, Any]:
-    """A feasible plan's distance from optimal: ``gap`` = |bound - objective| / objective, with ``bound`` the
-    best bound proven on the objective (null when none was); an optimal plan has neither."""
-    if plan.status != "feasible":
-        return {}
-    return {"bound": plan.bound, "gap": None if plan.gap is None else round(plan.gap, 6)}
 
 
 def input_files(kw: dict[str, Any]) -> list[str | None]:
@@ -286,13 +280,7 @@ def check_time_limit(time_limit: float | None) -> None:
         raise SpecError("time-limit", f"must be a finite number > 0, got {time_limit}")
 
 
-def check_experts_out(problem: Problem, experts_out: str | None) -> None:
-    """--experts-out of a dense model has nothing to write: say so before solving."""
-    if experts_out and not problem.model.is_moe:
-        raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
-
-
-def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str | None, report_path: str | None,
+def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: str | None,
               with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
     Every output file is renamed into place before anything is printed. ``left_s``: what --time-limit
@@ -308,16 +296,13 @@ def show_plan(plan: Plan, data: dict[str, Any], as_json: bool, emit_engine: str 
         runner = report.runner_up(plan, time_limit_s=budget)
     else:
         note = "runner-up not computed (--runner-up computes it)"
-    data = {**data, "binding": report.findings_dicts(findings)}
+    data = solved_dict(plan, findings)
     if runner is not None:
         data["runner_up"] = runner.to_dict()
     launch: Emitted | None = None
     if emit_engine:
         launch = emit(plan, emit_engine)
-        data["launch"] = {"engine": emit_engine, "version": launch.version, "notes": list(launch.notes),
-                          "files": dict(launch.files), "script": launch.script(),
-                          "commands": [{"label": one.label, "env": dict(one.env), "argv": list(one.argv)}
-                                       for one in launch.launches]}
+        data["launch"] = launch_dict(emit_engine, launch)
     if report_path:
         report.write_report(outputs.temp("report"), report.plan_report(plan, data, findings, runner, note))
     outputs.commit()
@@ -364,16 +349,19 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
         with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
             run.progress = tick
             for plan in run:
-                row = {"index": kept.count, **plan_dict(problem, plan.layout, plan.prediction, status="feasible")}
-                printer.add(row, kept)
+                printer.add(enumerated_row(kept.count, plan), kept)
     except KeyboardInterrupt:
         printer.finish(kept, partial=True)
         raise
     if kept.count == 0:
         if run.partial and time_limit is not None:
             raise SolverLimitError(f"time-limit: no layout found within {time_limit:g} s")
-        # Nothing feasible is an infeasible problem, explained like solve's, never an empty result.
-        raise InfeasibleError(explain(problem))
+        # Nothing feasible is an infeasible problem, explained like solve's, never an empty result;
+        # --json prints solve's infeasible object too, and the one line still goes to stderr.
+        exc = InfeasibleError(explain(problem))
+        if as_json:
+            emit_json(infeasible_dict(problem, exc))
+        raise exc
     if report_path:
         page = report.enumeration_report(problem, kept.points, kept.marks(), partial=run.partial)
         report.write_report(outputs.temp("report"), page)
@@ -399,6 +387,28 @@ def rules(rule_id: str | None, as_json: bool) -> None:
 cli.add_command(validate)  # `shardplan validate FILE.json` (solver/cli/validate.py)
 
 
+@cli.command(name="mcp")
+@click.option("--root", default=None, type=click.Path(file_okay=False),
+              help="the one folder whose files tools may read and write (default: none)")
+@click.option("--time-limit", type=float, default=DEFAULT_CALL_TIME_S, show_default=True,
+              help="seconds a call's solver gets when the call names none")
+@click.option("--max-time-limit", type=float, default=MAX_CALL_TIME_S, show_default=True,
+              help="the most seconds a call may ask for")
+def mcp_server(root: str | None, time_limit: float, max_time_limit: float) -> None:
+    """Serve plan, enumerate, evaluate, validate_dag, fix_dag, explain_rule and the preset lists as
+    Model Context Protocol tools on stdin/stdout, for an agent (needs the mcp extra)."""
+    limits = TimeLimits(default_s=time_limit, max_s=max_time_limit)
+    checked_root = Root(root).path  # a missing folder is bad input before the SDK loads
+    try:
+        # Lazily on purpose: the MCP SDK is an optional extra, and loads only for this command.
+        from shardplan.solver.mcp.server import serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "mcp":
+            raise
+        raise SpecError("mcp", "the MCP SDK is not installed: pip install 'shardplan[mcp]'") from None
+    serve(checked_root, limits)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the group, turning our errors into one line and an exit code.
 
@@ -417,18 +427,16 @@ def main(argv: list[str] | None = None) -> None:
         fail("aborted", EXIT_BAD_INPUT)
     except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...
         fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT)
-    except InfeasibleError as exc:
-        fail(str(exc), EXIT_INFEASIBLE)
-    except ShardplanError as exc:  # SpecError and the rest of ours
-        fail(f"error: {exc}", EXIT_BAD_INPUT)
+    except ShardplanError as exc:  # SpecError, InfeasibleError and the rest of ours
+        fail(error_message(exc), EXIT_INFEASIBLE if isinstance(exc, InfeasibleError) else EXIT_BAD_INPUT)
     except BrokenPipeError:
         # The reader went away (``shardplan solve | head -1``): what it read was what it wanted.
         _silence_stdout()
         sys.exit(0)
     except KeyboardInterrupt:
         fail("interrupted", EXIT_INTERRUPTED)
-    except RecursionError:
-        fail("error: input: nested too deeply", EXIT_BAD_INPUT)
+    except RecursionError as exc:
+        fail(error_message(exc), EXIT_BAD_INPUT)
     except Exception as exc:  # a bug: still one line, the traceback only on request
         if os.environ.get("SHARDPLAN_DEBUG"):
             raise
@@ -437,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def fail(message: str, code: int) -> None:
     """One line on stderr, then exit: newlines inside a message (a value quoted back) become spaces."""
-    line = " ".join(f"shardplan: {message}".split("\n"))
+    line = one_line(message)
     try:
         click.echo(line, err=True)
     except (BrokenPipeError, OSError):

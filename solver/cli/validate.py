@@ -11,9 +11,10 @@ import sys
 
 import click
 
-from shardplan.rules.dag.check import check_dag, diagnostics_json, rule_ids
+from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
 from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.results import validation_dict
 from shardplan.solver.dag.export import check_writable, read_json, write_graph, writer_for
 
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
@@ -47,18 +48,7 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
             diagnostics = check_dag(dag)
     valid = not diagnostics
     if as_json:
-        data = {
-            "file": file,
-            "valid": valid,
-            "detail": dag.graph.get("detail"),
-            "nodes": dag.number_of_nodes(),
-            "edges": dag.number_of_edges(),
-            "rules": rule_ids(diagnostics),
-            "violations": diagnostics_json(diagnostics),
-        }
-        if fix:
-            data.update(fixed=out, changes=[c.to_dict() for c in changes])
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(validation_dict(file, dag, diagnostics, out, changes if fix else None), indent=2))
     else:
         for change in changes:
             click.echo(f"fixed {change}")

@@ -69,11 +69,16 @@ def read_json(path: str | Path) -> nx.DiGraph:
     Raises ``SpecError("file", ...)`` when it is unreadable, not JSON, not node-link, or lacks the
     graph attributes that validation needs (docs/dag.md)."""
     # A regular file of at most MAX_DAG_BYTES, strict UTF-8, nesting bounded (models.files).
-    data = read_json_file(path, "file", MAX_DAG_BYTES)
+    return dag_from_data(read_json_file(path, "file", MAX_DAG_BYTES), str(path))
+
+
+def dag_from_data(data: Any, where: str) -> nx.DiGraph:
+    """The DAG in parsed node-link ``data`` (a file's, or an object handed over whole), with the graph
+    attributes validation needs; ``SpecError("file", ...)`` naming ``where`` otherwise."""
     g = from_json_data(data)
     problems = graph_schema_problems(g)
     if problems:
-        raise SpecError("file", f"{path} is not a shardplan DAG: {problems[0]}")
+        raise SpecError("file", f"{where} is not a shardplan DAG: {problems[0]}")
     return g
 
 
@@ -327,6 +332,7 @@ def write_dag(plan: Any, path: str | Path, detail: str = "logical") -> nx.DiGrap
 
 
 __all__ = [
-    "WRITERS", "from_json_data", "node_label", "read_json", "to_dot", "to_graphml_graph", "to_json_data", "to_mermaid",
+    "WRITERS", "dag_from_data", "from_json_data", "node_label", "read_json", "to_dot", "to_graphml_graph",
+    "to_json_data", "to_mermaid",
     "write_dag", "write_graph", "write_graphml", "write_json",
 ]

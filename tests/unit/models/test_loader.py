@@ -7,6 +7,7 @@ import json
 import pytest
 
 from shardplan.models import ModelSpec, SpecError, get_model, load_config, load_config_file, presets
+from shardplan.models.hf_config import load_config_object
 from shardplan.models.presets import CONFIG_DIR
 
 LLAMA = json.loads((CONFIG_DIR / "llama-3.1-8b.json").read_text())
@@ -74,3 +75,30 @@ def test_quantised_checkpoints_carry_their_formats():
     assert get_model("deepseek-v3").weights_dtype.value == "fp8"
     oss = get_model("gpt-oss-120b")
     assert (oss.weights_dtype.value, oss.expert_dtype.value) == ("bf16", "mxfp4")
+
+
+# --- a config handed over as an object (an MCP agent's), through the checks a file gets -----------
+@pytest.mark.parametrize("preset", presets()[:3], ids=lambda p: p.id)
+def test_a_config_object_loads_as_its_file(preset):
+    cfg = json.loads(preset.path.read_text())
+    assert load_config_object(cfg) == load_config_file(preset.path)
+
+
+def test_a_config_object_fails_with_the_files_messages(tmp_path):
+    bad = {k: v for k, v in LLAMA.items() if k != "hidden_size"}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(SpecError) as from_file:
+        load_config_file(path)
+    with pytest.raises(SpecError) as from_object:
+        load_config_object(bad)
+    assert str(from_object.value) == str(from_file.value) and from_object.value.field == "hidden_size"
+    with pytest.raises(SpecError, match="model: the config must hold a JSON object"):
+        load_config_object([LLAMA])
+    deep: object = {}
+    for _ in range(100):  # past MAX_JSON_DEPTH (64), as a file nested so deep is refused
+        deep = {"x": deep}
+    with pytest.raises(SpecError, match="nests deeper than 64 levels"):
+        load_config_object({**LLAMA, "extra": deep})
+    with pytest.raises(SpecError, match="at most 1,048,576 are read"):
+        load_config_object({**LLAMA, "padding": "x" * (1 << 20)})

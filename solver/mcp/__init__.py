@@ -1,0 +1,8 @@
+"""``shardplan mcp``: shardplan's commands as Model Context Protocol tools for an agent, on stdio.
+
+``server.py`` wires the SDK's server, ``tools.py`` holds the tools (each returns what its CLI command
+prints with ``--json``), ``schemas.py`` their inputs, ``resources.py`` the rule catalog and DAG
+schema, ``safety.py`` the file root and time limits. Only ``server.py`` imports the MCP SDK (the
+optional ``mcp`` extra); this package's ``__init__`` imports nothing, so the CLI can read the
+limits without it.
+"""
