@@ -1,5 +1,5 @@
 """``python -m shardplan.solver.cli``: the same entry point as the ``shardplan`` script."""
 
-from shardplan.solver.cli import main
+from shardplan.solver.cli.main import main
 
 main()
