@@ -25,5 +25,6 @@ class Plan(BaseModel):
     status: str = Field(description="optimal | feasible | evaluated")
     objective_value: int | None = Field(default=None, description="the solver's integer objective")
     bound: float | None = Field(default=None, description="best bound the solver proved")
+    gap: float | None = Field(default=None, description="|bound - objective| / objective of a feasible plan")
     solve_time_s: float | None = None
     experts: PlanPlacement | None = Field(default=None, description="expert placement, when decided")

@@ -31,6 +31,7 @@ from shardplan.rules.catalog import SWITCHES, rules_for, unknown_switches
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.cost.operators import LayerKind
+from shardplan.solver.interruptible import InterruptibleSolver
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
@@ -430,9 +431,7 @@ class Model:
 def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None = None) -> Model:
     """A fresh encoding with every rule posted; ``tables`` (pure data) may be reused from another.
     ``only_pins`` narrows the search space to the pinned values (enumeration pins each candidate)."""
-    bad = unknown_switches(problem.allow)
-    if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+    check_switches(problem)
     if tables is None:
         tables = build_tables(problem, SearchSpace(problem, resolve_profile(problem), only_pins=only_pins))
     enc = Encoding(tables)
@@ -445,12 +444,19 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
     return Model(enc, rules, literals)
 
 
+def check_switches(problem: Problem) -> None:
+    """Every --allow switch must name a rule that can be turned off."""
+    bad = unknown_switches(problem.allow)
+    if bad:
+        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+
+
 def new_solver(
     time_limit_s: float | None, presolve: bool = True, work_limit_s: float | None = None
 ) -> cp_model.CpSolver:
     """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
     two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
-    solver = cp_model.CpSolver()
+    solver = InterruptibleSolver()  # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.cp_model_presolve = presolve

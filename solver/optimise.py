@@ -18,6 +18,7 @@ turns its layout into a priced, checked Plan, the experts placed, for all three.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
+from shardplan.solver.bound import relative_gap, table_bound
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
-from shardplan.solver.encode import Encoding, Expr, Model, build_model, new_solver
+from shardplan.solver.encode import Encoding, Expr, Model, build_model, check_switches, new_solver
 from shardplan.solver.explain import explain
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
@@ -40,6 +42,7 @@ from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, build_tables
 
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
+PREP_GRACE_S = 0.5  # how far past the deadline the cost tables may still finish (Deadline.check)
 
 # A constraint as the stubs type it: ortools builds a BoundedLinearExpression, typed as bool.
 Constraint = BoundedLinearExpression | bool
@@ -54,6 +57,17 @@ class Outcome:
     proven: bool
     e2e: int | None = None  # latency: the best e2e; throughput: the best plan's e2e
     tokens: int | None = None  # throughput objective: tokens / e2e
+    layout: Layout | None = None  # a plan reaching that value (before tie-breaking)
+    bound: float | None = None  # latency, when not proven: CP-SAT's lower bound on e2e ns
+    gain: GainBound | None = None  # throughput, when not proven: what the last Dinkelbach step proved
+
+
+class TimedOut(SolverLimitError):
+    """A search step ran out of time undecided; ``bound`` is what its objective solve proved, if it had one."""
+
+    def __init__(self, message: str, bound: float | None):
+        super().__init__(message)
+        self.bound = bound
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,8 @@ class Optimum:
     layout: Layout
     proven: bool
     objective_value: int
-    gap: float | None = None  # unproven throughput plan: 1 - its value / the search's bound
+    bound: float | None = None  # when not proven: the best proven bound on the objective, same units
+    gap: float | None = None  # when not proven: relative distance of the objective from ``bound``
     option: BatchOption | None = None  # a decided batch: the range the search priced the plan at
 
     @property
@@ -93,25 +108,46 @@ class Deadline:
     call (CP-SAT's deterministic time: the same answer on every run, unlike a wall-clock cut)."""
 
     def __init__(self, time_limit_s: float | None, work_limit_s: float | None = None):
+        self.limit_s = time_limit_s
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
         self.work_left_s = work_limit_s  # deterministic seconds left for every call together
 
     def with_work_limit(self, work_limit_s: float) -> Deadline:
         bounded = Deadline(None, work_limit_s)
-        bounded.end = self.end
+        bounded.end, bounded.limit_s = self.end, self.limit_s
         return bounded
 
     def solve(
         self, model: cp_model.CpModel, time_limit_s: float | None
     ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
         """(solver, status) of ``model`` within the wall-clock limit and the work left, which it uses up."""
-        if self.work_left_s is not None and self.work_left_s <= 0:
-            return new_solver(0.0), cp_model.UNKNOWN
-        solver = new_solver(time_limit_s, work_limit_s=self.work_left_s)
+        # Past the budget a solve still runs, for an instant: its UNKNOWN carries a response to read.
+        work = None if self.work_left_s is None else max(self.work_left_s, 1e-6)
+        solver = new_solver(time_limit_s, work_limit_s=work)
         status = solver.solve(model)
         if self.work_left_s is not None:
             self.work_left_s -= solver.deterministic_time
         return solver, status
+
+    def passed(self) -> bool:
+        return self.end is not None and time.perf_counter() >= self.end
+
+    def no_plan(self) -> str:
+        """The one line a search cut short before any plan says (names the option, as bad input does)."""
+        if self.limit_s is None:  # only a work budget ended it (the batch proof's)
+            return "no plan found within the search's work budget"
+        return f"time-limit: no plan found within {self.limit_s:g} s"
+
+    def allows(self, cost_s: float) -> bool:
+        """Whether at least ``cost_s`` seconds remain (always, without a limit)."""
+        return self.end is None or self.end - time.perf_counter() >= cost_s
+
+    def check(self) -> None:
+        """Raise SolverLimitError when the work before the search (the cost tables) is still running
+        ``PREP_GRACE_S`` past the deadline: a limit a little shorter than that work still returns the
+        oracle's plan (the search itself is then skipped), a much shorter one ends at once."""
+        if self.end is not None and time.perf_counter() >= self.end + PREP_GRACE_S:
+            raise SolverLimitError(self.no_plan())
 
     def remaining(self) -> float | None:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
@@ -192,7 +228,9 @@ def _improve(
     """One step: (solver, proven) for a plan satisfying ``better``, pushed as far along
     ``objective`` as the step's budget allows — ``proven`` when the step itself proved that plan
     optimal — or None when CP-SAT proves no such plan exists. Raises SolverLimitError when time
-    runs out undecided."""
+    runs out undecided (``TimedOut``, with the bound the objective solve proved)."""
+    if deadline.passed():
+        raise TimedOut(deadline.no_plan(), None)
     step = cp.clone()
     for constraint in better:
         step.add(constraint)
@@ -203,6 +241,7 @@ def _improve(
             step.maximize(objective)
     solver, status = deadline.solve(step, deadline.step())
     proven = objective is not None and status == cp_model.OPTIMAL
+    bound = solver.best_objective_bound if objective is not None and status == cp_model.UNKNOWN else None
     if status == cp_model.UNKNOWN:
         # Nothing better within the step's budget: settle the question without an objective.
         step.clear_objective()
@@ -210,7 +249,7 @@ def _improve(
     if status == cp_model.INFEASIBLE:
         return None
     if status == cp_model.UNKNOWN:
-        raise SolverLimitError("the time limit ended the search")
+        raise TimedOut(deadline.no_plan(), bound)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # MODEL_INVALID carries no solution: reading a value would read past the response's end
         # (the SIGSEGV of issue 14). The encoding keeps every row inside 2^62, so this is a bug.
@@ -218,47 +257,78 @@ def _improve(
     return solver, proven
 
 
-def minimise_latency(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, best: int | None) -> Outcome:
+def minimise_latency(
+    enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, best: int | None, layout: Layout | None = None
+) -> Outcome:
     e2e = e2e_expr(enc)
-    proven = True
+    proven, bound = True, None
     while True:
         try:
             step = _improve(cp, [e2e <= best - 1] if best is not None else [], e2e, deadline, minimise=True)
-        except SolverLimitError:
+        except TimedOut as exc:
             if best is None:
                 raise
-            proven = False
+            proven, bound = False, _latency_bound(best, exc.bound)
             break
         if step is None:
             break
         solver, optimal = step
-        best = solver.value(e2e)
+        best, layout = solver.value(e2e), read_layout(enc, solver)
         if optimal:
             break  # the step proved it
-    return Outcome(proven=proven, e2e=best)
+    return Outcome(proven=proven, e2e=best, layout=layout, bound=bound)
+
+
+def _latency_bound(best: int, step_bound: float | None) -> float | None:
+    """A lower bound on every plan's e2e: the step proved it for plans better than ``best``. (A step
+    stopped before CP-SAT had a bound reports 0.0: true, and useless; the tables' bound covers it.)"""
+    if step_bound is None or not math.isfinite(step_bound) or step_bound <= 0:
+        return None
+    return float(min(best, math.ceil(step_bound)))
 
 
 def maximise_throughput(
-    enc: Encoding, cp: cp_model.CpModel, terms: Ratio, deadline: Deadline, a: int, c: int
+    enc: Encoding, cp: cp_model.CpModel, terms: Ratio, deadline: Deadline, a: int, c: int,
+    layout: Layout | None = None,
 ) -> Outcome:
-    found, proven = a > 0, True
+    found, proven, gain_bound = a > 0, True, None
     while True:
         model = cp.clone()
         a_target, c_target, exact = terms.target(a, c)
         gain = terms.gain(model, a_target, c_target)
         try:
             step = _improve(model, [gain >= 1], gain, deadline, minimise=False)
-        except SolverLimitError:
+        except TimedOut as exc:
             if not found:
                 raise
             proven = False
+            # The step asks for gain >= 1, so a proven bound is at least 1: below it, CP-SAT stopped
+            # before it had one (it reports 0.0 then, measured) and the number proves nothing.
+            if exc.bound is not None and math.isfinite(exc.bound) and exc.bound >= 1:
+                gain_bound = GainBound(a_target, c_target, exc.bound)
             break
         if step is None:
             proven = proven and exact
             break
         solver = step[0]
         a, c, found = solver.value(terms.tokens), solver.value(terms.e2e), True
-    return Outcome(proven=proven, tokens=a if found else None, e2e=c)
+        layout = read_layout(enc, solver)
+    return Outcome(proven=proven, tokens=a if found else None, e2e=c, layout=layout, gain=gain_bound)
+
+
+@dataclass(frozen=True)
+class GainBound:
+    """What a Dinkelbach step cut short proved: no plan has ``c x tokens - a x e2e`` above ``gain``.
+    So tokens / e2e <= a / c + gain / (c x e2e) for every plan, and with the least e2e any plan can
+    have, a bound on the ratio."""
+
+    a: int
+    c: int
+    gain: float
+
+    def tokens_per_s(self, e2e_floor_ns: int, osl: int) -> float:
+        ratio = self.a / self.c + self.gain / (self.c * e2e_floor_ns)
+        return ratio * osl * 1e9
 
 
 class _Search:
@@ -274,16 +344,6 @@ class _Search:
         self.tables: Tables | None = None
         self.decides_batch = SearchSpace(problem, self.profile).decides_batch
 
-    def _model(self, refined: dict[Shape, frozenset[int]], ranges: bool = True) -> Model:
-        space = SearchSpace(self.problem, self.profile, only_pins=self.only_pins, refined=refined, ranges=ranges)
-        self.tables = build_tables(self.problem, space, reuse=self.tables)
-        model = build_model(self.problem, only_pins=self.only_pins, tables=self.tables)
-        enforce_all(model)
-        for shape, stages in self.excluded:
-            if shape in model.enc.shape and stages in model.enc.pp:
-                model.enc.cp.add_bool_or([~model.enc.shape[shape], ~model.enc.pp[stages]])
-        return model
-
     def run(
         self,
         refined: dict[Shape, frozenset[int]] | None = None,
@@ -292,31 +352,44 @@ class _Search:
         deadline: Deadline | None = None,
     ) -> Optimum | NoPlan:
         """The search's optimum (an upper bound when it sits inside a batch range), starting from the
-        oracle's seed or ``best`` (an exactly priced plan), whichever is better."""
+        oracle's seed or ``best`` (an exactly priced plan). The tables and the incumbent come before
+        the model, so that a deadline passing while the model is built still leaves a plan."""
         problem, deadline = self.problem, deadline or self.deadline
-        model = self._model(refined or {}, ranges)
+        prep_started = time.perf_counter()
+        space = SearchSpace(problem, self.profile, only_pins=self.only_pins, refined=refined or {}, ranges=ranges)
+        self.tables = tables = build_tables(problem, space, deadline.check, reuse=self.tables)
+        oracle = Oracle(tables, self.excluded)
+        incumbent = best if best is not None else self.seed(oracle)
+        # The model takes about as long to build as the tables did (0.3-0.7 of it, measured on DeepSeek-V3
+        # at 512x8xH200): a search that could not begin before the deadline is not started.
+        if not deadline.allows(time.perf_counter() - prep_started):
+            return _unsearched(oracle, incumbent, deadline)
+        model = build_model(problem, only_pins=self.only_pins, tables=tables)
         enc, cp = model.enc, model.enc.cp
-        incumbent = best if best is not None else self.seed(Oracle(enc.tables, self.excluded))
+        enforce_all(model)
+        for shape, stages in self.excluded:
+            if shape in enc.shape and stages in enc.pp:
+                cp.add_bool_or([~enc.shape[shape], ~enc.pp[stages]])
+        start = incumbent.layout if incumbent else None
         if problem.objective is Objective.LATENCY:
-            out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None)
+            out = minimise_latency(enc, cp, deadline, incumbent.e2e_ns if incumbent else None, start)
             if out.e2e is None:
                 return NoPlan(enc.tables)
             cp.add(e2e_expr(enc) == out.e2e)
-            layout, option = tie_break(enc, cp, deadline)
-            return Optimum(layout, out.proven, out.e2e, option=option)
-        terms = throughput_terms(enc)
-        if problem.pins.dp is None:
-            # Dominance: replicas multiply throughput and change nothing else, so an optimum
-            # runs as many as fit; another one must not fit. Cuts the dp dimension away.
-            cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
-        a, c = (incumbent.tokens, incumbent.e2e_ns) if incumbent else (0, 1)
-        out = maximise_throughput(enc, cp, terms, deadline, a, c)
-        if out.tokens is None or out.e2e is None:
-            return NoPlan(enc.tables)
-        cp.add(terms.gain(cp, *terms.target(out.tokens, out.e2e)[:2]) >= 0)  # as good as the best
-        value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
-        layout, option = tie_break(enc, cp, deadline)
-        return Optimum(layout, out.proven, value, option=option)
+            value = out.e2e
+        else:
+            terms = throughput_terms(enc)
+            if problem.pins.dp is None:
+                # Dominance: replicas multiply throughput and change nothing else, so an optimum
+                # runs as many as fit; another one must not fit. Cuts the dp dimension away.
+                cp.add(enc.gpus_used + enc.gpus_per_replica >= enc.num_gpus + 1)
+            a, c = (incumbent.tokens, incumbent.e2e_ns) if incumbent else (0, 1)
+            out = maximise_throughput(enc, cp, terms, deadline, a, c, start)
+            if out.tokens is None or out.e2e is None:
+                return NoPlan(enc.tables)
+            cp.add(terms.gain(cp, *terms.target(out.tokens, out.e2e)[:2]) >= 0)  # as good as the best
+            value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
+        return _settle(enc, cp, deadline, out, value, oracle)
 
     def exact_candidate(self, found: Optimum) -> Candidate | None:
         """``found``'s layout priced exactly: at its q, or — when a limit breaks there — at the
@@ -373,8 +446,8 @@ class _Search:
                 result = self.run(refined, best, deadline=proof)
             except SolverLimitError:
                 break
-            if isinstance(result, NoPlan):
-                break
+            if isinstance(result, NoPlan) or not result.proven:
+                break  # out of work or time: the best exact plan stands, unproven
             if result.exact:
                 return result
             exact = self.exact_candidate(result)
@@ -385,8 +458,9 @@ class _Search:
                 shape = _shape_of(lay)
                 points = _split_points(option, _q_of(lay)) if option else frozenset({_q_of(lay)})
                 refined[shape] = refined.get(shape, frozenset()) | points
-        value = round(best.tokens * self.problem.workload.osl * 1e9 / best.e2e_ns)
-        return Optimum(best.layout, False, value)
+        assert self.tables is not None
+        reached = Outcome(proven=False, e2e=best.e2e_ns, tokens=best.tokens, layout=best.layout)
+        return _unproven(Oracle(self.tables, self.excluded), best.layout, reached)
 
 
 def _shape_of(layout: Layout) -> Shape:
@@ -411,7 +485,9 @@ def optimise(
     ``only_pins`` narrows the search space to the pinned values (enumeration pins each pair);
     ``excluded`` lists (stage shape, stage count) pairs no plan may use, in the model and in the
     oracle that seeds it; ``seed`` picks the oracle's incumbent. Raises SolverLimitError when the
-    deadline passes before any plan is found.
+    deadline passes before any plan is found; a plan found by then comes back unproven, with a bound.
+    The tables and the incumbent come before the model, so that a deadline passing while the model is
+    built still leaves a plan (``_settle``).
 
     A decided batch is an integer. The layout is searched first over priced batch points (powers of
     two and the like, space.py); its batch, and that of a few promising layouts off the grid, is
@@ -419,12 +495,13 @@ def optimise(
     integer batch of every layout (``_Search.prove``), or returned unproven when the proof's
     deterministic budget runs out.
     """
+    check_switches(problem)
     search = _Search(problem, deadline, only_pins, excluded, seed)
     if not search.decides_batch:
         return search.run()
     grid = search.run(ranges=False)
-    if isinstance(grid, NoPlan):
-        return grid
+    if isinstance(grid, NoPlan) or not grid.proven or deadline.passed():
+        return grid  # a time limit cut the grid's search short: its plan, with its bound and gap
     best: Candidate | None = None
     for layout in [grid.layout, *search.promising_layouts()]:
         found = search.best_batch_of(layout)
@@ -452,6 +529,64 @@ def _split_points(option: BatchOption, q: int) -> frozenset[int]:
     return frozenset(p for p in points if option.q < p <= option.q_hi)
 
 
+def _settle(
+    enc: Encoding, cp: cp_model.CpModel, deadline: Deadline, out: Outcome, value: int, oracle: Oracle
+) -> Optimum:
+    """The optimum, tie-broken while time remains; past the deadline the plan the search reached as it
+    is (ties unbroken), and an unproven one with the best bound proven on the objective."""
+    layout, option = out.layout, None
+    if not deadline.passed():
+        try:
+            layout, option = tie_break(enc, cp, deadline)
+        except SolverLimitError:
+            pass  # time ran out among equally good plans: the one reached stands
+    assert layout is not None  # a value was reached, so was a plan
+    if out.proven:
+        return Optimum(layout, True, value, option=option)
+    return _unproven(oracle, layout, out)
+
+
+def _unsearched(oracle: Oracle, incumbent: Candidate | None, deadline: Deadline) -> Optimum:
+    """The deadline passed before CP-SAT could search: the oracle's incumbent, with the tables' bound."""
+    if incumbent is None:
+        raise SolverLimitError(deadline.no_plan())
+    out = Outcome(proven=False, e2e=incumbent.e2e_ns, tokens=incumbent.tokens, layout=incumbent.layout)
+    return _unproven(oracle, incumbent.layout, out)
+
+
+def _unproven(oracle: Oracle, layout: Layout, out: Outcome) -> Optimum:
+    """A plan the search could not prove optimal: its objective, the best bound proven and the gap."""
+    exact = objective_exact(oracle.problem, out)
+    value = round(exact)
+    bound = proven_bound(oracle, out)
+    gap = None if bound is None else relative_gap(exact, bound, oracle.problem.objective)
+    if gap == 0.0:
+        return Optimum(layout, True, value)  # the bound proves it: nothing can be better
+    return Optimum(layout, False, value, bound, gap)
+
+
+def objective_exact(problem: Problem, out: Outcome) -> float:
+    """The objective an outcome reached: e2e ns for latency, output tokens/s for throughput (unrounded)."""
+    assert out.e2e is not None
+    if problem.objective is Objective.LATENCY:
+        return out.e2e
+    assert out.tokens is not None
+    return out.tokens * problem.workload.osl * 1e9 / out.e2e
+
+
+def proven_bound(oracle: Oracle, out: Outcome) -> float | None:
+    """The tightest bound on the objective proven so far: the tables' relaxation, and CP-SAT's when a
+    step cut short had proved one (``Optimum.objective_value``'s units). None when neither proved any."""
+    tables = table_bound(oracle)
+    if oracle.problem.objective is Objective.LATENCY:
+        bounds = [b for b in (tables.objective, out.bound) if b is not None]
+        return max(bounds) if bounds else None  # both are lower bounds on e2e
+    bounds = [tables.objective] if tables.objective is not None else []
+    if out.gain is not None and tables.e2e_floor_ns:
+        bounds.append(out.gain.tokens_per_s(tables.e2e_floor_ns, oracle.osl))
+    return min(bounds) if bounds else None  # both are upper bounds on tokens/s
+
+
 def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
     started = time.perf_counter()
@@ -459,7 +594,10 @@ def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     if isinstance(result, NoPlan):
         raise InfeasibleError(explain(problem, result.tables))
     status = "optimal" if result.proven else "feasible"
-    return decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
+    plan = decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
+    if result.proven:
+        return plan
+    return plan.model_copy(update={"bound": result.bound, "gap": result.gap})
 
 
 def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> tuple[Layout, BatchOption]:

@@ -8,6 +8,7 @@ rounded up: a plan the tables accept fits in ``evaluate()`` as well.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -175,9 +176,12 @@ def _per_sequence_ns(seconds: float, sequences: int) -> int:
     return max(0, math.floor(seconds * NS_PER_S / sequences * (1 - 1e-9)))
 
 
-def build_tables(problem: Problem, space: SearchSpace, reuse: Tables | None = None) -> Tables:
-    """The tables of ``space``'s pairs; ``reuse`` (tables of the same problem) lends the steps it
-    has priced already, so a refined space prices only its new points."""
+def build_tables(
+    problem: Problem, space: SearchSpace, check: Callable[[], None] | None = None, reuse: Tables | None = None
+) -> Tables:
+    """The tables of ``space``'s pairs. ``check`` runs before each shape is priced: a deadline's,
+    which raises once it has passed. ``reuse`` (tables of the same problem) lends the steps it has
+    priced already, so a refined space prices only its new points."""
     model = problem.model
     profile = resolve_profile(problem)
     kind_of_layer = [layer_kind(model, i) for i in range(model.num_layers)]
@@ -199,6 +203,8 @@ def build_tables(problem: Problem, space: SearchSpace, reuse: Tables | None = No
         tables._priced, tables._contexts = reuse._priced, reuse._contexts
         tables._load_factors, tables.memory = reuse._load_factors, reuse.memory
     for shape in space.shapes:
+        if check is not None:
+            check()
         for option in space.batch_options(shape):
             tables.price(shape, option)
     tables.limit_bytes = min(tables.limit_bytes, tables.memory_bound_bytes())

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES
-from shardplan.models import InfeasibleError, ShardplanError, SpecError
+from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
@@ -33,7 +33,6 @@ from shardplan.solver.cli.inputs import (
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.results import (
     enumerated_row,
-    enumeration_dict,
     error_message,
     evaluated_dict,
     infeasible_dict,
@@ -41,10 +40,11 @@ from shardplan.solver.cli.results import (
     one_line,
     solved_dict,
 )
+from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.cost.calibration.fit import calibrate_to_file
 from shardplan.solver.dag.export import write_dag, writer_for
-from shardplan.solver.enumerate import enumerate_plans, pareto_front
+from shardplan.solver.enumerate import Enumeration
 from shardplan.solver.explain import explain
 from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
 from shardplan.solver.optimise import solve as run_solve
@@ -55,6 +55,7 @@ from shardplan.solver.placement.plan import place_and_price, write_experts
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
 MAX_JOBS = 256
+MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -328,8 +329,9 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
             write_dag(plan, outputs.temp("dag"), detail)
         if experts_out:
             write_experts(outputs.temp("experts-out"), plan.experts)
+        left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
         show_plan(plan, as_json, emit_engine, report_path,
-                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs)
+                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s)
 
 
 def engine_with_emit(engine: str | None, emit_engine: str | None) -> str | None:
@@ -355,14 +357,18 @@ def check_time_limit(time_limit: float | None) -> None:
 
 
 def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: str | None,
-              with_runner_up: bool, outputs: OutputFiles) -> None:
+              with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
-    Every output file is renamed into place before anything is printed."""
+    Every output file is renamed into place before anything is printed. ``left_s``: what --time-limit
+    leaves after the plan's search (None without a limit), the runner-up's budget."""
     findings = report.binding_constraints(plan)
     runner, note = None, None
-    if with_runner_up:
-        # About one more solve; bounded so a large problem does not double its wait unboundedly.
-        budget = max(5.0, 3 * (plan.solve_time_s or 0.0))
+    if with_runner_up and left_s is not None and left_s < MIN_RUNNER_UP_S:
+        note = "runner-up not computed: --time-limit was spent on the plan"
+    elif with_runner_up:
+        # About one more solve; bounded so a large problem does not double its wait unboundedly, and
+        # within what --time-limit leaves, so the whole command keeps to it.
+        budget = max(5.0, 3 * (plan.solve_time_s or 0.0)) if left_s is None else left_s
         runner = report.runner_up(plan, time_limit_s=budget)
     else:
         note = "runner-up not computed (--runner-up computes it)"
@@ -408,37 +414,37 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
 
 def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
                        report_path: str | None, outputs: OutputFiles, kw: dict[str, Any]) -> None:
-    """The body of ``enumerate``: the report goes to a temporary file, renamed before the summary prints."""
+    """The body of ``enumerate``: rows are printed as they are found (``solver/cli/stream.py``); the report
+    goes to a temporary file, renamed before the summary prints. Ctrl-C ends the output as a partial one
+    before the one-line interruption."""
     problem = build_problem(problem_args(kw))
-    plans: list[Plan] = []
-    rows: list[dict[str, Any]] = []
-    with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
-        for plan in enumerate_plans(problem, limit=limit, progress=tick, time_limit_s=time_limit):
-            row = enumerated_row(len(plans), plan)
-            if jsonl:
-                click.echo(json.dumps(row, separators=(",", ":")))
-            plans.append(plan)
-            rows.append(row)
-    if not plans:
+    printer = Printer("jsonl" if jsonl else "json" if as_json else "table")
+    kept = Kept(with_points=report_path is not None)
+    run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
+    try:
+        with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
+            run.progress = tick
+            for plan in run:
+                printer.add(enumerated_row(kept.count, plan), kept)
+    except KeyboardInterrupt:
+        printer.finish(kept, partial=True)
+        raise
+    if kept.count == 0:
+        if run.partial and time_limit is not None:
+            raise SolverLimitError(f"time-limit: no layout found within {time_limit:g} s")
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result;
         # --json prints solve's infeasible object too, and the one line still goes to stderr.
         exc = InfeasibleError(explain(problem))
         if as_json:
             emit_json(infeasible_dict(problem, exc))
         raise exc
-    marks = pareto_front(plans)
-    frontier = [i for i, on in enumerate(marks) if on]
     if report_path:
-        report.write_report(outputs.temp("report"), report.enumeration_report(problem, plans, rows, marks))
+        page = report.enumeration_report(problem, kept.points, kept.marks(), partial=run.partial)
+        report.write_report(outputs.temp("report"), page)
     outputs.commit()
-    if jsonl:
-        click.echo(json.dumps({"type": "frontier", "count": len(plans), "pareto": frontier}, separators=(",", ":")))
-    elif as_json:
-        emit_json(enumeration_dict(rows, marks))
-    else:
-        cli_views.print_enumeration(rows, marks)
-        if report_path:
-            click.echo(f"wrote {report_path}")
+    printer.finish(kept, run.partial)
+    if report_path and not (as_json or jsonl):
+        click.echo(f"wrote {report_path}")
 
 
 @cli.command()

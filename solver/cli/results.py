@@ -67,8 +67,16 @@ def solved_dict(plan: Plan, findings: list[report.Finding]) -> dict[str, Any]:
     """``solve --json`` without its optional parts (runner-up, launch): the plan, the objective value
     the search reached and the constraints around it (``findings``: ``report.binding_constraints``)."""
     data = plan_dict(plan.problem, plan.layout, plan.prediction, status=plan.status, solve_time_s=plan.solve_time_s,
-                     experts=plan.experts, extra={"objective_value": plan.objective_value})
+                     experts=plan.experts, extra={"objective_value": plan.objective_value, **unproven(plan)})
     return {**data, "binding": report.findings_dicts(findings)}
+
+
+def unproven(plan: Plan) -> dict[str, Any]:
+    """A feasible plan's distance from optimal: ``gap`` = |bound - objective| / objective, with ``bound`` the
+    best bound proven on the objective (null when none was); an optimal plan has neither."""
+    if plan.status != "feasible":
+        return {}
+    return {"bound": plan.bound, "gap": None if plan.gap is None else round(plan.gap, 6)}
 
 
 def launch_dict(engine: str, launch: Emitted) -> dict[str, Any]:
@@ -91,10 +99,13 @@ def enumerated_row(index: int, plan: Plan) -> dict[str, Any]:
     return {"index": index, **plan_dict(plan.problem, plan.layout, plan.prediction, status="feasible")}
 
 
-def enumeration_dict(rows: list[dict[str, Any]], marks: list[bool]) -> dict[str, Any]:
-    """``enumerate --json``: the count, the Pareto frontier's indices first, then every layout marked."""
+def enumeration_dict(rows: list[dict[str, Any]], marks: list[bool], partial: bool) -> dict[str, Any]:
+    """``enumerate --json``: the count, the Pareto frontier's indices first, then every layout marked, and
+    whether a limit stopped it before every layout (the CLI writes the same object from a spool,
+    ``solver/cli/stream.py``)."""
     plans = [{**row, "pareto": on} for row, on in zip(rows, marks, strict=True)]
-    return {"count": len(rows), "pareto": [i for i, on in enumerate(marks) if on], "plans": plans}
+    return {"count": len(rows), "pareto": [i for i, on in enumerate(marks) if on], "plans": plans,
+            "partial": partial}
 
 
 def validation_dict(file: str | None, dag: nx.DiGraph, diagnostics: list[Diagnostic],

@@ -157,6 +157,8 @@ def print_plan(
     short = (f"{cluster.num_nodes} x {cluster.gpus_per_node} {cluster.gpu.name} ({cluster.num_gpus} GPUs)"
              if cluster is not None else data["cluster"])
     timing = f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else ""
+    if data.get("gap") is not None:  # a time limit stopped the search: how far from the proven bound
+        timing += f", within {data['gap']:.2%} of the proven bound"
     console.print(f"[bold]{data['model']}[/bold] on {short}: {data['status']}, objective {data['objective']}{timing}")
     console.print(f"[dim]{data['cluster']}[/dim]")
     wl = plan.problem.workload if plan is not None else None
@@ -244,19 +246,20 @@ def print_rules(rows: list[dict[str, Any]], detailed: bool) -> None:
     console.print(table)
 
 
-def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
-    front = sum(marks)
+def print_enumeration(count: int, frontier: list[dict[str, Any]], fastest: dict[str, Any] | None,
+                      busiest: dict[str, Any] | None, partial: bool) -> None:
+    """The frontier's rows (by e2e), the fastest and the busiest layout of ``count``."""
+    cut = " (partial: the enumeration stopped before visiting every layout)" if partial else ""
     console.print(
-        f"{len(rows)} feasible layouts; {front} on the Pareto frontier of end-to-end latency against throughput:"
+        f"{count} feasible layouts{cut}; {len(frontier)} on the Pareto frontier of end-to-end latency against "
+        "throughput:"
     )
     table = Table(title_justify="left")
     columns = ("#", "dp", "pp", "tp", "sp", "attn groups", "ep", "batch", "GPUs", "TTFT", "TPOT", "e2e", "tok/s",
                "tok/s/GPU")
     for col in columns:
         table.add_column(col, justify="right")
-    for row, on in sorted(zip(rows, marks, strict=True), key=lambda x: x[0]["metrics"]["e2e_ms"]):
-        if not on:
-            continue
+    for row in frontier:
         d, text = row["degrees"], metric_text(row["metrics"])
         table.add_row(
             str(row["index"]), str(d["dp"]), str(d["pp"]), str(d["tp"]), str(d["sp"]), str(d["attn_dp"]), str(d["ep"]),
@@ -264,9 +267,7 @@ def print_enumeration(rows: list[dict[str, Any]], marks: list[bool]) -> None:
             text["tokens_per_s"].removesuffix(" tok/s"), text["tokens_per_s_per_gpu"].removesuffix(" tok/s"),
         )
     console.print(table)
-    if rows:
-        fastest = min(rows, key=lambda r: (r["metrics"]["e2e_ms"], -r["metrics"]["output_tokens_per_s"]))
-        busiest = max(rows, key=lambda r: r["metrics"]["output_tokens_per_s"])
+    if fastest is not None and busiest is not None:
         console.print(f"lowest latency: #{fastest['index']} ({metric_text(fastest['metrics'])['e2e']}); "
                       f"highest throughput: #{busiest['index']} ({metric_text(busiest['metrics'])['tokens_per_s']})")
 

@@ -17,7 +17,7 @@ import networkx as nx
 from pydantic import BaseModel
 
 from shardplan.hardware.profile import list_profiles as profile_registry
-from shardplan.models import InfeasibleError, ModelSpec, SpecError
+from shardplan.models import InfeasibleError, ModelSpec, SolverLimitError, SpecError
 from shardplan.models.hf_config import load_config_object
 from shardplan.models.presets import find_preset, unknown_model
 from shardplan.rules.catalog import get_rule
@@ -46,7 +46,7 @@ from shardplan.solver.dag.export import (
     write_graph,
     writer_for,
 )
-from shardplan.solver.enumerate import enumerate_plans, pareto_front
+from shardplan.solver.enumerate import Enumeration, pareto_front
 from shardplan.solver.explain import explain
 from shardplan.solver.mcp.safety import MAX_ENUMERATE_LIMIT, Root, TimeLimits
 from shardplan.solver.mcp.schemas import (
@@ -148,10 +148,13 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     if not 1 <= args.limit <= MAX_ENUMERATE_LIMIT:
         raise SpecError("limit", f"must be an integer in 1..{MAX_ENUMERATE_LIMIT} (the server's cap), got {args.limit}")
     problem = build_problem(problem_args(args, session.root))
-    plans = list(enumerate_plans(problem, limit=args.limit, time_limit_s=time_limit_s))
+    run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s)
+    plans = list(run)
     if not plans:
+        if run.partial:  # as the CLI: the time limit, not the rules, left it empty
+            raise SolverLimitError(f"time-limit: no layout found within {time_limit_s:g} s")
         return infeasible_dict(problem, InfeasibleError(explain(problem)))
-    return enumeration_dict([enumerated_row(i, p) for i, p in enumerate(plans)], pareto_front(plans))
+    return enumeration_dict([enumerated_row(i, p) for i, p in enumerate(plans)], pareto_front(plans), run.partial)
 
 
 def evaluate(args: EvaluateInput, session: Session) -> dict[str, Any]:

@@ -596,8 +596,10 @@ def _count(branch: dict[Any, Any]) -> int:
     return sum(1 for _ in _walk(branch))
 
 
-def enumeration_report(problem: Problem, plans: list[Plan], rows: list[dict[str, Any]], marks: list[bool]) -> str:
-    """The latency-throughput scatter of every enumerated plan with its Pareto frontier, and the frontier's table."""
+def enumeration_report(problem: Problem, rows: list[dict[str, Any]], marks: list[bool], partial: bool = False) -> str:
+    """The latency-throughput scatter of every enumerated plan with its Pareto frontier, and the frontier's table.
+    ``rows``: each plan's index, degrees, num_gpus and metrics (``plan_dict``'s); ``partial``: the
+    enumeration stopped before visiting every layout."""
     import plotly.graph_objects as go  # lazy: see the module docstring
 
     e = html.escape
@@ -635,7 +637,8 @@ def enumeration_report(problem: Problem, plans: list[Plan], rows: list[dict[str,
         f'workload {problem.workload.isl:,} tokens in, {problem.workload.osl:,} out</p>',
         f'<p><b id="plan-count">{len(rows)}</b> feasible layouts, '
         f'<b id="pareto-count">{len(front)}</b> on the Pareto frontier '
-        "of end-to-end latency against cluster throughput.</p>",
+        "of end-to-end latency against cluster throughput"
+        + (" (partial: the enumeration stopped before visiting every layout)" if partial else "") + ".</p>",
         _figure_div(fig, "fig-pareto"),
         "<h2>Pareto frontier</h2>" + table,
     ])

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from shardplan.solver.interruptible import InterruptibleSolver
 from shardplan.solver.placement.groups import Group
 
 _SCALE_TOTAL = 10**9  # integer loads sum to about this
@@ -38,7 +39,7 @@ def _scale(loads: Sequence[float]) -> tuple[float, list[int]]:
 
 
 def _solver(det_time: float, workers: int) -> cp_model.CpSolver:
-    solver = cp_model.CpSolver()
+    solver = InterruptibleSolver()  # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
     solver.parameters.max_deterministic_time = max(det_time, 0.01)
     solver.parameters.num_workers = max(1, workers)
     solver.parameters.random_seed = 1

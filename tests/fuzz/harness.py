@@ -46,12 +46,6 @@ def run_in_process(case: Case, folder: Path) -> Outcome:
     return Outcome(code, out.getvalue(), err.getvalue(), written)
 
 
-# Messages of the search itself, owned by the solver's rework of issue 14 (limits and enumerate): a
-# pinned-stage enumeration whose tie-break is infeasible ends in a SolverLimitError without a field.
-# Listed so the rest stays checked; remove an entry when the solver names the cause.
-KNOWN_SOLVER_MESSAGES = ("shardplan: error: tie-breaking ended with status",)
-
-
 def problems(outcome: Outcome, case: Case | None = None) -> list[str]:
     """What is wrong with an outcome; empty when it is fine."""
     found = []
@@ -61,7 +55,7 @@ def problems(outcome: Outcome, case: Case | None = None) -> list[str]:
         lines = outcome.stderr.strip().splitlines()
         if len(lines) != 1:
             found.append(f"{len(lines)} stderr lines: {outcome.stderr[:300]!r}")
-        elif not NAMES_A_FIELD.match(lines[0]) and not lines[0].startswith(KNOWN_SOLVER_MESSAGES):
+        elif not NAMES_A_FIELD.match(lines[0]):
             found.append(f"message names no field: {lines[0][:200]!r}")
     # validate --fix writes the repaired DAG and exits 1 when violations remain: that file is its result.
     fixed = case is not None and case.command == "validate" and "--fix" in case.argv and outcome.code == 1

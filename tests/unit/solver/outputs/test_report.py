@@ -96,7 +96,7 @@ def test_enumeration_report_has_the_frontier():
     plans = list(enumerate_plans(problem))
     rows = [{"index": i, **plan_dict(problem, p.layout, p.prediction, status="feasible")} for i, p in enumerate(plans)]
     marks = pareto_front(plans)
-    page = enumeration_report(problem, plans, rows, marks)
+    page = enumeration_report(problem, rows, marks)
     assert f'id="plan-count">{len(plans)}<' in page
     assert f'id="pareto-count">{sum(marks)}<' in page and 'id="fig-pareto"' in page
 

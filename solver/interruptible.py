@@ -1,0 +1,58 @@
+"""A CP-SAT solver that Ctrl-C stops: the search ends at once and ``KeyboardInterrupt`` reaches the caller.
+
+By default CP-SAT catches SIGINT itself and ends the search as if its time limit had come, so a Ctrl-C
+turned into a normal, unproven answer (``solve`` printed a plan and exited 0), and the handler it put back
+afterwards was the system's, so the next Ctrl-C killed the process by the signal, output half written.
+Here CP-SAT leaves SIGINT to Python, and the search runs in a worker thread (the solve call releases the
+GIL) while the main thread waits, where Python delivers ``KeyboardInterrupt``: the search is stopped,
+its end awaited, and the interruption raised on.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ortools.sat.python import cp_model
+from ortools.sat.python.cp_model_helper import CpSolverStatus
+
+POLL_S = 0.05  # how often the waiting thread looks up: Python delivers signals between its waits
+
+
+class InterruptibleSolver(cp_model.CpSolver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.parameters.catch_sigint_signal = False
+
+    def solve(
+        self, model: cp_model.CpModel, solution_callback: cp_model.CpSolverSolutionCallback | None = None
+    ) -> CpSolverStatus:
+        outcome: dict[str, CpSolverStatus | BaseException] = {}
+        finished = threading.Event()
+
+        def search() -> None:
+            try:
+                outcome["status"] = cp_model.CpSolver.solve(self, model, solution_callback)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
+                outcome["error"] = exc
+            finally:
+                finished.set()
+
+        threading.Thread(target=search, name="cp-sat", daemon=True).start()
+        # An Event, not Thread.join: a join that KeyboardInterrupt broke into can return early (CPython 3.11),
+        # and a process that exits while the search still runs aborts in OR-Tools' C++.
+        try:
+            while not finished.wait(POLL_S):
+                pass
+        except KeyboardInterrupt:
+            while not finished.is_set():  # stopped until it ends: the search may not have begun at the first stop
+                self.stop_search()
+                try:
+                    finished.wait(POLL_S)
+                except KeyboardInterrupt:
+                    pass  # a second Ctrl-C: the search is being stopped already
+            raise
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]  # the worker's own exception, re-raised here
+        status = outcome["status"]
+        assert isinstance(status, CpSolverStatus)
+        return status
