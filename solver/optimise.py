@@ -441,12 +441,20 @@ class _Search:
         unproven, status ``feasible``."""
         proof = self.deadline.with_work_limit(PROOF_WORK_S)
         refined: dict[Shape, frozenset[int]] = {_shape_of(best.layout): frozenset({_q_of(best.layout)})}
+        upper: float | None = None  # the least bound a search over every integer batch proved
         for _ in range(MAX_REFINEMENTS):
             try:
                 result = self.run(refined, best, deadline=proof)
             except SolverLimitError:
                 break
-            if isinstance(result, NoPlan) or not result.proven:
+            if isinstance(result, NoPlan):
+                break
+            # A proven search's value bounds every plan (its ranges are priced as bounds); +1 for its
+            # rounding to whole tokens/s. An unproven one may still carry CP-SAT's bound.
+            found = result.objective_value + 1 if result.proven else result.bound
+            if found is not None:
+                upper = found if upper is None else min(upper, found)
+            if not result.proven:
                 break  # out of work or time: the best exact plan stands, unproven
             if result.exact:
                 return result
@@ -460,7 +468,15 @@ class _Search:
                 refined[shape] = refined.get(shape, frozenset()) | points
         assert self.tables is not None
         reached = Outcome(proven=False, e2e=best.e2e_ns, tokens=best.tokens, layout=best.layout)
-        return _unproven(Oracle(self.tables, self.excluded), best.layout, reached)
+        unproven = _unproven(Oracle(self.tables, self.excluded), best.layout, reached)
+        bounds = [b for b in (unproven.bound, upper) if b is not None]
+        if unproven.proven or not bounds:
+            return unproven
+        bound = min(bounds)
+        gap = relative_gap(objective_exact(self.problem, reached), bound, Objective.THROUGHPUT)
+        if gap == 0.0:
+            return Optimum(best.layout, True, unproven.objective_value)
+        return Optimum(best.layout, False, unproven.objective_value, bound, gap)
 
 
 def _shape_of(layout: Layout) -> Shape:
