@@ -152,8 +152,12 @@ class Deadline:
     def remaining(self) -> float | None:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
-    def step(self) -> float:
+    def step(self) -> float | None:
+        """Wall-clock budget of one improvement step. Under a work budget there is none: the work
+        budget bounds the step, and a wall-clock cut would make the answer depend on the machine."""
         left = self.remaining()
+        if self.work_left_s is not None:
+            return left
         return STEP_LIMIT_S if left is None else min(STEP_LIMIT_S, left)
 
 
