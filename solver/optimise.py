@@ -112,9 +112,15 @@ class Deadline:
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
         self.work_left_s = work_limit_s  # deterministic seconds left for every call together
 
-    def with_work_limit(self, work_limit_s: float) -> Deadline:
+    def with_work_limit(self, work_limit_s: float, wall_cap_s: float) -> Deadline:
+        """This deadline, a deterministic work budget, and a wall-clock cap as a safety net: CP-SAT's
+        deterministic clock is not checked everywhere (a proof step of Qwen3-32B ran 40 s past a 1 s
+        budget), so the cap ends such a step. The proof drops what a cut step found, so only whether a
+        step near the cap finishes in time can make two runs differ."""
         bounded = Deadline(None, work_limit_s)
-        bounded.end, bounded.limit_s = self.end, self.limit_s
+        capped = time.perf_counter() + wall_cap_s
+        bounded.end = capped if self.end is None else min(self.end, capped)
+        bounded.limit_s = self.limit_s
         return bounded
 
     def solve(
@@ -443,7 +449,7 @@ class _Search:
         its range is split around it before the next search. The searches share a deterministic work
         budget (the same answer on every run); when it runs out the best exact plan is returned
         unproven, status ``feasible``."""
-        proof = self.deadline.with_work_limit(PROOF_WORK_S)
+        proof = self.deadline.with_work_limit(PROOF_WORK_S, PROOF_WALL_CAP_S)
         refined: dict[Shape, frozenset[int]] = {_shape_of(best.layout): frozenset({_q_of(best.layout)})}
         upper: float | None = None  # the least bound a search over every integer batch proved
         for _ in range(MAX_REFINEMENTS):
@@ -453,13 +459,14 @@ class _Search:
                 break
             if isinstance(result, NoPlan):
                 break
-            # A proven search's value bounds every plan (its ranges are priced as bounds); +1 for its
-            # rounding to whole tokens/s. An unproven one may still carry CP-SAT's bound.
-            found = result.objective_value + 1 if result.proven else result.bound
-            if found is not None:
-                upper = found if upper is None else min(upper, found)
             if not result.proven:
-                break  # out of work or time: the best exact plan stands, unproven
+                # Out of work or time: the best exact plan stands, unproven. What the cut search
+                # found is not used, so where it was cut (a wall-clock matter) changes nothing.
+                break
+            # A proven search's value bounds every plan (its ranges are priced as bounds); +1 for its
+            # rounding to whole tokens/s.
+            proved = float(result.objective_value + 1)
+            upper = proved if upper is None else min(upper, proved)
             if result.exact:
                 return result
             exact = self.exact_candidate(result)
@@ -476,11 +483,11 @@ class _Search:
         bounds = [b for b in (unproven.bound, upper) if b is not None]
         if unproven.proven or not bounds:
             return unproven
-        bound = min(bounds)
-        gap = relative_gap(objective_exact(self.problem, reached), bound, Objective.THROUGHPUT)
+        least = float(min(bounds))
+        gap = relative_gap(objective_exact(self.problem, reached), least, Objective.THROUGHPUT)
         if gap == 0.0:
             return Optimum(best.layout, True, unproven.objective_value)
-        return Optimum(best.layout, False, unproven.objective_value, bound, gap)
+        return Optimum(best.layout, False, unproven.objective_value, least, gap)
 
 
 def _shape_of(layout: Layout) -> Shape:
@@ -499,6 +506,7 @@ def optimise(
     only_pins: bool = False,
     excluded: Collection[tuple[Shape, int]] = (),
     seed: Seed = Oracle.incumbent,
+    prove: bool = True,
 ) -> Optimum | NoPlan:
     """The best layout of ``problem`` under its objective, tie-broken; ``NoPlan`` if none keeps every rule.
 
@@ -513,7 +521,8 @@ def optimise(
     two and the like, space.py); its batch, and that of a few promising layouts off the grid, is
     then made the exact best integer for the layout; the best of them is proven against every
     integer batch of every layout (``_Search.prove``), or returned unproven when the proof's
-    deterministic budget runs out.
+    deterministic budget runs out. ``prove=False`` (enumerate's pairs, the report's runner-up) stops
+    at the grid's layout with its exact best batch, unproven.
     """
     check_switches(problem)
     search = _Search(problem, deadline, only_pins, excluded, seed)
@@ -522,6 +531,10 @@ def optimise(
     grid = search.run(ranges=False)
     if isinstance(grid, NoPlan) or not grid.proven or deadline.passed():
         return grid  # a time limit cut the grid's search short: its plan, with its bound and gap
+    if not prove:
+        exact = search.best_batch_of(grid.layout)
+        assert exact is not None, "the grid's plan keeps every limit at its own batch"
+        return Optimum(exact.layout, False, round(exact.tokens * problem.workload.osl * 1e9 / exact.e2e_ns))
     best: Candidate | None = None
     for layout in [grid.layout, *search.promising_layouts()]:
         found = search.best_batch_of(layout)
@@ -535,6 +548,7 @@ PROMISING = 4  # layouts the oracle finds off the grid (even stages, largest q) 
 
 
 PROOF_WORK_S = 1.0  # CP-SAT deterministic seconds for the whole proof (about as many wall seconds alone)
+PROOF_WALL_CAP_S = 4.0  # the proof's wall-clock safety net (its work budget normally ends it first)
 MAX_REFINEMENTS = 8  # proof searches before the best exact plan is returned unproven
 
 

@@ -212,7 +212,7 @@ def print_plan(
         else:
             for i, line in enumerate(runner.lines):
                 console.print(f"  {line}" if i == 0 else f"    {line}")
-            proven = "" if runner.proven else ", best found within the time limit (not proven)"
+            proven = "" if runner.proven else ", not proven optimal"
             console.print(f"  [dim](runner-up solved in {runner.seconds:.2f} s{proven}; --no-runner-up skips it)[/dim]")
 
 
