@@ -142,8 +142,7 @@ def _conflicts_with_user_pins(problem: Problem, pins: Pins) -> bool:
 def _best_of_pair(problem: Problem, deadline: Deadline) -> Layout | None:
     """The best layout of a problem whose shape and stage count are pinned, or None when it has none.
     Raises SolverLimitError when the deadline ended the pair's search before it proved its best."""
-    # Each pair's layout at its exact best batch; the integer proof is solve's, not every pair's.
-    result = optimise(problem, deadline, only_pins=True, seed=_even_stage_optimum, prove=False)
+    result = optimise(problem, deadline, only_pins=True, seed=_even_stage_optimum)
     if isinstance(result, NoPlan):
         return None
     if not result.proven and deadline.passed():

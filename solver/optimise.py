@@ -424,22 +424,34 @@ class _Search:
         return [cand.layout for cand in Oracle(self.tables, self.excluded).promising(PROMISING)]
 
     def best_batch_of(self, layout: Layout) -> Candidate | None:
-        """``layout`` at the exact best integer batch for it (its degrees, boundaries and replicas
-        fixed): every q from 1 up while memory fits, the best that keeps every limit."""
+        """``layout`` (degrees, boundaries and replicas fixed) at a good integer batch, quickly: the
+        largest q that fits and keeps every limit (a bisection: memory, TTFT and TPOT grow with q) and
+        the q below it at doubling gaps, the best of them. An incumbent for the proof, which settles
+        whether any other q or layout beats it."""
         assert self.tables is not None
         oracle = Oracle(self.tables, self.excluded)
         shape, stages = _shape_of(layout), layout.pp
         bounds = tuple(lo for lo, _ in layout.stages) + (layout.stages[-1][1],)
-        best: Candidate | None = None
-        for q in range(1, self.tables.space.batch_limit // stages + 1):
+
+        def at(q: int) -> Candidate | None:
             option = BatchOption.at(layout.attn_dp, q)
-            fitting = oracle._score_fixed(shape, option, stages, bounds)
-            if not fitting:
-                break  # memory grows with q: no larger q fits either
-            dmax, pmax, _ = fitting[0]
-            cand, load = oracle.evaluate_combo(shape, option, stages, layout.dp, bounds, dmax, pmax)
-            if oracle.within_limits(load) and cand.better_than(best, self.problem.objective):
+            for dmax, pmax, _ in oracle._score_fixed(shape, option, stages, bounds):
+                cand, load = oracle.evaluate_combo(shape, option, stages, layout.dp, bounds, dmax, pmax)
+                if oracle.within_limits(load):
+                    return cand
+            return None
+
+        lo, hi = 0, self.tables.space.batch_limit // stages
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if at(mid) is not None else (lo, mid - 1)
+        best: Candidate | None = None
+        gap, q = 1, lo
+        while q >= 1:
+            cand = at(q)
+            if cand is not None and cand.better_than(best, self.problem.objective):
                 best = cand
+            q, gap = lo - gap, gap * 2
         return best
 
     def prove(self, best: Candidate) -> Optimum:
