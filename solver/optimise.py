@@ -559,8 +559,8 @@ def optimise(
 PROMISING = 4  # layouts the oracle finds off the grid (even stages, largest q) whose batch is made exact too
 
 
-PROOF_WORK_S = 1.0  # CP-SAT deterministic seconds for the whole proof (about as many wall seconds alone)
-PROOF_WALL_CAP_S = 4.0  # the proof's wall-clock safety net (its work budget normally ends it first)
+PROOF_WORK_S = 0.3  # CP-SAT deterministic seconds for the whole proof (about as many wall seconds alone)
+PROOF_WALL_CAP_S = 1.5  # the proof's wall-clock safety net (its work budget normally ends it first)
 MAX_REFINEMENTS = 8  # proof searches before the best exact plan is returned unproven
 
 
