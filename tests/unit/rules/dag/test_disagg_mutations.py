@@ -154,6 +154,7 @@ def test_one_prompt_takes_the_prefill_pass_and_the_transfer() -> None:
     total_us, path = longest_path_us(g, pre)
     kv = solo.prediction.kv
     expected_us = (solo.prediction.prefill.prefill_ms + kv.transfer_ms + kv.relayout_ms) * 1e3
-    assert total_us == pytest.approx(expected_us, rel=1e-6)
+    # The prediction's times are rounded to 0.1 us (4 decimals of a ms); three of them make the sum.
+    assert total_us == pytest.approx(expected_us, abs=0.2)
     assert g.nodes[path[-1]]["kind"] == "KVTransfer"
     assert solo.prediction.metrics.ttft_ms * 1e3 == pytest.approx(expected_us, rel=1e-6)  # C = 1: no waiting
