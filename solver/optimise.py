@@ -406,15 +406,10 @@ class _Search:
         largest q of its range that keeps every limit (times grow with q)."""
         assert self.tables is not None and found.option is not None
         oracle = Oracle(self.tables, self.excluded)
-        lay = found.layout
-        shape, stages = _shape_of(lay), lay.pp
-        bounds = tuple(lo for lo, _ in lay.stages) + (lay.stages[-1][1],)
-        for q in range(_q_of(lay), found.option.q - 1, -1):
-            option = BatchOption.at(lay.attn_dp, q)
-            for dmax, pmax, _ in oracle._score_fixed(shape, option, stages, bounds):
-                cand, load = oracle.evaluate_combo(shape, option, stages, lay.dp, bounds, dmax, pmax)
-                if oracle.within_limits(load):
-                    return cand
+        for q in range(_q_of(found.layout), found.option.q - 1, -1):
+            cand = oracle.layout_at(found.layout, q)
+            if cand is not None:
+                return cand
         return None
 
     def promising_layouts(self) -> list[Layout]:
@@ -430,18 +425,11 @@ class _Search:
         whether any other q or layout beats it."""
         assert self.tables is not None
         oracle = Oracle(self.tables, self.excluded)
-        shape, stages = _shape_of(layout), layout.pp
-        bounds = tuple(lo for lo, _ in layout.stages) + (layout.stages[-1][1],)
 
         def at(q: int) -> Candidate | None:
-            option = BatchOption.at(layout.attn_dp, q)
-            for dmax, pmax, _ in oracle._score_fixed(shape, option, stages, bounds):
-                cand, load = oracle.evaluate_combo(shape, option, stages, layout.dp, bounds, dmax, pmax)
-                if oracle.within_limits(load):
-                    return cand
-            return None
+            return oracle.layout_at(layout, q)
 
-        lo, hi = 0, self.tables.space.batch_limit // stages
+        lo, hi = 0, self.tables.space.batch_limit // layout.pp
         while lo < hi:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if at(mid) is not None else (lo, mid - 1)

@@ -262,6 +262,18 @@ class Oracle:
                         best = cand
         return best
 
+    def layout_at(self, layout: Layout, q: int) -> Candidate | None:
+        """``layout`` (degrees, boundaries and replicas fixed) at q sequences per attention group per
+        microbatch, priced exactly; None when it does not fit or breaks a limit."""
+        shape = Shape(layout.tp, layout.sp, layout.attn_dp, layout.expert_tp)
+        bounds = tuple(lo for lo, _ in layout.stages) + (layout.stages[-1][1],)
+        option = BatchOption.at(layout.attn_dp, q)
+        for dmax, pmax, _ in self._score_fixed(shape, option, layout.pp, bounds):
+            cand, load = self.evaluate_combo(shape, option, layout.pp, layout.dp, bounds, dmax, pmax)
+            if self.within_limits(load):
+                return cand
+        return None
+
     def largest_q(self, o: Shape, S: int) -> int | None:
         """The largest q whose even-staged plan of (o, S) at one replica fits memory and keeps every
         limit, or None: a bisection (memory, TTFT and TPOT all grow with q)."""
