@@ -11,6 +11,10 @@ asked without an objective, that last question is usually settled in presolve. T
 final pass with the objective fixed: fewer GPUs, then fewer stages, then the lexicographically
 smallest shape. One worker and a fixed seed keep the output reproducible.
 
+A decided batch (throughput without --batch) is an integer per attention group; its search is the
+branch and bound of ``batch_search.py`` on the oracle's tables instead, exact and proven, with the
+same tie-break.
+
 ``optimise`` is that search, the one driver: ``solve`` runs it on the problem, ``enumerate`` on each
 pinned (shape, stage count) pair, the report's runner-up with the winner's pair excluded. ``decode``
 turns its layout into a priced, checked Plan, the experts placed, for all three.
@@ -32,13 +36,14 @@ from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
+from shardplan.solver.batch_search import best_integer_batch, tokens_per_s
 from shardplan.solver.bound import relative_gap, table_bound
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.encode import Encoding, Expr, Model, build_model, check_switches, new_solver
 from shardplan.solver.explain import explain
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
-from shardplan.solver.space import BatchOption, SearchSpace, Shape
+from shardplan.solver.space import SearchSpace, Shape
 from shardplan.solver.tables import Tables, build_tables
 
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
@@ -80,14 +85,6 @@ class Optimum:
     objective_value: int
     bound: float | None = None  # when not proven: the best proven bound on the objective, same units
     gap: float | None = None  # when not proven: relative distance of the objective from ``bound``
-    option: BatchOption | None = None  # a decided batch: the range the search priced the plan at
-
-    @property
-    def exact(self) -> bool:
-        """Priced exactly: a fixed batch, or q at the smallest of its range (where times are exact)."""
-        if self.option is None or self.option.exact:
-            return True
-        return self.layout.batch == self.layout.pp * self.layout.attn_dp * self.option.q
 
 
 @dataclass(frozen=True)
@@ -104,44 +101,24 @@ def enforce_all(model: Model) -> None:
 
 
 class Deadline:
-    """The wall-clock limit of a whole search, and optionally a deterministic work limit per solver
-    call (CP-SAT's deterministic time: the same answer on every run, unlike a wall-clock cut)."""
+    """The wall-clock limit of a whole search."""
 
-    def __init__(self, time_limit_s: float | None, work_limit_s: float | None = None):
+    def __init__(self, time_limit_s: float | None):
         self.limit_s = time_limit_s
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
-        self.work_left_s = work_limit_s  # deterministic seconds left for every call together
-
-    def with_work_limit(self, work_limit_s: float, wall_cap_s: float) -> Deadline:
-        """This deadline, a deterministic work budget, and a wall-clock cap as a safety net: CP-SAT's
-        deterministic clock is not checked everywhere (a proof step of Qwen3-32B ran 40 s past a 1 s
-        budget), so the cap ends such a step. The proof drops what a cut step found, so only whether a
-        step near the cap finishes in time can make two runs differ."""
-        bounded = Deadline(None, work_limit_s)
-        capped = time.perf_counter() + wall_cap_s
-        bounded.end = capped if self.end is None else min(self.end, capped)
-        bounded.limit_s = self.limit_s
-        return bounded
 
     def solve(
         self, model: cp_model.CpModel, time_limit_s: float | None
     ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
-        """(solver, status) of ``model`` within the wall-clock limit and the work left, which it uses up."""
-        # Past the budget a solve still runs, for an instant: its UNKNOWN carries a response to read.
-        work = None if self.work_left_s is None else max(self.work_left_s, 1e-6)
-        solver = new_solver(time_limit_s, work_limit_s=work)
-        status = solver.solve(model)
-        if self.work_left_s is not None:
-            self.work_left_s -= solver.deterministic_time
-        return solver, status
+        """(solver, status) of ``model`` within the wall-clock limit."""
+        solver = new_solver(time_limit_s)
+        return solver, solver.solve(model)
 
     def passed(self) -> bool:
         return self.end is not None and time.perf_counter() >= self.end
 
     def no_plan(self) -> str:
         """The one line a search cut short before any plan says (names the option, as bad input does)."""
-        if self.limit_s is None:  # only a work budget ended it (the batch proof's)
-            return "no plan found within the search's work budget"
         return f"time-limit: no plan found within {self.limit_s:g} s"
 
     def allows(self, cost_s: float) -> bool:
@@ -159,11 +136,8 @@ class Deadline:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
     def step(self) -> float | None:
-        """Wall-clock budget of one improvement step. Under a work budget there is none: the work
-        budget bounds the step, and a wall-clock cut would make the answer depend on the machine."""
+        """Wall-clock budget of one improvement step."""
         left = self.remaining()
-        if self.work_left_s is not None:
-            return left
         return STEP_LIMIT_S if left is None else min(STEP_LIMIT_S, left)
 
 
@@ -342,8 +316,8 @@ class GainBound:
 
 
 class _Search:
-    """One problem's searches: each builds the model of a (refined) batch space, seeds it, runs the
-    objective's improvement loop and tie-breaks. Steps already priced carry over between searches."""
+    """One problem's search: CP-SAT on the encoding (``run``: latency, or a fixed batch), or the
+    integer-batch branch and bound on the oracle's tables (``integer_batch``: a decided batch)."""
 
     def __init__(
         self, problem: Problem, deadline: Deadline, only_pins: bool, excluded: Collection[tuple[Shape, int]], seed: Seed
@@ -354,22 +328,15 @@ class _Search:
         self.tables: Tables | None = None
         self.decides_batch = SearchSpace(problem, self.profile).decides_batch
 
-    def run(
-        self,
-        refined: dict[Shape, frozenset[int]] | None = None,
-        best: Candidate | None = None,
-        ranges: bool = True,
-        deadline: Deadline | None = None,
-    ) -> Optimum | NoPlan:
-        """The search's optimum (an upper bound when it sits inside a batch range), starting from the
-        oracle's seed or ``best`` (an exactly priced plan). The tables and the incumbent come before
-        the model, so that a deadline passing while the model is built still leaves a plan."""
-        problem, deadline = self.problem, deadline or self.deadline
+    def run(self) -> Optimum | NoPlan:
+        """The CP-SAT search's optimum, starting from the oracle's seed. The tables and the incumbent
+        come before the model, so that a deadline passing while the model is built still leaves a plan."""
+        problem, deadline = self.problem, self.deadline
         prep_started = time.perf_counter()
-        space = SearchSpace(problem, self.profile, only_pins=self.only_pins, refined=refined or {}, ranges=ranges)
-        self.tables = tables = build_tables(problem, space, deadline.check, reuse=self.tables)
+        space = SearchSpace(problem, self.profile, only_pins=self.only_pins)
+        self.tables = tables = build_tables(problem, space, deadline.check)
         oracle = Oracle(tables, self.excluded)
-        incumbent = best if best is not None else self.seed(oracle)
+        incumbent = self.seed(oracle)
         # The model takes about as long to build as the tables did (0.3-0.7 of it, measured on DeepSeek-V3
         # at 512x8xH200): a search that could not begin before the deadline is not started.
         if not deadline.allows(time.perf_counter() - prep_started):
@@ -401,103 +368,26 @@ class _Search:
             value = round(out.tokens * problem.workload.osl * 1e9 / out.e2e)
         return _settle(enc, cp, deadline, out, value, oracle)
 
-    def exact_candidate(self, found: Optimum) -> Candidate | None:
-        """``found``'s layout priced exactly: at its q, or — when a limit breaks there — at the
-        largest q of its range that keeps every limit (times grow with q)."""
-        assert self.tables is not None and found.option is not None
-        oracle = Oracle(self.tables, self.excluded)
-        for q in range(_q_of(found.layout), found.option.q - 1, -1):
-            cand = oracle.layout_at(found.layout, q)
-            if cand is not None:
-                return cand
-        return None
-
-    def promising_layouts(self) -> list[Layout]:
-        """The oracle's best layouts off the grid (``Oracle.promising``): incumbents for the proof
-        that the power-of-two grid may have ranked below its own winner."""
-        assert self.tables is not None
-        return [cand.layout for cand in Oracle(self.tables, self.excluded).promising(PROMISING)]
-
-    def best_batch_of(self, layout: Layout) -> Candidate | None:
-        """``layout`` (degrees, boundaries and replicas fixed) at a good integer batch, quickly: the
-        largest q that fits and keeps every limit (a bisection: memory, TTFT and TPOT grow with q) and
-        the q below it at doubling gaps, the best of them. An incumbent for the proof, which settles
-        whether any other q or layout beats it."""
-        assert self.tables is not None
-        oracle = Oracle(self.tables, self.excluded)
-
-        def at(q: int) -> Candidate | None:
-            return oracle.layout_at(layout, q)
-
-        lo, hi = 0, self.tables.space.batch_limit // layout.pp
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if at(mid) is not None else (lo, mid - 1)
-        best: Candidate | None = None
-        gap, q = 1, lo
-        while q >= 1:
-            cand = at(q)
-            if cand is not None and cand.better_than(best, self.problem.objective):
-                best = cand
-            q, gap = lo - gap, gap * 2
-        return best
-
-    def prove(self, best: Candidate) -> Optimum:
-        """``best`` (exactly priced), or a better plan, proven optimal over every integer batch: the
-        search over ranges priced as bounds (space.py) runs from ``best``; an optimum on an exact
-        point is a plan, one inside a range is priced exactly, becomes the incumbent if better, and
-        its range is split around it before the next search. The searches share a deterministic work
-        budget (the same answer on every run); when it runs out the best exact plan is returned
-        unproven, status ``feasible``."""
-        proof = self.deadline.with_work_limit(PROOF_WORK_S, PROOF_WALL_CAP_S)
-        refined: dict[Shape, frozenset[int]] = {_shape_of(best.layout): frozenset({_q_of(best.layout)})}
-        upper: float | None = None  # the least bound a search over every integer batch proved
-        for _ in range(MAX_REFINEMENTS):
-            try:
-                result = self.run(refined, best, deadline=proof)
-            except SolverLimitError:
-                break
-            if isinstance(result, NoPlan):
-                break
-            if not result.proven:
-                # Out of work or time: the best exact plan stands, unproven. What the cut search
-                # found is not used, so where it was cut (a wall-clock matter) changes nothing.
-                break
-            # A proven search's value bounds every plan (its ranges are priced as bounds); +1 for its
-            # rounding to whole tokens/s.
-            proved = float(result.objective_value + 1)
-            upper = proved if upper is None else min(upper, proved)
-            if result.exact:
-                return result
-            exact = self.exact_candidate(result)
-            if exact is not None and exact.better_than(best, self.problem.objective):
-                best = exact
-            assert result.option is not None
-            for lay, option in ((result.layout, result.option), (best.layout, None)):
-                shape = _shape_of(lay)
-                points = _split_points(option, _q_of(lay)) if option else frozenset({_q_of(lay)})
-                refined[shape] = refined.get(shape, frozenset()) | points
-        assert self.tables is not None
-        reached = Outcome(proven=False, e2e=best.e2e_ns, tokens=best.tokens, layout=best.layout)
-        unproven = _unproven(Oracle(self.tables, self.excluded), best.layout, reached)
-        bounds = [b for b in (unproven.bound, upper) if b is not None]
-        if unproven.proven or not bounds:
-            return unproven
-        least = float(min(bounds))
-        gap = relative_gap(objective_exact(self.problem, reached), least, Objective.THROUGHPUT)
-        if gap == 0.0:
-            return Optimum(best.layout, True, unproven.objective_value)
-        return Optimum(best.layout, False, unproven.objective_value, least, gap)
-
-
-def _shape_of(layout: Layout) -> Shape:
-    return Shape(layout.tp, layout.sp, layout.attn_dp, layout.expert_tp)
-
-
-def _q_of(layout: Layout) -> int:
-    """Sequences per attention group per microbatch of a decided batch (batch = pp x attn_dp x q)."""
-    return layout.batch // (layout.pp * layout.attn_dp)
-
+    def integer_batch(self) -> Optimum | NoPlan:
+        """A decided batch: the best layout and integer batch by branch and bound on the oracle's
+        tables (batch_search.py), proven optimal unless the deadline ends it first."""
+        problem, deadline = self.problem, self.deadline
+        space = SearchSpace(problem, self.profile, only_pins=self.only_pins, ranges=False)
+        tables = build_tables(problem, space, deadline.check, lazy=True)
+        found = best_integer_batch(Oracle(tables, self.excluded), deadline.passed)
+        if found.best is None:
+            if found.open_bound is not None:
+                raise SolverLimitError(deadline.no_plan())
+            # explain() builds its encoding from these tables: every pair of the space priced.
+            return NoPlan(build_tables(problem, space, reuse=tables))
+        best = found.best
+        reached = Outcome(proven=found.open_bound is None, e2e=best.e2e_ns, tokens=best.tokens, layout=best.layout)
+        exact = objective_exact(problem, reached)
+        if found.open_bound is None:
+            return Optimum(best.layout, True, round(exact))
+        bound = tokens_per_s(found.open_bound, problem.workload.osl)
+        gap = relative_gap(exact, bound, Objective.THROUGHPUT)
+        return Optimum(best.layout, gap == 0.0, round(exact), None if gap == 0.0 else bound, gap or None)
 
 def optimise(
     problem: Problem,
@@ -506,7 +396,6 @@ def optimise(
     only_pins: bool = False,
     excluded: Collection[tuple[Shape, int]] = (),
     seed: Seed = Oracle.incumbent,
-    prove: bool = True,
 ) -> Optimum | NoPlan:
     """The best layout of ``problem`` under its objective, tie-broken; ``NoPlan`` if none keeps every rule.
 
@@ -517,50 +406,15 @@ def optimise(
     The tables and the incumbent come before the model, so that a deadline passing while the model is
     built still leaves a plan (``_settle``).
 
-    A decided batch is an integer. The layout is searched first over priced batch points (powers of
-    two and the like, space.py); its batch, and that of a few promising layouts off the grid, is
-    then made the exact best integer for the layout; the best of them is proven against every
-    integer batch of every layout (``_Search.prove``), or returned unproven when the proof's
-    deterministic budget runs out. ``prove=False`` (enumerate's pairs, the report's runner-up) stops
-    at the grid's layout with its exact best batch, unproven.
+    A decided batch (throughput without --batch) is an integer per attention group: the layout and
+    the batch are found together by branch and bound on the oracle's tables (batch_search.py), exact
+    over every integer batch and proven unless the deadline ends it first; ``seed`` is not used then.
     """
     check_switches(problem)
     search = _Search(problem, deadline, only_pins, excluded, seed)
-    if not search.decides_batch:
-        return search.run()
-    grid = search.run(ranges=False)
-    if isinstance(grid, NoPlan) or not grid.proven or deadline.passed():
-        return grid  # a time limit cut the grid's search short: its plan, with its bound and gap
-    if not prove:
-        exact = search.best_batch_of(grid.layout)
-        assert exact is not None, "the grid's plan keeps every limit at its own batch"
-        return Optimum(exact.layout, False, round(exact.tokens * problem.workload.osl * 1e9 / exact.e2e_ns))
-    best: Candidate | None = None
-    for layout in [grid.layout, *search.promising_layouts()]:
-        found = search.best_batch_of(layout)
-        if found is not None and found.better_than(best, problem.objective):
-            best = found
-    assert best is not None, "the grid's plan keeps every limit at its own batch"
-    return search.prove(best)
-
-
-PROMISING = 4  # layouts the oracle finds off the grid (even stages, largest q) whose batch is made exact too
-
-
-PROOF_WORK_S = 0.3  # CP-SAT deterministic seconds for the whole proof (about as many wall seconds alone)
-PROOF_WALL_CAP_S = 1.5  # the proof's wall-clock safety net (its work budget normally ends it first)
-MAX_REFINEMENTS = 8  # proof searches before the best exact plan is returned unproven
-
-
-def _split_points(option: BatchOption, q: int) -> frozenset[int]:
-    """Points that split ``option``'s range where the search's optimum sat at ``q``: q itself and
-    q + 1 (its memory-feasible end), and points below at doubling gaps (q - 1, q - 2, q - 4, ...),
-    dense where the next optimum of the range is likely (the largest q its memory allows)."""
-    points, gap = {q, q + 1}, 1
-    while q - gap > option.q:
-        points.add(q - gap)
-        gap *= 2
-    return frozenset(p for p in points if option.q < p <= option.q_hi)
+    if search.decides_batch:
+        return search.integer_batch()
+    return search.run()
 
 
 def _settle(
@@ -568,15 +422,15 @@ def _settle(
 ) -> Optimum:
     """The optimum, tie-broken while time remains; past the deadline the plan the search reached as it
     is (ties unbroken), and an unproven one with the best bound proven on the objective."""
-    layout, option = out.layout, None
+    layout = out.layout
     if not deadline.passed():
         try:
-            layout, option = tie_break(enc, cp, deadline)
+            layout = tie_break(enc, cp, deadline)
         except SolverLimitError:
             pass  # time ran out among equally good plans: the one reached stands
     assert layout is not None  # a value was reached, so was a plan
     if out.proven:
-        return Optimum(layout, True, value, option=option)
+        return Optimum(layout, True, value)
     return _unproven(oracle, layout, out)
 
 
@@ -634,28 +488,18 @@ def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     return plan.model_copy(update={"bound": result.bound, "gap": result.gap})
 
 
-def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> tuple[Layout, BatchOption]:
-    """Among plans as good as the optimum: exactly priced first (a decided batch at the smallest q of
-    its range, where the value is a plan's, not a bound), then fewest GPUs, fewest stages, smallest
-    shape. Returns the layout and the batch option it was priced at."""
+def tie_break(enc: Encoding, cp: cp_model.CpModel, deadline: Deadline) -> Layout:
+    """Among plans as good as the optimum: fewest GPUs, fewest stages, smallest shape."""
     ranks = {o: i for i, o in enumerate(enc.shapes)}
     n = len(enc.shapes)
     step = cp.clone()
-    smallest = enc.gpus_used * (enc.max_stages + 1) * n + enc.stages * n + sum(
-        ranks[o] * lit for o, lit in enc.shape.items()
+    step.minimize(
+        enc.gpus_used * (enc.max_stages + 1) * n + enc.stages * n + sum(ranks[o] * lit for o, lit in enc.shape.items())
     )
-    if enc.space.decides_batch:
-        inexact = step.new_bool_var("inexact")
-        above_smallest = enc.q_value - sum(lo * lit for (lo, _), lit in enc.bucket.items())
-        step.add(above_smallest <= enc.space.batch_limit * inexact)
-        step.minimize((enc.num_gpus + 1) * (enc.max_stages + 1) * n * inexact + smallest)
-    else:
-        step.minimize(smallest)
     solver, status = deadline.solve(step, deadline.remaining())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverLimitError(f"tie-breaking ended with status {solver.status_name(status)}")
-    option = next(opt for (_, opt), lit in enc.pair.items() if solver.value(lit))
-    return read_layout(enc, solver), option
+    return read_layout(enc, solver)
 
 
 def read_layout(enc: Encoding, solver: cp_model.CpSolver) -> Layout:

@@ -138,23 +138,29 @@ class Oracle:
 
     def fronts(self, o: Shape, opt: BatchOption, S: int) -> list[SplitPoint]:
         """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
-        memory-feasible split of the layers into S contiguous non-empty stages."""
+        memory-feasible split of the layers into S contiguous non-empty stages (``stage_cost`` of
+        each stage, read from per-layer prefix sums: the proof calls this many times)."""
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
+        dec, pre, mem = self._layer_prefixes(o, opt, S)
+        e, m = self.t.price(o, opt), self.t.memory[o]
+        seqs = self.seqs_per_gpu(o, opt, S)
+        per_stage_bytes = seqs * m.logits_per_seq + self.t.chunk_activation[(o, opt)] + m.fixed
         # front[j]: splits of layers [0, j) into the stages placed so far.
         front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
         for s in range(S):
+            first, last = s == 0, s == S - 1
+            d_extra = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
+            p_extra = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+            m_extra = per_stage_bytes + first * m.first + last * (m.last_with_first if S == 1 else m.last)
             nxt: dict[int, list[SplitPoint]] = {}
-            lo_end = s + 1
-            hi_end = L - (S - 1 - s)
-            ends = [L] if s == S - 1 else range(lo_end, hi_end + 1)
+            ends = [L] if last else range(s + 1, L - (S - 1 - s) + 1)
             for j in ends:
                 cands: list[SplitPoint] = []
                 for i, entries in front.items():
-                    if i >= j:
+                    if i >= j or mem[j] - mem[i] + m_extra > limit:
                         continue
-                    d, p, mem = self.stage_cost(o, opt, S, s, i, j)
-                    if mem > limit:
-                        continue
+                    d = dec[j] - dec[i] + d_extra
+                    p = pre[j] - pre[i] + p_extra
                     for dmax, pmax, bounds in entries:
                         cands.append((max(dmax, d), max(pmax, p), bounds + (j,)))
                 if cands:
@@ -163,6 +169,17 @@ class Oracle:
             if not front:
                 return []
         return front.get(L, [])
+
+    def _layer_prefixes(self, o: Shape, opt: BatchOption, S: int) -> tuple[list[int], list[int], list[int]]:
+        """Decode ns, prefill ns and bytes per GPU of the first i layers, for i = 0 .. L."""
+        t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
+        seqs = self.seqs_per_gpu(o, opt, S)
+        dec, pre, mem = [0], [0], [0]
+        for k in t.kind_of_layer:
+            dec.append(dec[-1] + e.decode[k])
+            pre.append(pre[-1] + e.prefill[k])
+            mem.append(mem[-1] + m.weights[k] + m.kv_per_seq[k] * seqs)
+        return dec, pre, mem
 
     def evaluate_combo(
         self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
@@ -208,11 +225,8 @@ class Oracle:
 
     def _best_split(self, o: Shape, opt: BatchOption, S: int, exact: bool) -> Split | None:
         """The split of this combination that the objective prefers (dp does not change it)."""
-        if self.pins.stages is not None:
-            bounds = tuple(r[0] for r in self.pins.stages) + (self.pins.stages[-1][1],)
-            entries = self._score_fixed(o, opt, S, bounds)
-        elif exact:
-            entries = self.fronts(o, opt, S)
+        if exact or self.pins.stages is not None:
+            entries = self.splits(o, opt, S)
         else:
             entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
         best: Split | None = None
@@ -225,6 +239,13 @@ class Oracle:
             ):
                 best = Split(cand, bounds, dmax, pmax, o, opt, S)
         return best
+
+    def splits(self, o: Shape, opt: BatchOption, S: int) -> list[SplitPoint]:
+        """Every split of (o, opt, S) worth scoring: the pinned boundaries, or the Pareto front of all."""
+        if self.pins.stages is not None:
+            bounds = tuple(r[0] for r in self.pins.stages) + (self.pins.stages[-1][1],)
+            return self._score_fixed(o, opt, S, bounds)
+        return self.fronts(o, opt, S)
 
     def _with_dp(self, best: Split, dp: int) -> Iterator[Candidate]:
         yield self.evaluate_combo(best.shape, best.option, best.stages, dp, best.bounds, best.dmax, best.pmax)[0]
@@ -261,57 +282,6 @@ class Oracle:
                     if cand.better_than(best, self.problem.objective):
                         best = cand
         return best
-
-    def layout_at(self, layout: Layout, q: int) -> Candidate | None:
-        """``layout`` (degrees, boundaries and replicas fixed) at q sequences per attention group per
-        microbatch, priced exactly; None when it does not fit or breaks a limit."""
-        shape = Shape(layout.tp, layout.sp, layout.attn_dp, layout.expert_tp)
-        bounds = tuple(lo for lo, _ in layout.stages) + (layout.stages[-1][1],)
-        option = BatchOption.at(layout.attn_dp, q)
-        for dmax, pmax, _ in self._score_fixed(shape, option, layout.pp, bounds):
-            cand, load = self.evaluate_combo(shape, option, layout.pp, layout.dp, bounds, dmax, pmax)
-            if self.within_limits(load):
-                return cand
-        return None
-
-    def largest_q(self, o: Shape, S: int) -> int | None:
-        """The largest q whose even-staged plan of (o, S) at one replica fits memory and keeps every
-        limit, or None: a bisection (memory, TTFT and TPOT all grow with q)."""
-        bounds = _even_bounds(self.problem.model.num_layers, S)
-
-        def keeps(q: int) -> bool:
-            option = BatchOption.at(o.attn_dp, q)
-            for dmax, pmax, _ in self._score_fixed(o, option, S, bounds):
-                if self.within_limits(self.evaluate_combo(o, option, S, 1, bounds, dmax, pmax)[1]):
-                    return True
-            return False
-
-        lo, hi = 0, self.space.batch_limit // S
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if keeps(mid) else (lo, mid - 1)
-        return lo or None
-
-    def promising(self, keep: int) -> list[Candidate]:
-        """The ``keep`` best (shape, stage count) combinations, each at the largest q that fits and
-        keeps the limits with even stages and its most replicas: where a decided batch's optimum
-        usually sits, found without the power-of-two grid."""
-        scored: list[Candidate] = []
-        for o in self.shapes():
-            for S in self.stage_counts(o):
-                dps = self.replicas(o, S)
-                q = self.largest_q(o, S) if dps else None
-                if q is None:
-                    continue
-                split = self._best_split(o, BatchOption.at(o.attn_dp, q), S, exact=False)
-                if split is not None:
-                    scored.extend(self._with_dp(split, dps[-1]))
-        objective = self.problem.objective
-
-        def order(x: Candidate, y: Candidate) -> int:
-            return -1 if x.better_than(y, objective) else int(y.better_than(x, objective))
-
-        return sorted(scored, key=cmp_to_key(order))[:keep]
 
     def _ranked(self, exact: bool, largest_batch_only: bool = False) -> list[Ranked]:
         """(candidate, (shape, option, stages, dp)) for every feasible combination, best first.

@@ -177,11 +177,16 @@ def _per_sequence_ns(seconds: float, sequences: int) -> int:
 
 
 def build_tables(
-    problem: Problem, space: SearchSpace, check: Callable[[], None] | None = None, reuse: Tables | None = None
+    problem: Problem,
+    space: SearchSpace,
+    check: Callable[[], None] | None = None,
+    reuse: Tables | None = None,
+    lazy: bool = False,
 ) -> Tables:
     """The tables of ``space``'s pairs. ``check`` runs before each shape is priced: a deadline's,
     which raises once it has passed. ``reuse`` (tables of the same problem) lends the steps it has
-    priced already, so a refined space prices only its new points."""
+    priced already, so a refined space prices only its new points. ``lazy``: price nothing yet (the
+    integer-batch search prices the steps it needs through ``price``; no encoding reads these)."""
     model = problem.model
     profile = resolve_profile(problem)
     kind_of_layer = [layer_kind(model, i) for i in range(model.num_layers)]
@@ -202,6 +207,8 @@ def build_tables(
     if reuse is not None:
         tables._priced, tables._contexts = reuse._priced, reuse._contexts
         tables._load_factors, tables.memory = reuse._load_factors, reuse.memory
+    if lazy:
+        return tables  # the limit stays unclamped: the clamp only keeps the encoding's rows small
     for shape in space.shapes:
         if check is not None:
             check()

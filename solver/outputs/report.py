@@ -275,8 +275,7 @@ def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
     """``solve``'s search (``optimise``) with the winner's (shape, stage count) excluded."""
     lay = plan.layout
     winner = (Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp), lay.pp)
-    # The runner-up is a comparison: its layout's exact best batch, without the winner's integer proof.
-    result = optimise(plan.problem, Deadline(time_limit_s), excluded=[winner], prove=False)
+    result = optimise(plan.problem, Deadline(time_limit_s), excluded=[winner])
     if isinstance(result, NoPlan):
         return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
     elapsed = time.perf_counter() - started
