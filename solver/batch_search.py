@@ -80,8 +80,9 @@ class BatchSearch:
 
 
 class _Branching:
-    def __init__(self, oracle: Oracle, passed: Callable[[], bool]):
+    def __init__(self, oracle: Oracle, passed: Callable[[], bool], check: Callable[[], None]):
         self.oracle = oracle
+        self.check = check
         self.t = oracle.t
         self.space = oracle.space
         self.osl = oracle.osl
@@ -219,7 +220,9 @@ class _Branching:
     def run(self) -> BatchSearch:
         self.roots()
         while self.heap:
-            if self.passed():
+            if self.best is None:
+                self.check()  # no plan yet: only a deadline long past ends the search
+            elif self.passed():
                 return BatchSearch(self.best, self.open_bound())
             node = heapq.heappop(self.heap)
             if self.beaten(node.tokens_hi, node.e2e_lo):
@@ -231,11 +234,14 @@ class _Branching:
         o, S, lo, hi, f = node.shape, node.stages, node.lo, node.hi, node.floors
         dp = self.oracle.replicas(o, S)[-1]
         chunk = _chunk(self.oracle, o, lo)
-        if f.q0 < lo or f.chunk != chunk:
+        wide = hi - lo > lo // NARROW
+        if f.chunk != chunk or (f.q0 < lo and (wide or hi == lo or f.level < 2)):
             self.push(o, S, lo, hi, self.floors_at(o, S, lo, f), chunk, dp)
-        elif hi - lo > lo // NARROW:
+        elif wide or f.q0 < lo:
             # A wide range's bound is loose by its tokens at hi over those at lo: halve it before
-            # computing splits, which cost far more than pricing a step.
+            # computing splits, which cost far more than pricing a step. A narrow one under split
+            # floors from just below is halved as it is: its points' floors grow with their
+            # concurrency, and only those still above the best plan get their own.
             self.halve(o, S, lo, hi, f, chunk, dp)
         elif f.level == 0:
             self.push(o, S, lo, hi, self.least_slowest_at(o, S, f), chunk, dp)
@@ -296,11 +302,14 @@ def _tie_key(cand: Candidate) -> tuple[int, int, tuple[int, int, int, int], int,
     return (lay.num_gpus, lay.pp, (lay.tp, lay.sp, lay.attn_dp, lay.expert_tp), lay.batch, lay.stages)
 
 
-def best_integer_batch(oracle: Oracle, passed: Callable[[], bool] = lambda: False) -> BatchSearch:
-    """The throughput optimum over every layout and integer batch of ``oracle``'s space (see the module);
-    ``passed`` ends the search early (a deadline), leaving the best plan so far and the open bound."""
+def best_integer_batch(
+    oracle: Oracle, passed: Callable[[], bool] = lambda: False, check: Callable[[], None] = lambda: None
+) -> BatchSearch:
+    """The throughput optimum over every layout and integer batch of ``oracle``'s space (see the module).
+    Once a plan is found, ``passed`` ends the search early (a deadline), leaving the best plan so far
+    and the open bound; before that, ``check`` may end it (by raising), as it does the cost tables."""
     assert oracle.space.decides_batch and oracle.problem.objective is Objective.THROUGHPUT
-    return _Branching(oracle, passed).run()
+    return _Branching(oracle, passed, check).run()
 
 
 def tokens_per_s(bound: tuple[int, int], osl: int) -> float:

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 from ortools.sat.python.cp_model import IntVar, LinearExpr, LiteralT
 
-from shardplan.models.errors import SpecError
 from shardplan.rules.base import Rule
-from shardplan.rules.catalog import SWITCHES, rules_for, unknown_switches
+from shardplan.rules.catalog import rules_for
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.cost.operators import LayerKind
 from shardplan.solver.interruptible import InterruptibleSolver
+from shardplan.solver.search_base import check_switches
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
@@ -442,13 +442,6 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
         rule.post(enc, lit)
         literals.append(lit)
     return Model(enc, rules, literals)
-
-
-def check_switches(problem: Problem) -> None:
-    """Every --allow switch must name a rule that can be turned off."""
-    bad = unknown_switches(problem.allow)
-    if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
 
 
 def new_solver(

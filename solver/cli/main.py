@@ -42,10 +42,8 @@ from shardplan.solver.cli.results import (
 )
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
-from shardplan.solver.cost.calibration.fit import calibrate_to_file
 from shardplan.solver.dag.export import write_dag, writer_for
 from shardplan.solver.enumerate import Enumeration
-from shardplan.solver.explain import explain
 from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
 from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
@@ -263,6 +261,9 @@ def calibrate(
         outputs.add("out", out, directory_ok=True)
         if ops is not None:
             read_text(ops, "ops", MAX_CSV_BYTES)  # a regular UTF-8 file, before the fit opens it
+        # Lazily on purpose: the fit's process pool and SciPy load only for this command.
+        from shardplan.solver.cost.calibration.fit import calibrate_to_file
+
         try:
             results = calibrate_to_file(points, outputs.temp("out"), gpu=gpu, software=software, op_csv=ops,
                                         jobs=jobs)
@@ -434,6 +435,9 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
             raise SolverLimitError(f"time-limit: no layout found within {time_limit:g} s")
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result;
         # --json prints solve's infeasible object too, and the one line still goes to stderr.
+        # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed.
+        from shardplan.solver.explain import explain
+
         exc = InfeasibleError(explain(problem))
         if as_json:
             emit_json(infeasible_dict(problem, exc))

@@ -25,13 +25,11 @@ from collections.abc import Sequence
 from shardplan.models.errors import SpecError
 from shardplan.models.load_profile import ExpertLoadProfile
 from shardplan.rules.expert_placement import ExpertPlacement, LayerPlacement
-from shardplan.solver.placement import cpsat
 from shardplan.solver.placement.bounds import layer_lower_bound
 from shardplan.solver.placement.covering import cover_split
 from shardplan.solver.placement.fill import Pieces, fill_group, fits_in_one_group
 from shardplan.solver.placement.greedy import greedy_layer
 from shardplan.solver.placement.groups import Group, best_lpt_groups, improve, pair_cover, realize, reallocate
-from shardplan.solver.placement.shares import reshare
 
 OPTIMAL_TOLERANCE = 1e-6  # relative: a layer within this of its bound counts as optimal
 _SMALL_LAYER = 12  # experts: up to this, CP-SAT's exact split can prove optimality quickly
@@ -150,6 +148,9 @@ def solve_layer(loads: Sequence[float], num_gpus: int, slots: int, det_time: flo
         if cover is not None:
             offer(realize(cover, loads, slots))
     if len(loads) < slots * num_gpus:  # with copies to re-share
+        # Lazily on purpose: OR-Tools' LP solver loads only for layers with copies (see _cpsat_phase).
+        from shardplan.solver.placement.shares import reshare
+
         offer(reshare(loads, [[e for e, _ in gpu] for gpu in greedy]))
     bound = layer_lower_bound(loads, num_gpus, slots, feasible=best_max)
     if best_max > bound * (1 + OPTIMAL_TOLERANCE) and det_time > 0:
@@ -164,6 +165,10 @@ def _cpsat_phase(
 ) -> tuple[float, Pieces | None]:
     """CP-SAT's bound and placement for a layer the heuristics left within a gap, where it is quick:
     small layers (exact split) and layers without a spare slot (whole experts)."""
+    # Lazily on purpose: OR-Tools' CP-SAT (it imports pandas and numpy) is a large share of a short
+    # command's start-up, and most placements end before this phase.
+    from shardplan.solver.placement import cpsat
+
     if len(loads) <= _SMALL_LAYER:
         result = cpsat.exact_split(loads, num_gpus, slots, hint, det_time, workers)
     elif len(loads) == slots * num_gpus:

@@ -19,7 +19,8 @@ from shardplan.rules.problem import Objective
 from shardplan.solver.bound import table_bound
 from shardplan.solver.cli.main import main
 from shardplan.solver.cost.evaluate import resolve_profile
-from shardplan.solver.optimise import Deadline, GainBound, NoPlan, _latency_bound, decode, optimise
+from shardplan.solver.cpsat_search import GainBound, _latency_bound
+from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
