@@ -3,15 +3,20 @@
     python -m benchmarks.solve_vs_bruteforce            # the scenario matrix + process timings
     python -m benchmarks.solve_vs_bruteforce --quick    # small scenarios only
     python -m benchmarks.solve_vs_bruteforce --budget 30  # brute-force seconds per scenario
+    python -m benchmarks.solve_vs_bruteforce --processes-only  # the whole-process timings alone
 
 For each scenario: CP-SAT's status, objective and time; the brute force's optimum and time (or
 "timeout" past the budget); whether they agree exactly; the model's size. Then the acceptance
-timings: the whole ``shardplan solve`` process, median of 5 runs.
+timings: the whole ``shardplan solve`` process (the console script's module), median of 5 runs, with
+the median CPU time the process used (user + system: on a shared machine the wall clock also counts
+the time other jobs held the cores) and the load average when the runs began.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -106,16 +111,19 @@ def run_matrix(clusters: list[str], budget: float) -> None:
 
 
 def run_processes(repeats: int = 5) -> None:
-    print("\nWhole `shardplan solve` process, median of", repeats, "runs")
-    print(f"{'case':66} {'median s':>9} {'target s':>9}")
+    print("\nWhole `shardplan solve` process, median of", repeats, "runs; load average", os.getloadavg()[0])
+    print(f"{'case':66} {'median s':>9} {'cpu s':>6} {'target s':>9}")
     for label, args, target in PROCESS_CASES:
-        times = []
+        times, cpu = [], []
         for _ in range(repeats):
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "shardplan.solver.cli", "solve", *args, "--json"],
+            subprocess.run([sys.executable, "-m", "shardplan.solver.console", "solve", *args, "--json"],
                            check=True, stdout=subprocess.DEVNULL)
             times.append(time.perf_counter() - started)
-        print(f"{label:66} {statistics.median(times):9.2f} {target:9.1f}", flush=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime)
+        print(f"{label:66} {statistics.median(times):9.2f} {statistics.median(cpu):6.2f} {target:9.1f}", flush=True)
 
 
 def main() -> None:
@@ -123,8 +131,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small clusters only")
     parser.add_argument("--budget", type=float, default=60.0, help="brute-force seconds per scenario")
     parser.add_argument("--no-processes", action="store_true", help="skip the whole-process timings")
+    parser.add_argument("--processes-only", action="store_true", help="only the whole-process timings")
     args = parser.parse_args()
-    run_matrix(QUICK_CLUSTERS if args.quick else CLUSTERS, args.budget)
+    if not args.processes_only:
+        run_matrix(QUICK_CLUSTERS if args.quick else CLUSTERS, args.budget)
     if not args.no_processes:
         run_processes()
 

@@ -1,0 +1,34 @@
+"""The ``shardplan`` console script: Ctrl-C at any moment ends with one line and exit 130.
+
+Starting a command imports the solver, a large share of a short command's time; a Ctrl-C then used
+to print a KeyboardInterrupt traceback from deep inside an import. The handler below is installed
+before those imports and ends the process the way the command line does once it runs
+(``solver/cli/main.py``: one line, ``shardplan: interrupted``, exit 130); then the command line's own handling
+takes over. ``from shardplan.solver.cli import main`` still gives the command line itself.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as solver/cli/main.py exits on Ctrl-C
+
+
+def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
+    sys.stderr.write("shardplan: interrupted\n")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def main() -> None:
+    previous = signal.signal(signal.SIGINT, _interrupted_while_starting)
+    # Lazily on purpose: the handler must be in place before the command line's imports start.
+    from shardplan.solver.cli.main import main as run_command_line
+
+    signal.signal(signal.SIGINT, previous)
+    run_command_line()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
