@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from shardplan.rules.base import Diagnostic
 from shardplan.rules.dag.structure import CrossStage, EndsPlaced, LayerOrder, ParallelStages, PipelineEdges
 from shardplan.rules.dag.view import DagRule, DagView, _int
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 DISAGG_SCHEMA = "shardplan.dag-disagg/1"
 KV_TRANSFER = "KVTransfer"
@@ -60,6 +61,9 @@ def project(dag: Any, role: str) -> nx.DiGraph:
     worker's own ids (0 ..), its graph attributes those the colocated builder gave it."""
     pool = dag.graph["pools"][role]
     first = _int(pool.get("first_gpu"), 0)
+    # Lazily on purpose: networkx costs about 0.2 s of CPU to import, and only DAG work needs it.
+    import networkx as nx
+
     sub = nx.DiGraph()
     sub.graph.update(pool["graph"])
     for n, d in dag.nodes(data=True):

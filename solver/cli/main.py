@@ -21,7 +21,6 @@ from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.solver.cli import views as cli_views
-from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
 from shardplan.solver.cli.inputs import (
     DEFAULT_CLUSTER,
     DEFAULT_MODEL,
@@ -42,7 +41,6 @@ from shardplan.solver.cli.results import (
 )
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
-from shardplan.solver.dag.export import write_dag, writer_for
 from shardplan.solver.enumerate import Enumeration
 from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
 from shardplan.solver.optimise import solve as run_solve
@@ -191,6 +189,9 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
     every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1.
     With --serving disagg, of a prefill pool and a decode pool at --batch requests in flight over both."""
     if serving == "disagg":
+        # Lazily on purpose: the disaggregated path builds DAGs (networkx, about 0.2 s of CPU to import).
+        from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
+
         outputs_of = DisaggOutputs(dag_path, detail, emit_engine, experts_out)
         if evaluate_disagg_cmd(problem_args(kw), prefill_pool, decode_pool, as_json, outputs_of, input_files(kw)):
             sys.exit(EXIT_INFEASIBLE)
@@ -316,6 +317,9 @@ def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail:
         outputs.add("report", report_path)
         outputs.add("experts-out", experts_out)
         if dag_path:  # an unknown extension is bad input: say so before solving
+            # Lazily on purpose: the DAG needs networkx (about 0.2 s of CPU to import), only for --dag.
+            from shardplan.solver.dag.export import write_dag, writer_for
+
             writer_for(dag_path)
         kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)
         problem = build_problem(problem_args(kw))

@@ -8,9 +8,7 @@ caller computed.
 
 from __future__ import annotations
 
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from shardplan.models import InfeasibleError, ShardplanError
 from shardplan.rules.base import Diagnostic
@@ -22,6 +20,9 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted
 from shardplan.solver.outputs.plan_json import plan_dict
+
+if TYPE_CHECKING:  # only a type here: networkx loads where a DAG is built
+    import networkx as nx
 
 
 def error_message(exc: ShardplanError | RecursionError) -> str:

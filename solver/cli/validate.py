@@ -15,7 +15,6 @@ from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.results import validation_dict
-from shardplan.solver.dag.export import check_writable, read_json, write_graph, writer_for
 
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
 
@@ -33,6 +32,10 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
         raise click.UsageError("--out needs --fix")
     if fix and not out:
         raise click.UsageError("--fix needs --out FIXED.json")
+    # Lazily on purpose: reading and writing DAGs needs networkx (about 0.2 s of CPU to import), and
+    # the command line registers this command on every start.
+    from shardplan.solver.dag.export import check_writable, read_json, write_graph, writer_for
+
     changes: list[Change] = []
     with OutputFiles([file]) as outputs:
         outputs.add("out", out)

@@ -27,14 +27,11 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import StageTiming
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
-from shardplan.solver.dag import build_dag
 from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise
 from shardplan.solver.outputs.plan_json import degrees
 from shardplan.solver.space import Shape
@@ -516,6 +513,11 @@ def _time_figure(breakdown: list[dict[str, Any]], phase: str) -> Figure:
 
 def _dag_html(plan: Plan) -> str:
     """Replica -> phase -> stage -> layer -> operator, as nested <details>; replica 0 in full."""
+    # Lazily on purpose: networkx costs about 0.2 s of CPU to import, and only DAG work needs it.
+    import networkx as nx
+
+    from shardplan.solver.dag import build_dag
+
     try:
         dag = build_dag(plan, "logical")
     except Exception as exc:  # the DAG is a view here: a failure must not cost the whole report
