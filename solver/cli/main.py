@@ -11,6 +11,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 import click
@@ -20,7 +21,6 @@ from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, 
 from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
-from shardplan.solver.cli import views as cli_views
 from shardplan.solver.cli.inputs import (
     DEFAULT_CLUSTER,
     DEFAULT_MODEL,
@@ -54,6 +54,14 @@ MAX_JOBS = 256
 MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 
 Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def cli_views() -> ModuleType:
+    """The terminal views, imported on first use."""
+    # Lazily on purpose: rich costs about 0.06 s of CPU to import, and --json output never uses it.
+    from shardplan.solver.cli import views
+
+    return views
 
 
 def emit_json(data: Any) -> None:
@@ -133,33 +141,33 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def models(as_json: bool) -> None:
     """List the model presets with parameter counts and KV bytes per token."""
-    rows = cli_views.model_rows()
+    rows = cli_views().model_rows()
     if as_json:
         emit_json(rows)
     else:
-        cli_views.print_models(rows)
+        cli_views().print_models(rows)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def hardware(as_json: bool) -> None:
     """List the GPU presets: capacity, bandwidths, peak rates."""
-    rows = cli_views.gpu_rows()
+    rows = cli_views().gpu_rows()
     if as_json:
         emit_json(rows)
     else:
-        cli_views.print_gpus(rows)
+        cli_views().print_gpus(rows)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def profiles(as_json: bool) -> None:
     """List the calibration profiles: engine, GPU, software version, rows fitted and their median |error|."""
-    rows = cli_views.profile_rows()
+    rows = cli_views().profile_rows()
     if as_json:
         emit_json(rows)
     else:
-        cli_views.print_profiles(rows)
+        cli_views().print_profiles(rows)
 
 
 experts_out_option = click.option(
@@ -216,7 +224,7 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
     if as_json:
         emit_json(data)
     else:
-        cli_views.print_plan(data, plan, report.binding_constraints(plan))
+        cli_views().print_plan(data, plan, report.binding_constraints(plan))
         for v in violations:
             click.echo(f"violation {v['rule']}: {v['message']}")
     if violations:
@@ -392,7 +400,7 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
     elif launch is not None:
         click.echo(launch.script(), nl=False)
     else:
-        cli_views.print_plan(data, plan, findings, runner, note)
+        cli_views().print_plan(data, plan, findings, runner, note)
     if report_path and not as_json and launch is None:
         click.echo(f"wrote {report_path}")
 
@@ -427,7 +435,7 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
     kept = Kept(with_points=report_path is not None)
     run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
     try:
-        with cli_views.progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
+        with cli_views().progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
             run.progress = tick
             for plan in run:
                 printer.add(enumerated_row(kept.count, plan), kept)
@@ -465,7 +473,7 @@ def rules(rule_id: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(data if rule_id is None else data[0])
     else:
-        cli_views.print_rules(data, detailed=rule_id is not None)
+        cli_views().print_rules(data, detailed=rule_id is not None)
 
 
 cli.add_command(validate)  # `shardplan validate FILE.json` (solver/cli/validate.py)
