@@ -34,15 +34,7 @@ def test_solver_optimum_equals_brute_force(scenario):
     best = oracle_for(p).optimum()
     plan = solve(p)
     metrics = plan.prediction.metrics
-    if plan.status == "feasible":
-        # The integer-batch proof ran out of its work budget: the plan is a real one, and brute force
-        # lies between it and the bound it reports.
-        assert p.objective is Objective.THROUGHPUT and plan.bound is not None
-        optimum = best.tokens * p.workload.osl * 1e9 / best.e2e_ns
-        assert metrics.output_tokens_per_s <= optimum * (1 + 1e-12) <= plan.bound * (1 + 1e-9)
-        assert errors_of(check_plan(plan)) == []
-        return
-    assert plan.status == "optimal"
+    assert plan.status == "optimal"  # no time limit: every search runs to its proof
     if p.objective is Objective.LATENCY:
         assert plan.objective_value == best.e2e_ns
         assert metrics.e2e_ms * 1e6 == pytest.approx(plan.objective_value, rel=1e-9)
