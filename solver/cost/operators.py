@@ -168,8 +168,16 @@ class CostContext:
             ops[Op.FFN_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
             )
-        ops[Op.LAYER_OVERHEAD] = self.profile.layer_overhead_us * 1e-6 + self._full_width_s(group_tokens / s.sp)
+        ops[Op.LAYER_OVERHEAD] = self._fixed_s(step) + self._full_width_s(group_tokens / s.sp)
         return ops
+
+    def _fixed_s(self, step: Step) -> float:
+        """A layer's fixed time: ``layer_overhead_us``, and in decode the generation-attention kernel's own
+        fixed time whatever it reads (``attention_fixed_us``). Kept out of ``attn.core`` so that the core
+        stays in proportion to the sequences, as the solver's batch ranges assume (tables.py kv_slope)."""
+        p = self.profile
+        attention_us = p.attention_fixed_us if step.phase is Phase.DECODE else 0.0
+        return (p.layer_overhead_us + attention_us) * 1e-6
 
     def _full_width_s(self, tokens: float) -> float:
         """Per-token work every rank of the attention group repeats on the whole hidden vector, whatever its
@@ -189,8 +197,7 @@ class CostContext:
             return self.stream_s(flops, kv, kv_class)
         flops = seqs * attention_score_flops(m, layer, step.context, absorbed=True) * heads_share
         kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-        # A generation-attention kernel takes a fixed time whatever it reads (``attention_fixed_us``).
-        return self.profile.attention_fixed_us * 1e-6 + self.stream_s(flops, kv, kv_class)
+        return self.stream_s(flops, kv, kv_class)
 
     def _sp_exchange(self, layer: int, step: Step, seqs: int) -> float:
         """Sequence parallelism: prefill gathers every shard's K and V (ring attention moves the
