@@ -71,9 +71,28 @@ class Profile(BaseModel):
     kv_stream_efficiency: PositiveFloat | None = Field(
         default=None,
         le=1,
-        description="fraction of peak HBM bandwidth attention kernels read the KV cache at (measured: TensorRT-LLM "
-        "generation-attention kernels of op_points.csv reach 0.42-0.62 where weight streams reach ~0.8); None: "
-        "hbm_efficiency, as profiles fitted before this term assumed",
+        description="fraction of peak HBM bandwidth attention kernels read the KV cache at (measured: the slope of "
+        "op_points.csv's generation-attention latencies against bytes read, 0.75 on H100 and 0.60 on H200, past a "
+        "fixed time per kernel, attention_fixed_us); None: hbm_efficiency, as profiles fitted before this term "
+        "assumed",
+    )
+    attention_fixed_us: NonNegativeFloat = Field(
+        default=0.0,
+        description="fixed time of one generation-attention kernel whatever its KV size (measured: the intercept "
+        "of op_points.csv's generation-attention latencies against bytes read, ~16 us on H100 and H200; the slope "
+        "is kv_stream_efficiency); 0: carried by layer_overhead_us, as profiles fitted before this term assumed",
+    )
+    low_precision_stream_ratio: PositiveFloat | None = Field(
+        default=None,
+        le=1,
+        description="8- and 4-bit weights stream at this share of hbm_efficiency's rate per byte (measured M = 1 "
+        "GEMMs of op_points.csv: FP8 0.53-0.47 of HBM peak against 16-bit 0.82-0.79); None: at hbm_efficiency",
+    )
+    full_width_passes: NonNegativeFloat = Field(
+        default=0.0,
+        description="passes over a token's full hidden vector (16-bit) each tensor-parallel rank makes per layer "
+        "whatever its shard: the two fused residual-add + RMSNorm kernels read the input and the residual and "
+        "write both (4 each); 0: not priced, as profiles fitted before this term assumed",
     )
     moe_fixed_us: NonNegativeFloat = Field(
         default=0.0,

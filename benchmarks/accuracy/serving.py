@@ -291,6 +291,10 @@ def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, floa
 
 # --- engine profiles ----------------------------------------------------------------------------
 
+# Passes over a token's 16-bit hidden vector each rank makes per layer, whatever its shard: vLLM, SGLang and
+# TensorRT-LLM all fuse the residual add into the RMSNorm before attention and before the FFN, and each fused
+# kernel reads the input and the residual and writes the new residual and the normalised vector.
+FULL_WIDTH_PASSES = 8.0
 MIN_RUNS = 20  # runs of one engine on one GPU below which no engine profile is fitted
 
 
@@ -319,16 +323,23 @@ def _op_terms() -> OpTerms:
 def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     """What an engine profile starts from: the GPU's hardware profile with the operator-level physics
     terms (KV stream, MoE fixed and per-token costs), and a note saying where each came from."""
-    kv, measured = terms.kv_stream_for(gpu)
+    per_gpu, measured = terms.for_gpu(gpu)
+    # The FP8 weight-stream ratio of the bare M = 1 GEMMs is measured but not applied: the isolated FP8 GEMM
+    # quantises its activation in a kernel of its own, which the engines fuse into the RMSNorm before it, and
+    # priced with it 7 of the 8 engine fits end 4-17 points worse (benchmarks/accuracy/README.md).
+    del per_gpu["low_precision_stream_ratio"]
     base = _hardware_profile(gpu).model_copy(update={
-        "kv_stream_efficiency": round(kv, 4),
+        **{field: round(value, 4) for field, value in per_gpu.items()},
         "moe_fixed_us": round(terms.moe_fixed_us, 2),
         "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
+        "full_width_passes": FULL_WIDTH_PASSES,
     })
-    where = "this GPU's" if measured else "the mean of the H100 and H200 (an assumption: no points for this GPU)"
-    note = (f"op_points.csv: kv_stream_efficiency from {where} bandwidth-bound generation-attention kernels; "
-            f"moe_fixed_us and moe_routed_token_ns from {terms.moe_points} balanced DeepSeek-V3 MoE points "
-            "(H100, H200) less the modelled expert GEMMs")
+    where = "this GPU's" if measured else "the mean of the H100's and H200's (an assumption: no points for this GPU)"
+    note = (f"op_points.csv: attention_fixed_us and kv_stream_efficiency from {where} generation-attention "
+            f"kernels (fixed time + bytes / stream); moe_fixed_us and moe_routed_token_ns from {terms.moe_points} "
+            "balanced DeepSeek-V3 MoE points (H100, H200) less the modelled expert GEMMs; full_width_passes "
+            f"{FULL_WIDTH_PASSES:g} (two fused residual-add + RMSNorm kernels per layer, each reading and writing "
+            "two hidden vectors)")
     return base, note
 
 

@@ -96,8 +96,16 @@ class CostContext:
             eff *= p.low_precision_gemm_ratio  # native 8/4-bit GEMMs reach a lower share of their peak
         peak = self.gpu.flops_per_s(compute_class) * eff
         compute = 2.0 * params * (tokens + p.gemm_half_tokens) / peak
-        memory = weight_bytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
+        memory = weight_bytes / (self.gpu.hbm_bytes_per_s * self._weight_stream_efficiency(params, weight_bytes))
         return max(compute, memory)
+
+    def _weight_stream_efficiency(self, params: float, weight_bytes: float) -> float:
+        """The share of HBM peak weights stream at: ``hbm_efficiency`` for 16-bit weights, times
+        ``low_precision_stream_ratio`` for 8- and 4-bit ones (their GEMMs dequantise and scale as they read)."""
+        p = self.profile
+        if p.low_precision_stream_ratio is not None and weight_bytes < 2 * params:
+            return p.hbm_efficiency * p.low_precision_stream_ratio
+        return p.hbm_efficiency
 
     def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
         """A fused attention kernel: FLOPs at attention efficiency against the KV cache read from HBM at
@@ -160,8 +168,24 @@ class CostContext:
             ops[Op.FFN_ALLREDUCE] = self.collective_s(
                 Collective.ALL_REDUCE, group_tokens * m.hidden_size * ACT_BYTES, s.attention_group
             )
-        ops[Op.LAYER_OVERHEAD] = self.profile.layer_overhead_us * 1e-6
+        ops[Op.LAYER_OVERHEAD] = self._fixed_s(step) + self._full_width_s(group_tokens / s.sp)
         return ops
+
+    def _fixed_s(self, step: Step) -> float:
+        """A layer's fixed time: ``layer_overhead_us``, and in decode the generation-attention kernel's own
+        fixed time whatever it reads (``attention_fixed_us``). Kept out of ``attn.core`` so that the core
+        stays in proportion to the sequences, as the solver's batch ranges assume (tables.py kv_slope)."""
+        p = self.profile
+        attention_us = p.attention_fixed_us if step.phase is Phase.DECODE else 0.0
+        return (p.layer_overhead_us + attention_us) * 1e-6
+
+    def _full_width_s(self, tokens: float) -> float:
+        """Per-token work every rank of the attention group repeats on the whole hidden vector, whatever its
+        shard (``full_width_passes``): the residual adds and RMSNorms around attention and the FFN read and
+        write 16-bit hidden vectors, a stream of HBM that tensor parallelism does not split."""
+        p = self.profile
+        nbytes = p.full_width_passes * tokens * self.model.hidden_size * ACT_BYTES
+        return nbytes / (self.gpu.hbm_bytes_per_s * p.hbm_efficiency)
 
     def _attention_core(self, layer: int, step: Step, seqs: int) -> float:
         m, s = self.model, self.shape

@@ -1,9 +1,13 @@
 """Physics terms read off the measured operator points (``op_points.csv``), beyond the GEMM curve and the
 all-reduce factors ``fit.op_factors`` reads:
 
-- ``kv_stream_efficiency``: the share of HBM peak TensorRT-LLM's generation-attention kernels read the KV
-  cache at, per GPU, from the points where the KV read dominates (at least ``KV_BOUND_TOKENS`` cached
-  tokens per kernel): bytes = batch x kv_len x kv_heads x head_dim x 2 (K and V) x 2 (bf16).
+- ``attention_fixed_us`` and ``kv_stream_efficiency``: TensorRT-LLM's generation-attention kernels per GPU,
+  fitted as ``time = fixed + bytes / (HBM peak x efficiency)`` over all of that GPU's points (least
+  squares): bytes = batch x kv_len x kv_heads x head_dim x 2 (K and V) x 2 (bf16). A one-sequence kernel
+  reading 2 MB takes ~16 us, as long as the fixed part; a bare ratio of bytes to time at 134 MB (0.42-0.62)
+  counts that fixed part as slow streaming and prices a large KV cache too slowly.
+- ``low_precision_stream_ratio``: the M = 1 GEMMs' weight-read rate of FP8 against 16-bit weights of the
+  same shape on the same GPU (bytes / time of each; both include the kernel's fixed time).
 - ``moe_fixed_us`` and ``moe_routed_token_ns``: what a MoE block costs beyond the expert GEMMs the cost
   model prices: each balanced-routing MoE point's measured time less ``CostContext``'s expert GEMM time
   for the same shape, fitted as ``fixed + per_assignment x assignments per GPU`` (relative least
@@ -28,22 +32,28 @@ from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.operators import CostContext, LayerKind, Step
 from shardplan.solver.cost.stage import stage_shape
 
-KV_BOUND_TOKENS = 16384  # cached tokens per kernel from which the read, not the launch, sets the time
 MOE_MODEL = "deepseek-v3"  # the MoE points are DeepSeek-V3 layers (hidden 7168, 256 experts, top-8)
 
 
 @dataclass(frozen=True)
 class OpTerms:
     kv_stream_efficiency: dict[str, float]  # per GPU preset name
+    attention_fixed_us: dict[str, float]  # per GPU preset name
+    low_precision_stream_ratio: dict[str, float]  # per GPU preset name
     moe_fixed_us: float
     moe_routed_token_ns: float
     moe_points: int
 
-    def kv_stream_for(self, gpu: str) -> tuple[float, bool]:
-        """(efficiency, measured): the GPU's own, else the mean of the measured GPUs (an assumption)."""
-        if gpu in self.kv_stream_efficiency:
-            return self.kv_stream_efficiency[gpu], True
-        return statistics.fmean(self.kv_stream_efficiency.values()), False
+    def for_gpu(self, gpu: str) -> tuple[dict[str, float], bool]:
+        """(the per-GPU terms as profile fields, measured): the GPU's own, else the mean of the measured
+        GPUs (an assumption: no points for this GPU)."""
+        tables = {
+            "kv_stream_efficiency": self.kv_stream_efficiency,
+            "attention_fixed_us": self.attention_fixed_us,
+            "low_precision_stream_ratio": self.low_precision_stream_ratio,
+        }
+        measured = all(gpu in t for t in tables.values())
+        return {f: t[gpu] if measured else statistics.fmean(t.values()) for f, t in tables.items()}, measured
 
 
 def _ints(text: str, pattern: str) -> tuple[int, ...]:
@@ -58,8 +68,17 @@ def _rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def kv_stream_efficiencies(rows: list[dict[str, str]]) -> dict[str, float]:
-    found: dict[str, list[float]] = {}
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through ``points``."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    x_mean, y_mean = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in points) / sum((x - x_mean) ** 2 for x in xs)
+    return y_mean - slope * x_mean, slope
+
+
+def kv_stream_terms(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
+    """Per GPU: (fixed us per kernel, share of HBM peak past it) of the generation-attention points."""
+    found: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         if r["op"] != "generation_attention" or "kv bf16" not in r["dtype"]:
             continue
@@ -67,12 +86,35 @@ def kv_stream_efficiencies(rows: list[dict[str, str]]) -> dict[str, float]:
         batch, kv_len = _ints(text, r"batch=(\d+) kv_len=(\d+)")
         (kv_heads,) = _ints(text, r"kv_heads=(\d+)")
         (head_dim,) = _ints(text, r"head_dim=(\d+)")
-        if batch * kv_len < KV_BOUND_TOKENS:
-            continue
-        gpu = get_gpu(r["gpu"])
         nbytes = batch * kv_len * kv_heads * head_dim * 2 * 2
-        found.setdefault(gpu.name, []).append(nbytes / (float(r["latency_us"]) * 1e-6) / gpu.hbm_bytes_per_s)
-    return {gpu: statistics.median(values) for gpu, values in sorted(found.items())}
+        found.setdefault(get_gpu(r["gpu"]).name, []).append((nbytes, float(r["latency_us"])))
+    terms = {}
+    for gpu, points in sorted(found.items()):
+        if len({x for x, _ in points}) < 2:
+            raise SpecError(
+                "op_points", f"{gpu}: generation-attention points of one size cannot split fixed time and stream"
+            )
+        fixed_us, us_per_byte = _line(points)
+        terms[gpu] = (max(fixed_us, 0.0), 1e6 / us_per_byte / get_gpu(gpu).hbm_bytes_per_s)
+    return terms
+
+
+def low_precision_stream_ratios(rows: list[dict[str, str]]) -> dict[str, float]:
+    """Per GPU: bytes per second of the M = 1 FP8 GEMMs over those of the 16-bit GEMMs of the same N and K."""
+    rates: dict[tuple[str, str, str], float] = {}  # (gpu, shape, dtype) -> weight bytes per us
+    for r in rows:
+        if r["op"] != "gemm" or not r["shape_params"].startswith("M=1 "):
+            continue
+        n, k = _ints(r["shape_params"], r"N=(\d+) K=(\d+)")
+        width = {"bfloat16": 2, "float16": 2, "fp8": 1}.get(r["dtype"])
+        if width is not None:
+            key = (get_gpu(r["gpu"]).name, r["shape_params"], "fp8" if width == 1 else "16-bit")
+            rates[key] = n * k * width / float(r["latency_us"])
+    ratios: dict[str, list[float]] = {}
+    for (gpu, shape, dtype), rate in rates.items():
+        if dtype == "fp8" and (gpu, shape, "16-bit") in rates:
+            ratios.setdefault(gpu, []).append(rate / rates[(gpu, shape, "16-bit")])
+    return {gpu: statistics.median(values) for gpu, values in sorted(ratios.items())}
 
 
 def _expert_gemm_us(gpu: str, tokens: int, ep: int, profile: Profile) -> float:
@@ -128,8 +170,13 @@ def moe_terms(rows: list[dict[str, str]], profiles: dict[str, Profile]) -> tuple
 def op_terms(path: str | Path, profiles: dict[str, Profile]) -> OpTerms:
     """Every term above from the operator points at ``path``; ``profiles[gpu]`` prices the MoE GEMMs."""
     rows = _rows(path)
-    kv = kv_stream_efficiencies(rows)
+    kv = kv_stream_terms(rows)
     if not kv:
-        raise SpecError("op_points", "no bandwidth-bound generation-attention points")
+        raise SpecError("op_points", "no generation-attention points")
+    ratios = low_precision_stream_ratios(rows)
+    if not ratios:
+        raise SpecError("op_points", "no M = 1 GEMMs of FP8 and 16-bit weights of one shape")
     fixed, per_ns, n = moe_terms(rows, profiles)
-    return OpTerms(kv, fixed, per_ns, n)
+    return OpTerms(
+        {g: eff for g, (_, eff) in kv.items()}, {g: us for g, (us, _) in kv.items()}, ratios, fixed, per_ns, n
+    )
