@@ -39,6 +39,7 @@ from shardplan.solver.cli.results import (
     one_line,
     solved_dict,
 )
+from shardplan.solver.cli.serving import check_serving_inputs, solve_serving
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.enumerate import Enumeration
@@ -313,13 +314,33 @@ def calibrate(
 @click.option("--runner-up/--no-runner-up", default=None,
               help="solve again without the winner's shape to say why it won (default: on, off with --json; "
                    "costs about one more solve)")
-def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None,
-          emit_engine: str | None, report_path: str | None, runner_up: bool | None, **kw: Any) -> None:
+@click.option("--serving", type=click.Choice(["colocated", "disagg", "auto"]), default="colocated",
+              show_default=True, help="one layout for both phases, a prefill pool and a decode pool chosen "
+                                      "together, or both planned and the better returned (tokens/s per GPU)")
+@click.option("--rate", "rate_rps", type=float, default=None,
+              help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits")
+@click.pass_context
+def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path: str | None, detail: str,
+          experts_out: str | None, emit_engine: str | None, report_path: str | None, runner_up: bool | None,
+          serving: str, rate_rps: float | None, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
+    With --serving disagg|auto or --rate: tokens/s per GPU (or the fewest GPUs for the rate) over
+    colocated layouts, disaggregated prefill and decode pools, or both.
     """
     check_time_limit(time_limit)
+    if serving != "colocated" or rate_rps is not None:
+        for option, given in (("dag", dag_path), ("experts-out", experts_out), ("emit", emit_engine),
+                              ("report", report_path)):
+            if given:
+                raise SpecError(option, "not with --serving disagg|auto or --rate yet (evaluate --serving disagg "
+                                        "of the printed pools writes the DAG and the launch commands)")
+        problem = build_problem(problem_args(kw))
+        objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
+        check_serving_inputs(problem, rate_rps, objective_given, serving)
+        solve_serving(problem, serving, rate_rps, time_limit, as_json)
+        return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("dag", dag_path)
         outputs.add("report", report_path)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
 from shardplan.hardware.profile import Profile
@@ -87,6 +88,9 @@ def _ns(ms: float) -> int:
     return round(ms * 1e6)
 
 
+# A solver prices the same worker at the same chunk or batch for many pool sizes and concurrencies;
+# the prices are pure functions of hashable frozen inputs, so they are memoised (bounded).
+@lru_cache(maxsize=1 << 16)
 def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile) -> PrefillStep:
     """One prefill worker at ``chunk`` prompts per step: ``evaluate`` at chunk x stages sequences, so each
     of its microbatches is one chunk."""
@@ -97,6 +101,7 @@ def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile)
     return PrefillStep(pred.prefill_chunk, passed, slowest, pred)
 
 
+@lru_cache(maxsize=1 << 16)
 def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) -> DecodeStep:
     worker = layout.model_copy(update={"batch": batch, "dp": 1})
     pred = evaluate(role_problem(problem, "decode", batch), worker, profile)
@@ -129,6 +134,7 @@ def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) 
 
 
 # --- the KV cache's move -------------------------------------------------------------------------
+@lru_cache(maxsize=1 << 12)  # a solver asks it of every pair of workers: once per worker layout
 def kv_share_bytes(problem: Problem, layout: Layout) -> float:
     """The most bytes of one prompt's cache any GPU of a worker holds: per stage its layers' cache,
     split by KV heads over tp (replicated beyond, MLA's latent everywhere) and by sp."""
@@ -153,29 +159,39 @@ def transfer_tier(layout: DisaggLayout, cluster: ClusterSpec) -> Tier:
     return tier_of(sorted(ids), cluster)
 
 
-def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
-    cluster, model = problem.cluster, problem.model
-    p, d = layout.prefill, layout.decode
-    send = kv_share_bytes(problem, p.layout)
-    recv = kv_share_bytes(problem, d.layout)
-    tier = transfer_tier(layout, cluster)
+def transfer_ns(problem: Problem, prefill: Layout, decode: Layout, tier: Tier, profile: Profile) -> tuple[int, int]:
+    """(moved, re-layout) integer nanoseconds of one prompt's cache between a prefill worker of
+    ``prefill`` and a decode worker of ``decode`` over ``tier``: what a solver prices per pair."""
+    cluster = problem.cluster
+    send, recv = kv_share_bytes(problem, prefill), kv_share_bytes(problem, decode)
     eff = profile.scaleup_bw_efficiency if tier is Tier.SCALE_UP else profile.scaleout_bw_efficiency
     moved_ns = round(collective_time_on_tier_s(
         Collective.SEND_RECV, max(send, recv), 2, tier, cluster,
         bw_efficiency=eff, latency_scale=profile.collective_latency_scale,
     ) * NS_PER_S)
     relayout_ns = 0
-    if not same_cache_layout(problem, p.layout, d.layout):
+    if not same_cache_layout(problem, prefill, decode):
         relayout_ns = round(2 * recv / (cluster.gpu.hbm_bytes_per_s * profile.hbm_efficiency) * NS_PER_S)
-    per_prompt_ns = moved_ns + relayout_ns
+    return moved_ns, relayout_ns
+
+
+def kv_capacity_rps(workers: int, per_prompt_ns: int) -> float:
+    """Prompts per second the links move: each of the fewer workers moves one prompt at a time."""
+    return workers * NS_PER_S / per_prompt_ns if per_prompt_ns else math.inf
+
+
+def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
+    p, d = layout.prefill, layout.decode
+    tier = transfer_tier(layout, problem.cluster)
+    moved_ns, relayout_ns = transfer_ns(problem, p.layout, d.layout, tier, profile)
     return KvTransfer(
-        bytes_per_prompt=kv_bytes_per_sequence(model, problem.workload.isl),
-        send_bytes_per_gpu=send,
-        recv_bytes_per_gpu=recv,
+        bytes_per_prompt=kv_bytes_per_sequence(problem.model, problem.workload.isl),
+        send_bytes_per_gpu=kv_share_bytes(problem, p.layout),
+        recv_bytes_per_gpu=kv_share_bytes(problem, d.layout),
         tier=tier.value,
         transfer_ms=moved_ns / 1e6,
         relayout_ms=relayout_ns / 1e6,
-        capacity_rps=min(p.workers, d.workers) * NS_PER_S / per_prompt_ns if per_prompt_ns else math.inf,
+        capacity_rps=kv_capacity_rps(min(p.workers, d.workers), moved_ns + relayout_ns),
     )
 
 
