@@ -17,11 +17,13 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
 - **decode** worker at batch ``b``: TPOT is its round (no prefill shares its steps: that is the point of
   disaggregation); the pool finishes ``workers x b / ((OSL - 1) x round)`` requests per second (the first
   token comes from the prefill worker);
-- the **rate** ``X`` at concurrency ``C`` is the slowest of: the prefill pool at its largest chunk, the
-  links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its batch limit or the most sequences
-  its memory holds: the requests beyond wait), and ``C / e2e`` with no waiting (the closed loop's
-  own bound). Each pool then runs at the smallest chunk or batch that sustains ``X`` (a pool's occupancy
-  is what Little's law gives it); this repeats until the chunk and batch settle;
+- the **rate** ``X`` at concurrency ``C``: each pool runs at the smallest chunk or batch that sustains
+  ``X`` (a pool's occupancy is what Little's law gives it), and ``X`` is the slowest of the prefill pool
+  at its largest chunk, the links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its
+  batch limit or the most sequences its memory holds: the requests beyond wait), unless ``C`` requests
+  in flight cannot carry that: then the highest ``X`` with ``X x e2e0(X) <= C``, ``e2e0(X)`` the
+  unloaded request (prefill + transfer + ``OSL - 1`` rounds) at the chunk and batch ``X`` needs (the
+  closed loop's own bound, a fixed point found by bisection: ``X x e2e0(X)`` grows with ``X``);
 - **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
   x TPOT`` = the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
 - **memory**: a prefill worker holds the KV of the prompts in flight through its pipeline (chunk x stages,
@@ -49,7 +51,7 @@ from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
 from shardplan.solver.cost.evaluate import NS_PER_S, evaluate, max_batch
 from shardplan.solver.cost.stage import kv_split
 
-MAX_ROUNDS = 16  # the chunk and batch settle in two or three; a bound keeps a pathological case finite
+RATE_BISECTIONS = 200  # halvings of the rate interval; it stops far sooner, at float resolution
 
 
 def role_problem(problem: Problem, role: str, batch: int) -> Problem:
@@ -233,24 +235,37 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
     top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
                     decode_memory_limit(problem, layout, profile))
     transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
-    chunk, batch = 1, top_batch
-    for _ in range(MAX_ROUNDS):
-        pf, dc = pools.prefill(chunk), pools.decode(batch)
-        e2e0 = pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
-        bounds = {
-            "concurrency": C * NS_PER_S / e2e0,
-            "prefill": pools.prefill(top_chunk).capacity_rps(x),
-            "kv_transfer": kv.capacity_rps,
-            "decode": pools.decode(top_batch).capacity_rps(y, osl),
-        }
-        bottleneck = min(bounds, key=lambda k: bounds[k])
-        rate = bounds[bottleneck]
-        new_chunk = smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate)
-        new_batch = 1 if osl <= 1 else smallest_sustaining(
-            top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate)
-        if (new_chunk, new_batch) == (chunk, batch):
-            break
-        chunk, batch = new_chunk, new_batch
+
+    def settled(rate: float) -> tuple[PrefillStep, DecodeStep, int]:
+        """Each pool at the smallest chunk or batch that sustains ``rate``, and the unloaded e2e."""
+        pf = pools.prefill(smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate))
+        dc = pools.decode(1 if osl <= 1 else smallest_sustaining(
+            top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate))
+        return pf, dc, pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
+
+    caps = {
+        "prefill": pools.prefill(top_chunk).capacity_rps(x),
+        "kv_transfer": kv.capacity_rps,
+        "decode": pools.decode(top_batch).capacity_rps(y, osl),
+    }
+    bottleneck = min(caps, key=lambda k: caps[k])
+    rate = caps[bottleneck]
+    pf, dc, e2e0 = settled(rate)
+
+    def carried(r: float) -> bool:  # C requests in flight carry r at the chunk and batch r needs (Little)
+        return r * settled(r)[2] <= C * NS_PER_S
+
+    if not carried(rate):
+        # The concurrency binds: the highest rate C requests in flight carry. X x e2e0(X) grows with X
+        # (a faster rate needs a bigger chunk and batch, each a longer step), so a bisection finds it.
+        bottleneck, lo, hi = "concurrency", 0.0, rate
+        for _ in range(RATE_BISECTIONS):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if carried(mid) else (lo, mid)
+            if hi - lo <= hi * 1e-15:
+                break
+        rate = lo
+        pf, dc, e2e0 = settled(rate)
     return SteadyState(pf, dc, rate, bottleneck, e2e0)
 
 

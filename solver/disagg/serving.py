@@ -20,10 +20,14 @@ from shardplan.models.errors import InfeasibleError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
+from shardplan.solver.bound import table_bound
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput
 from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise, solve
+from shardplan.solver.oracle import Oracle
+from shardplan.solver.space import SearchSpace, Shape
+from shardplan.solver.tables import build_tables
 
 
 @dataclass(frozen=True)
@@ -45,31 +49,62 @@ def colocated_throughput(problem: Problem, time_limit_s: float | None) -> Plan:
     return solve(throughput_problem(problem), time_limit_s)
 
 
-def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> ColocatedRate | None:
-    """The fewest GPUs of colocated replicas that sustain ``rate_rps`` (module docstring)."""
+def one_replica_of(problem: Problem, shape: Shape, stages: int) -> Problem:
+    """``problem`` at the throughput objective with one replica of (shape, stages) pinned."""
+    pins = problem.pins.model_copy(update=dict(tp=shape.tp, sp=shape.sp, attn_dp=shape.attn_dp,
+                                               expert_tp=shape.expert_tp, pp=stages, dp=1))
+    return throughput_problem(problem).model_copy(update={"pins": pins})
+
+
+def replicas_for(rate_rps: float, replica_rps: float) -> int:
+    return math.ceil(rate_rps / replica_rps - 1e-12)
+
+
+def fewest_gpus_bounds(problem: Problem, rate_rps: float) -> list[tuple[int, Shape, int]]:
+    """(a lower bound on the GPUs, shape, stages) of every pair that might sustain the rate in the
+    cluster, fewest first: the bound's relaxation of one replica (``bound.table_bound``) is at least
+    its requests/s, so at least ``ceil(rate / that)`` replicas are needed."""
     base = throughput_problem(problem)
+    single = base.model_copy(update={"pins": base.pins.model_copy(update={"dp": 1})})
+    tables = build_tables(single, SearchSpace(single, resolve_profile(single)))
+    pairs = candidate_pairs(base)
+    out = []
+    for shape, stages in pairs:
+        others = [pair for pair in pairs if pair != (shape, stages)]
+        top = table_bound(Oracle(tables, excluded=others)).objective
+        if top is None or top <= 0:
+            continue
+        gpus = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
+        if gpus <= problem.cluster.num_gpus:
+            out.append((gpus, shape, stages))
+    return sorted(out)
+
+
+def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> ColocatedRate | None:
+    """The fewest GPUs of colocated replicas that sustain ``rate_rps`` (module docstring). Pairs are
+    searched in the order of their bound on the GPUs, and the search stops at the first pair whose
+    bound exceeds the best found: none after it can need fewer."""
     best: tuple[tuple[int, float], ColocatedRate] | None = None
-    for shape, stages in candidate_pairs(base):
-        pins = base.pins.model_copy(update=dict(tp=shape.tp, sp=shape.sp, attn_dp=shape.attn_dp,
-                                                expert_tp=shape.expert_tp, pp=stages, dp=1))
-        pinned = base.model_copy(update={"pins": pins})
+    for bound_gpus, shape, stages in fewest_gpus_bounds(problem, rate_rps):
+        if best is not None and bound_gpus > best[0][0]:
+            break
+        pinned = one_replica_of(problem, shape, stages)
         found = optimise(pinned, deadline, only_pins=True)
         if isinstance(found, NoPlan):
             continue
         one = decode(pinned, found.layout, "optimal" if found.proven else "feasible")
-        replicas = math.ceil(rate_rps / requests_per_s(one) - 1e-12)
-        gpus = replicas * one.layout.gpus_per_replica
-        if gpus > base.cluster.num_gpus:
+        rps = requests_per_s(one)
+        gpus = replicas_for(rate_rps, rps) * one.layout.gpus_per_replica
+        if gpus > problem.cluster.num_gpus:
             continue
-        key = (gpus, -requests_per_s(one) / one.layout.gpus_per_replica)
+        key = (gpus, -rps / one.layout.gpus_per_replica)
         if best is None or key < best[0]:
-            best = (key, ColocatedRate(one, requests_per_s(one)))
+            best = (key, ColocatedRate(one, rps))
     if best is None:
         return None
     chosen = best[1]
-    replicas = math.ceil(rate_rps / chosen.replica_rps - 1e-12)
-    layout = chosen.plan.layout.model_copy(update={"dp": replicas})
-    plan = decode(base.model_copy(update={"pins": base.pins}), layout, chosen.plan.status)
+    layout = chosen.plan.layout.model_copy(update={"dp": replicas_for(rate_rps, chosen.replica_rps)})
+    plan = decode(throughput_problem(problem), layout, chosen.plan.status)
     return ColocatedRate(plan, chosen.replica_rps)
 
 
