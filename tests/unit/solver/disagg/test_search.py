@@ -5,6 +5,8 @@ within one worker of the rate."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from shardplan.rules.catalog import errors_of
@@ -12,8 +14,12 @@ from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cost.disagg import evaluate_disagg, resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.search import build_pools, fewest_gpus, max_throughput, target_units
-from shardplan.solver.disagg.serving import solve_disagg, why_no_deployment
+from shardplan.solver.disagg.serving import colocated_rate, one_replica_of, solve_disagg, why_no_deployment
+from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.optimise import Deadline
+from shardplan.solver.oracle import Oracle
+from shardplan.solver.space import SearchSpace
+from shardplan.solver.tables import build_tables
 from tests.factory import problem
 
 SMALL = [
@@ -101,3 +107,23 @@ def test_no_worker_that_fits_is_infeasible_with_the_rules_named() -> None:
     outcome = solve_disagg(p, None, Deadline(None))
     assert outcome.pools.prefill == [] and outcome.result.plan is None
     assert [rule for rule, _ in why_no_deployment(outcome).conflicts] == ["MEM-001"]
+
+
+@pytest.mark.parametrize("rate_rps", [8.0, 40.0])
+def test_colocated_fewest_gpus_for_a_rate_equal_brute_force(rate_rps) -> None:
+    """Brute force: every (shape, stage count)'s exact best replica by the oracle (every batch, every
+    boundary), replicated ceil(rate / its rate) times; the fewest GPUs that fit the cluster."""
+    p = problem(**SMALL[0], objective="throughput")
+    counts = []
+    for shape, stages in candidate_pairs(p):
+        pinned = one_replica_of(p, shape, stages)
+        best = Oracle(build_tables(pinned, SearchSpace(pinned, resolve_profile(pinned)))).optimum()
+        if best is not None:
+            gpus = math.ceil(rate_rps / (best.tokens * 1e9 / best.e2e_ns) - 1e-12) * stages * shape.gpus
+            if gpus <= p.cluster.num_gpus:
+                counts.append(gpus)
+    found = colocated_rate(p, rate_rps, Deadline(None))
+    assert (found is None) == (counts == [])
+    if found is not None:
+        assert found.plan.layout.num_gpus == min(counts)
+        assert found.plan.prediction.metrics.output_tokens_per_s / p.workload.osl >= rate_rps * (1 - 1e-12)
