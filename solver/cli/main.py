@@ -39,7 +39,7 @@ from shardplan.solver.cli.results import (
     one_line,
     solved_dict,
 )
-from shardplan.solver.cli.serving import check_serving_inputs, solve_serving
+from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg, solve_serving
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.enumerate import Enumeration
@@ -433,14 +433,24 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
 @click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
+@click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
+              help="colocated layouts, or disaggregated deployments (a frontier of tokens/s per GPU "
+                   "against tokens/s per user)")
 def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, report_path: str | None,
-                  **kw: Any) -> None:
+                  serving: str, **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones."""
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
+    if serving == "disagg":
+        if report_path:
+            raise SpecError("report", "not with --serving disagg yet")
+        problem = build_problem(problem_args(kw))
+        check_serving_inputs(problem, None, False, serving)
+        enumerate_disagg(problem, as_json, jsonl, limit, time_limit)
+        return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("report", report_path)
         enumerate_and_show(as_json, jsonl, limit, time_limit, report_path, outputs, kw)

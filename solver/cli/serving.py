@@ -24,7 +24,10 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
 from shardplan.solver.cli.results import infeasible_dict, solved_dict
+from shardplan.solver.disagg.frontier import DisaggEnumeration
+from shardplan.solver.disagg.search import DisaggResult
 from shardplan.solver.disagg.serving import (
+    DisaggOutcome,
     better_mode,
     colocated_rate,
     colocated_throughput,
@@ -141,4 +144,45 @@ def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: s
             click.echo("  " + _summary(mode, data))
 
 
-__all__ = ["check_serving_inputs", "solve_serving"]
+
+
+def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
+                     time_limit_s: float | None) -> None:
+    """``enumerate --serving disagg``: a deployment per pair of worker candidates as found (``--jsonl``
+    one per line, then ``{"type": "frontier", "count", "pareto", "partial"}``; ``--json`` one object
+    ``{"count", "pareto", "plans", "partial"}``; a table otherwise), and the frontier of tokens/s per GPU
+    against tokens/s per user. Nothing feasible is infeasible (exit 1)."""
+    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
+    rows: list[dict[str, Any]] = []
+    for plan in run:
+        row = {"index": run.count - 1, **disagg_dict(plan, status="feasible")}
+        if jsonl:
+            click.echo(json.dumps(row, sort_keys=False))
+        elif as_json:
+            rows.append(row)
+        else:
+            click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + _pools_brief(row))
+    if run.count == 0:
+        raise why_no_deployment(DisaggOutcome(DisaggResult(None, None, not run.partial, 0), run.pools, 0.0))
+    pareto = run.frontier.indices
+    if jsonl:
+        click.echo(json.dumps({"type": "frontier", "count": run.count, "pareto": pareto, "partial": run.partial}))
+    elif as_json:
+        marked = [{**row, "pareto": row["index"] in pareto} for row in rows]
+        click.echo(json.dumps({"count": run.count, "pareto": pareto, "plans": marked, "partial": run.partial},
+                              indent=2))
+    else:
+        click.echo(f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
+                   f"against tokens/s/user: {', '.join(map(str, pareto))}")
+
+
+def _pools_brief(row: dict[str, Any]) -> str:
+    def one(pool: dict[str, Any]) -> str:
+        deg = pool["degrees"]
+        shape = ",".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "attn_dp") if deg[k] != 1) or "1 GPU"
+        return f"{pool['workers']}x({shape})"
+
+    return f"prefill {one(row['prefill'])} decode {one(row['decode'])}"
+
+
+__all__ = ["check_serving_inputs", "enumerate_disagg", "solve_serving"]

@@ -5,7 +5,6 @@ reference for the CP-SAT search, on the same candidates and the same exact judge
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import cmp_to_key
 
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.solver.disagg.deploy import Choice, Pools
@@ -24,14 +23,7 @@ def choices(pools: Pools) -> Iterator[Choice]:
 
 def best_throughput(pools: Pools) -> tuple[Choice, DisaggPlan] | None:
     """The feasible deployment of the most rate units per GPU (fewest GPUs on a tie)."""
-
-    def order(a: Choice, b: Choice) -> int:
-        ra, ga, rb, gb = pools.rate(a), pools.gpus(a), pools.rate(b), pools.gpus(b)
-        if ra * gb != rb * ga:
-            return -1 if ra * gb > rb * ga else 1
-        return ga - gb
-
-    for c in sorted((c for c in choices(pools) if pools.rate(c) > 0), key=cmp_to_key(order)):
+    for c in sorted((c for c in choices(pools) if pools.rate(c) > 0), key=pools.per_gpu_key):
         plan = pools.feasible_plan(c)
         if plan is not None:
             return c, plan

@@ -131,9 +131,10 @@ def affine_guess(top: int, round_one_ns: int, round_top_ns: int, limit_ns: int) 
     return 1 + (limit_ns - round_one_ns) * (top - 1) // (round_top_ns - round_one_ns)
 
 
-def decode_workers(problem: Problem, profile: Profile) -> list[DecodeWorker]:
+def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False) -> list[DecodeWorker]:
     """Each decode layout at the largest batch its memory holds at ISL + OSL (and the engine's limit)
-    whose round keeps the TPOT limit: the pool's capacity. At run time a pool that needs less runs at
+    whose round keeps the TPOT limit: the pool's capacity (``smaller_batches``: also at each power of two
+    below it, the faster rounds ``enumerate`` trades per-GPU throughput for). At run time a pool that needs less runs at
     the smallest batch that sustains the rate (``evaluate_disagg``), so a smaller limit would only
     lower the capacity."""
     tpot_ns = _limit_ns(problem.workload.tpot_ms)
@@ -151,10 +152,11 @@ def decode_workers(problem: Problem, profile: Profile) -> list[DecodeWorker]:
             top, decode_step(problem, layout, 1, profile).round_ns,
             decode_step(problem, layout, top, profile).round_ns, tpot_ns)
         b = largest_batch(top, keeps, guess)
-        if b:
-            step = decode_step(problem, layout, b, profile)
-            per_worker = b * NS_PER_S / (max(osl - 1, 1) * step.round_ns)
-            out.append(DecodeWorker(layout, b, step.round_ns, rate_units(per_worker)))
+        offered = sorted({b} | ({1 << k for k in range(b.bit_length()) if 1 << k < b} if smaller_batches else set()))
+        for batch in offered if b else ():
+            step = decode_step(problem, layout, batch, profile)
+            per_worker = batch * NS_PER_S / (max(osl - 1, 1) * step.round_ns)
+            out.append(DecodeWorker(layout, batch, step.round_ns, rate_units(per_worker)))
     return out
 
 

@@ -98,3 +98,24 @@ def test_nothing_feasible_exits_1_naming_the_rules(capsys) -> None:
                           "--json"], capsys)
     assert code == 1 and "MEM-001" in err
     assert json.loads(out)["status"] == "infeasible"
+
+
+SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200",
+            "--ttft-ms", "2000", "--tpot-ms", "30"]
+
+
+def test_enumerate_disagg_streams_rows_then_the_frontier_per_gpu_against_per_user(capsys) -> None:
+    code, out, _ = run(["enumerate", "--serving", "disagg", *SMALL_8B, "--limit", "12", "--jsonl"], capsys)
+    lines = [json.loads(line) for line in out.splitlines()]
+    rows, last = lines[:-1], lines[-1]
+    assert code == 0 and len(rows) == 12 and last["type"] == "frontier" and last["partial"] is True
+    points = {r["index"]: (r["metrics"]["output_tokens_per_s_per_gpu"], r["metrics"]["output_tokens_per_s_per_user"])
+              for r in rows}
+    # The frontier: exactly the rows no other row beats on both axes (or equals, earlier).
+    def beaten(i: int) -> bool:
+        g, u = points[i]
+        return any((g2 >= g and u2 >= u) and ((g2, u2) != (g, u) or j < i) for j, (g2, u2) in points.items() if j != i)
+    assert last["pareto"] == sorted(i for i in points if not beaten(i))
+    for r in rows:
+        check_littles_law(r)
+        assert r["metrics"]["tpot_ms"] <= 30 and r["metrics"]["ttft_ms"] <= 2000
