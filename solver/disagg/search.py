@@ -105,11 +105,32 @@ def _as_good_on_fewer(m: PoolModel, best: Accepted) -> cp_model.CpModel:
     return cp
 
 
+def seed(pools: Pools) -> Accepted | None:
+    """A first incumbent, so the model's first question is already a hard one: the prefill and the
+    decode candidate of the most rate per GPU each, at the worker counts whose rate per GPU is best
+    (every y, x the fewest that keep up with it, or the cluster's rest); None if it breaks a rule."""
+    n = pools.problem.cluster.num_gpus
+    i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
+    k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
+    p, d = pools.prefill[i], pools.decode[k]
+    tried = []
+    for y in range(1, n // d.gpus + 1):
+        x = max(1, min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus))
+        c = Choice(i, k, x, y)
+        if pools.end_gpu(c) <= n and pools.rate(c) > 0:
+            tried.append(c)
+    for c in sorted(tried, key=pools.per_gpu_key)[:1]:
+        plan = pools.feasible_plan(c)
+        if plan is not None:
+            return Accepted(c, plan, pools.rate(c), pools.gpus(c))
+    return None
+
+
 def max_throughput(pools: Pools, deadline: Deadline) -> DisaggResult:
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
     m = PoolModel(pools)
-    best: Accepted | None = None
+    best = seed(pools)
     proposals = 0
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
