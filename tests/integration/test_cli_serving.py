@@ -49,6 +49,11 @@ def test_auto_shows_both_modes_and_the_disaggregated_plan_keeps_littles_law(argv
         assert plan["metrics"]["tpot_ms"] <= 50 and plan["metrics"]["ttft_ms"] <= 2000
     check_littles_law(modes["disagg"])
     assert modes["disagg"]["num_gpus"] <= 16
+    rate = modes["disagg"]["metrics"]["requests_per_s"]
+    for role in ("prefill", "decode"):  # within one worker of the rate: a worker fewer could not keep up
+        pool = modes["disagg"][role]
+        assert pool["capacity_rps"] >= rate * (1 - 1e-4)
+        assert pool["capacity_rps"] * (pool["workers"] - 1) / pool["workers"] < rate
 
 
 def test_the_text_prints_both_modes_per_gpu_and_per_user(capsys) -> None:
