@@ -39,7 +39,6 @@ from shardplan.solver.cli.results import (
     one_line,
     solved_dict,
 )
-from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg, solve_serving
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.enumerate import Enumeration
@@ -336,6 +335,10 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
             if given:
                 raise SpecError(option, "not with --serving disagg|auto or --rate yet (evaluate --serving disagg "
                                         "of the printed pools writes the DAG and the launch commands)")
+        # Lazily on purpose: the disaggregated search loads OR-Tools, networkx and the pool models, none
+        # of which a colocated solve's start-up needs.
+        from shardplan.solver.cli.serving import check_serving_inputs, solve_serving
+
         problem = build_problem(problem_args(kw))
         objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
         check_serving_inputs(problem, rate_rps, objective_given, serving)
@@ -447,6 +450,9 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
     if serving == "disagg":
         if report_path:
             raise SpecError("report", "not with --serving disagg yet")
+        # Lazily on purpose: as in solve, the disaggregated search's modules load only for it.
+        from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg
+
         problem = build_problem(problem_args(kw))
         check_serving_inputs(problem, None, False, serving)
         enumerate_disagg(problem, as_json, jsonl, limit, time_limit)

@@ -26,6 +26,7 @@ from ortools.sat.python import cp_model
 from shardplan.hardware.profile import Profile
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
+from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
@@ -76,7 +77,7 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
     for proposals in range(1, MAX_PROPOSALS + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
-        solver, status = deadline.solve(question(), deadline.remaining())
+        solver, status = solve_within(deadline, question(), deadline.remaining())
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
         c = m.read(solver)
