@@ -313,13 +313,37 @@ def calibrate(
 @click.option("--runner-up/--no-runner-up", default=None,
               help="solve again without the winner's shape to say why it won (default: on, off with --json; "
                    "costs about one more solve)")
-def solve(as_json: bool, time_limit: float | None, dag_path: str | None, detail: str, experts_out: str | None,
-          emit_engine: str | None, report_path: str | None, runner_up: bool | None, **kw: Any) -> None:
+@click.option("--serving", type=click.Choice(["colocated", "disagg", "auto"]), default="colocated",
+              show_default=True, help="one layout for both phases, a prefill pool and a decode pool chosen "
+                                      "together, or both planned and the better returned (tokens/s per GPU)")
+@click.option("--rate", "rate_rps", type=float, default=None,
+              help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits")
+@click.pass_context
+def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path: str | None, detail: str,
+          experts_out: str | None, emit_engine: str | None, report_path: str | None, runner_up: bool | None,
+          serving: str, rate_rps: float | None, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
+    With --serving disagg|auto or --rate: tokens/s per GPU (or the fewest GPUs for the rate) over
+    colocated layouts, disaggregated prefill and decode pools, or both.
     """
     check_time_limit(time_limit)
+    if serving != "colocated" or rate_rps is not None:
+        for option, given in (("dag", dag_path), ("experts-out", experts_out), ("emit", emit_engine),
+                              ("report", report_path)):
+            if given:
+                raise SpecError(option, "not with --serving disagg|auto or --rate yet (evaluate --serving disagg "
+                                        "of the printed pools writes the DAG and the launch commands)")
+        # Lazily on purpose: the disaggregated search loads OR-Tools, networkx and the pool models, none
+        # of which a colocated solve's start-up needs.
+        from shardplan.solver.cli.serving import check_serving_inputs, solve_serving
+
+        problem = build_problem(problem_args(kw))
+        objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
+        check_serving_inputs(problem, rate_rps, objective_given, serving)
+        solve_serving(problem, serving, rate_rps, time_limit, as_json)
+        return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("dag", dag_path)
         outputs.add("report", report_path)
@@ -412,14 +436,27 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
 @click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
+@click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
+              help="colocated layouts, or disaggregated deployments (a frontier of tokens/s per GPU "
+                   "against tokens/s per user)")
 def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, report_path: str | None,
-                  **kw: Any) -> None:
+                  serving: str, **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones."""
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
+    if serving == "disagg":
+        if report_path:
+            raise SpecError("report", "not with --serving disagg yet")
+        # Lazily on purpose: as in solve, the disaggregated search's modules load only for it.
+        from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg
+
+        problem = build_problem(problem_args(kw))
+        check_serving_inputs(problem, None, False, serving)
+        enumerate_disagg(problem, as_json, jsonl, limit, time_limit)
+        return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("report", report_path)
         enumerate_and_show(as_json, jsonl, limit, time_limit, report_path, outputs, kw)

@@ -17,11 +17,13 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
 - **decode** worker at batch ``b``: TPOT is its round (no prefill shares its steps: that is the point of
   disaggregation); the pool finishes ``workers x b / ((OSL - 1) x round)`` requests per second (the first
   token comes from the prefill worker);
-- the **rate** ``X`` at concurrency ``C`` is the slowest of: the prefill pool at its largest chunk, the
-  links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its batch limit or the most sequences
-  its memory holds: the requests beyond wait), and ``C / e2e`` with no waiting (the closed loop's
-  own bound). Each pool then runs at the smallest chunk or batch that sustains ``X`` (a pool's occupancy
-  is what Little's law gives it); this repeats until the chunk and batch settle;
+- the **rate** ``X`` at concurrency ``C``: each pool runs at the smallest chunk or batch that sustains
+  ``X`` (a pool's occupancy is what Little's law gives it), and ``X`` is the slowest of the prefill pool
+  at its largest chunk, the links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its
+  batch limit or the most sequences its memory holds: the requests beyond wait), unless ``C`` requests
+  in flight cannot carry that: then the highest ``X`` with ``X x e2e0(X) <= C``, ``e2e0(X)`` the
+  unloaded request (prefill + transfer + ``OSL - 1`` rounds) at the chunk and batch ``X`` needs (the
+  closed loop's own bound, a fixed point found by bisection: ``X x e2e0(X)`` grows with ``X``);
 - **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
   x TPOT`` = the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
 - **memory**: a prefill worker holds the KV of the prompts in flight through its pipeline (chunk x stages,
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
 from shardplan.hardware.profile import Profile
@@ -48,7 +51,7 @@ from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
 from shardplan.solver.cost.evaluate import NS_PER_S, evaluate, max_batch
 from shardplan.solver.cost.stage import kv_split
 
-MAX_ROUNDS = 16  # the chunk and batch settle in two or three; a bound keeps a pathological case finite
+RATE_BISECTIONS = 200  # halvings of the rate interval; it stops far sooner, at float resolution
 
 
 def role_problem(problem: Problem, role: str, batch: int) -> Problem:
@@ -87,6 +90,9 @@ def _ns(ms: float) -> int:
     return round(ms * 1e6)
 
 
+# A solver prices the same worker at the same chunk or batch for many pool sizes and concurrencies;
+# the prices are pure functions of hashable frozen inputs, so they are memoised (bounded).
+@lru_cache(maxsize=1 << 16)
 def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile) -> PrefillStep:
     """One prefill worker at ``chunk`` prompts per step: ``evaluate`` at chunk x stages sequences, so each
     of its microbatches is one chunk."""
@@ -97,6 +103,7 @@ def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile)
     return PrefillStep(pred.prefill_chunk, passed, slowest, pred)
 
 
+@lru_cache(maxsize=1 << 16)
 def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) -> DecodeStep:
     worker = layout.model_copy(update={"batch": batch, "dp": 1})
     pred = evaluate(role_problem(problem, "decode", batch), worker, profile)
@@ -129,6 +136,7 @@ def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) 
 
 
 # --- the KV cache's move -------------------------------------------------------------------------
+@lru_cache(maxsize=1 << 12)  # a solver asks it of every pair of workers: once per worker layout
 def kv_share_bytes(problem: Problem, layout: Layout) -> float:
     """The most bytes of one prompt's cache any GPU of a worker holds: per stage its layers' cache,
     split by KV heads over tp (replicated beyond, MLA's latent everywhere) and by sp."""
@@ -153,29 +161,39 @@ def transfer_tier(layout: DisaggLayout, cluster: ClusterSpec) -> Tier:
     return tier_of(sorted(ids), cluster)
 
 
-def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
-    cluster, model = problem.cluster, problem.model
-    p, d = layout.prefill, layout.decode
-    send = kv_share_bytes(problem, p.layout)
-    recv = kv_share_bytes(problem, d.layout)
-    tier = transfer_tier(layout, cluster)
+def transfer_ns(problem: Problem, prefill: Layout, decode: Layout, tier: Tier, profile: Profile) -> tuple[int, int]:
+    """(moved, re-layout) integer nanoseconds of one prompt's cache between a prefill worker of
+    ``prefill`` and a decode worker of ``decode`` over ``tier``: what a solver prices per pair."""
+    cluster = problem.cluster
+    send, recv = kv_share_bytes(problem, prefill), kv_share_bytes(problem, decode)
     eff = profile.scaleup_bw_efficiency if tier is Tier.SCALE_UP else profile.scaleout_bw_efficiency
     moved_ns = round(collective_time_on_tier_s(
         Collective.SEND_RECV, max(send, recv), 2, tier, cluster,
         bw_efficiency=eff, latency_scale=profile.collective_latency_scale,
     ) * NS_PER_S)
     relayout_ns = 0
-    if not same_cache_layout(problem, p.layout, d.layout):
+    if not same_cache_layout(problem, prefill, decode):
         relayout_ns = round(2 * recv / (cluster.gpu.hbm_bytes_per_s * profile.hbm_efficiency) * NS_PER_S)
-    per_prompt_ns = moved_ns + relayout_ns
+    return moved_ns, relayout_ns
+
+
+def kv_capacity_rps(workers: int, per_prompt_ns: int) -> float:
+    """Prompts per second the links move: each of the fewer workers moves one prompt at a time."""
+    return workers * NS_PER_S / per_prompt_ns if per_prompt_ns else math.inf
+
+
+def kv_transfer(problem: Problem, layout: DisaggLayout, profile: Profile) -> KvTransfer:
+    p, d = layout.prefill, layout.decode
+    tier = transfer_tier(layout, problem.cluster)
+    moved_ns, relayout_ns = transfer_ns(problem, p.layout, d.layout, tier, profile)
     return KvTransfer(
-        bytes_per_prompt=kv_bytes_per_sequence(model, problem.workload.isl),
-        send_bytes_per_gpu=send,
-        recv_bytes_per_gpu=recv,
+        bytes_per_prompt=kv_bytes_per_sequence(problem.model, problem.workload.isl),
+        send_bytes_per_gpu=kv_share_bytes(problem, p.layout),
+        recv_bytes_per_gpu=kv_share_bytes(problem, d.layout),
         tier=tier.value,
         transfer_ms=moved_ns / 1e6,
         relayout_ms=relayout_ns / 1e6,
-        capacity_rps=min(p.workers, d.workers) * NS_PER_S / per_prompt_ns if per_prompt_ns else math.inf,
+        capacity_rps=kv_capacity_rps(min(p.workers, d.workers), moved_ns + relayout_ns),
     )
 
 
@@ -217,24 +235,37 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
     top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
                     decode_memory_limit(problem, layout, profile))
     transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
-    chunk, batch = 1, top_batch
-    for _ in range(MAX_ROUNDS):
-        pf, dc = pools.prefill(chunk), pools.decode(batch)
-        e2e0 = pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
-        bounds = {
-            "concurrency": C * NS_PER_S / e2e0,
-            "prefill": pools.prefill(top_chunk).capacity_rps(x),
-            "kv_transfer": kv.capacity_rps,
-            "decode": pools.decode(top_batch).capacity_rps(y, osl),
-        }
-        bottleneck = min(bounds, key=lambda k: bounds[k])
-        rate = bounds[bottleneck]
-        new_chunk = smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate)
-        new_batch = 1 if osl <= 1 else smallest_sustaining(
-            top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate)
-        if (new_chunk, new_batch) == (chunk, batch):
-            break
-        chunk, batch = new_chunk, new_batch
+
+    def settled(rate: float) -> tuple[PrefillStep, DecodeStep, int]:
+        """Each pool at the smallest chunk or batch that sustains ``rate``, and the unloaded e2e."""
+        pf = pools.prefill(smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate))
+        dc = pools.decode(1 if osl <= 1 else smallest_sustaining(
+            top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate))
+        return pf, dc, pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
+
+    caps = {
+        "prefill": pools.prefill(top_chunk).capacity_rps(x),
+        "kv_transfer": kv.capacity_rps,
+        "decode": pools.decode(top_batch).capacity_rps(y, osl),
+    }
+    bottleneck = min(caps, key=lambda k: caps[k])
+    rate = caps[bottleneck]
+    pf, dc, e2e0 = settled(rate)
+
+    def carried(r: float) -> bool:  # C requests in flight carry r at the chunk and batch r needs (Little)
+        return r * settled(r)[2] <= C * NS_PER_S
+
+    if not carried(rate):
+        # The concurrency binds: the highest rate C requests in flight carry. X x e2e0(X) grows with X
+        # (a faster rate needs a bigger chunk and batch, each a longer step), so a bisection finds it.
+        bottleneck, lo, hi = "concurrency", 0.0, rate
+        for _ in range(RATE_BISECTIONS):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if carried(mid) else (lo, mid)
+            if hi - lo <= hi * 1e-15:
+                break
+        rate = lo
+        pf, dc, e2e0 = settled(rate)
     return SteadyState(pf, dc, rate, bottleneck, e2e0)
 
 

@@ -19,6 +19,7 @@ def pool_dict(plan: DisaggPlan, pool: Pool, pool_plan: Plan, role: dict[str, Any
     return {
         "workers": pool.workers,
         "gpus_per_worker": pool.gpus_per_worker,
+        "max_batch": pool.max_batch,
         "gpus": [pool.gpus.start, pool.gpus.stop - 1],
         "degrees": {**degrees(plan.problem, lay), "dp": 1},
         "stages": [

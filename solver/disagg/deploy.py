@@ -1,0 +1,161 @@
+"""A choice of pools (prefill candidate, decode candidate, x workers, y workers) made into a deployment:
+its placement, its integer rate, the concurrency it runs at, and its exact price and check.
+
+- **placement**: ``DisaggLayout.place`` (prefill from GPU 0, decode from the next aligned id); the KV
+  cache crosses NVLink only when both pools end inside the first scale-up domain;
+- **rate**: the slowest of the prefill pool at its largest chunk, the decode pool at its batch and the
+  links, in whole micro-requests per second (``workers.rate_units``), each pool's bound being its
+  workers times one worker's (so the CP-SAT model, which multiplies the same integers, and the brute
+  force rank deployments identically);
+- **concurrency**: the fewest requests in flight at which ``evaluate_disagg`` reaches a target rate
+  (the deployment's own rate, or ``--rate``): more would only wait in the prefill queue, raising TTFT
+  and nothing else; found by doubling and bisection (the rate grows with the requests in flight);
+- **verdict**: ``evaluate_disagg`` at that concurrency and ``check_disagg`` on it (the catalog per pool,
+  the pair's DIS- rules, the TTFT and TPOT limits): a deployment is feasible when nothing is broken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property, cmp_to_key
+from typing import Any
+
+from shardplan.hardware import Tier
+from shardplan.hardware.profile import Profile
+from shardplan.rules.catalog import errors_of
+from shardplan.rules.disagg import DisaggLayout, alignment_gpus
+from shardplan.rules.disagg_plan import DisaggPlan, check_disagg
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.disagg import (
+    evaluate_disagg,
+    kv_capacity_rps,
+    kv_share_bytes,
+    kv_transfer,
+    same_cache_layout,
+    steady_state,
+    transfer_ns,
+)
+from shardplan.solver.disagg.workers import DecodeWorker, PrefillWorker, rate_units
+
+MAX_CONCURRENCY = 1 << 24  # a target no concurrency reaches is unsustainable (the doubling stops here)
+
+
+@dataclass(frozen=True, order=True)
+class Choice:
+    """Indices into the candidate lists and the worker counts."""
+
+    prefill: int
+    decode: int
+    x: int
+    y: int
+
+
+class Pools:
+    """The candidates of both roles and what a choice of them makes (memoised per pair of layouts)."""
+
+    def __init__(self, problem: Problem, profile: Profile, prefill: list[PrefillWorker],
+                 decode: list[DecodeWorker]):
+        self.problem, self.profile = problem, profile
+        self.prefill, self.decode = prefill, decode
+        # Each worker's largest share of a prompt's cache, once (the links' time depends on it).
+        self.prefill_share = [kv_share_bytes(problem, w.layout) for w in prefill]
+        self.decode_share = [kv_share_bytes(problem, w.layout) for w in decode]
+        # refused[rule id]: the first message of each rule a proposed deployment broke (infeasibility's why).
+        self.refused: dict[str, str] = {}
+        self._kv: dict[tuple[float, float, bool, Tier], int] = {}
+
+    @cached_property
+    def decode_layouts(self) -> list[int]:
+        """For each decode candidate, the index of its layout among the distinct decode layouts."""
+        seen: dict[object, int] = {}
+        return [seen.setdefault(d.layout, len(seen)) for d in self.decode]
+
+    def end_gpu(self, c: Choice) -> int:
+        """One past the decode pool's last GPU: the prefill pool's GPUs rounded up to the decode
+        worker's alignment, plus the decode pool's."""
+        unit = alignment_gpus(self.decode[c.decode].layout, self.problem.cluster)
+        start = -(-c.x * self.prefill[c.prefill].gpus // unit) * unit
+        return start + c.y * self.decode[c.decode].gpus
+
+    def gpus(self, c: Choice) -> int:
+        return c.x * self.prefill[c.prefill].gpus + c.y * self.decode[c.decode].gpus
+
+    def tier(self, c: Choice) -> Tier:
+        inside = self.end_gpu(c) <= self.problem.cluster.scaleup_domain_gpus
+        return Tier.SCALE_UP if inside else Tier.SCALE_OUT
+
+    def kv_units(self, prefill: int, decode: int, tier: Tier) -> int:
+        """One worker pair's link rate in rate units (the pool's is min(x, y) times it)."""
+        p, d = self.prefill[prefill].layout, self.decode[decode].layout
+        key = (self.prefill_share[prefill], self.decode_share[decode], same_cache_layout(self.problem, p, d),
+               tier)  # what the link's time depends on
+        if key not in self._kv:
+            moved, relayout = transfer_ns(self.problem, p, d, tier, self.profile)
+            rps = kv_capacity_rps(1, moved + relayout)
+            self._kv[key] = rate_units(rps) if rps != float("inf") else 1 << 62
+        return self._kv[key]
+
+    def rate(self, c: Choice) -> int:
+        """The deployment's rate in rate units: the slowest pool or link."""
+        return min(c.x * self.prefill[c.prefill].capacity_units, c.y * self.decode[c.decode].capacity_units,
+                   min(c.x, c.y) * self.kv_units(c.prefill, c.decode, self.tier(c)))
+
+    def per_gpu_key(self, c: Choice) -> Any:
+        """A sort key: most rate units per GPU first (cross-multiplied, exact), then fewest GPUs."""
+        return cmp_to_key(self._per_gpu_order)(c)
+
+    def _per_gpu_order(self, a: Choice, b: Choice) -> int:
+        ra, ga, rb, gb = self.rate(a), self.gpus(a), self.rate(b), self.gpus(b)
+        if ra * gb != rb * ga:
+            return -1 if ra * gb > rb * ga else 1
+        return ga - gb
+
+    def layout(self, c: Choice, concurrency: int) -> DisaggLayout:
+        p, d = self.prefill[c.prefill], self.decode[c.decode]
+        return DisaggLayout.place(p.layout, c.x, d.layout, c.y, concurrency, self.problem.cluster,
+                                  (None, d.batch))
+
+    def concurrency_for(self, c: Choice, target_units: int) -> int | None:
+        """The fewest requests in flight at which the deployment's rate reaches ``target_units``
+        (None if none up to ``MAX_CONCURRENCY`` does)."""
+
+        def reaches(concurrency: int) -> bool:
+            layout = self.layout(c, concurrency)
+            kv = kv_transfer(self.problem, layout, self.profile)
+            return rate_units(steady_state(self.problem, layout, kv, self.profile).rate_rps) >= target_units
+
+        hi = max(1, c.y * self.decode[c.decode].batch)
+        while not reaches(hi):
+            if hi >= MAX_CONCURRENCY:
+                return None
+            hi = min(2 * hi, MAX_CONCURRENCY)
+        lo = 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if reaches(mid) else (mid + 1, hi)
+        return lo
+
+    def price(self, c: Choice, target_units: int | None = None) -> DisaggPlan | None:
+        """``evaluate_disagg`` of the deployment at the concurrency that reaches ``target_units`` (its
+        own rate by default); None if no concurrency does."""
+        concurrency = self.concurrency_for(c, self.rate(c) if target_units is None else target_units)
+        if concurrency is None:
+            return None
+        return evaluate_disagg(self.problem, self.layout(c, concurrency), self.profile)
+
+    def feasible_plan(self, c: Choice, target_units: int | None = None) -> DisaggPlan | None:
+        """The priced plan when it breaks nothing (placement first: pools past the cluster are not
+        priced), else None."""
+        if self.end_gpu(c) > self.problem.cluster.num_gpus:
+            return None
+        plan = self.price(c, target_units)
+        if plan is None:
+            self.refused.setdefault("DIS-001", "no number of requests in flight reaches the rate")
+            return None
+        errors = errors_of(check_disagg(plan))
+        for d in errors:
+            self.refused.setdefault(d.rule, d.message)
+        return None if errors else plan
+
+
+__all__ = ["MAX_CONCURRENCY", "Choice", "Pools"]

@@ -1,0 +1,63 @@
+"""``enumerate --serving disagg``: one deployment per (prefill candidate, decode candidate), the pair's
+best worker counts per GPU (brute force over x and y, the fewest GPUs on a tie, the first that keeps
+every rule), streamed as found, and the Pareto frontier of tokens/s per GPU against tokens/s per user.
+
+Decode candidates here include each layout's power-of-two batches below its largest (a smaller batch is
+a faster round: more tokens/s per user, fewer per GPU). A pair's search is small (x and y up to the
+cluster over the workers' GPUs), so this is a plain enumeration, bounded like the colocated one
+(``limit``, ``time_limit_s``; ``partial`` after the iteration says whether it stopped early).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from shardplan.rules.disagg_plan import DisaggPlan
+from shardplan.rules.problem import Problem, resolve_profile
+from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.workers import decode_workers, prefill_workers
+from shardplan.solver.enumerate import Frontier
+from shardplan.solver.optimise import Deadline
+
+
+def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
+    n = pools.problem.cluster.num_gpus
+    p, d = pools.prefill[i], pools.decode[k]
+    out = [Choice(i, k, x, y) for x in range(1, n // p.gpus + 1) for y in range(1, n // d.gpus + 1)]
+    return [c for c in out if pools.end_gpu(c) <= n and pools.rate(c) > 0]
+
+
+class DisaggEnumeration:
+    def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None):
+        profile = resolve_profile(problem)
+        self.pools = Pools(problem, profile, prefill_workers(problem, profile),
+                           decode_workers(problem, profile, smaller_batches=True))
+        self.limit, self.deadline = limit, Deadline(time_limit_s)
+        self.partial = True
+        self.count = 0
+        self.frontier = Frontier()
+
+    def __iter__(self) -> Iterator[DisaggPlan]:
+        pools = self.pools
+        for i in range(len(pools.prefill)):
+            for k in range(len(pools.decode)):
+                if self.deadline.passed() or (self.limit is not None and self.count >= self.limit):
+                    return
+                plan = self._best_of_pair(i, k)
+                if plan is not None:
+                    m = plan.prediction.metrics
+                    # Frontier keeps the least first value and the most second: per user negated.
+                    self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
+                    self.count += 1
+                    yield plan
+        self.partial = False
+
+    def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
+        for c in sorted(pair_choices(self.pools, i, k), key=self.pools.per_gpu_key):
+            plan = self.pools.feasible_plan(c)
+            if plan is not None:
+                return plan
+        return None
+
+
+__all__ = ["DisaggEnumeration", "pair_choices"]

@@ -1,0 +1,123 @@
+"""The CP-SAT model of a disaggregated deployment: which prefill candidate, which decode candidate
+(layout and batch), how many workers of each, in one model (DESIGN.md "Solver").
+
+Variables: one boolean per candidate of each role (exactly one each), the worker counts split per
+candidate (``x_i`` is x when candidate i is chosen, else 0: so x times a candidate's GPUs or rate is a
+linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. Constraints:
+
+- ``R <= sum_i rate_i x_i`` (prefill pool) and ``R <= sum_k rate_k y_k`` (decode pool);
+- ``R <= min(x, y) x`` one worker pair's link rate, for the chosen pair, at the tier the placement
+  gives: NVLink only if the decode pool ends inside the first scale-up domain (a literal that
+  implies it). A pair whose link is at least as fast as the faster of its two workers is left out: then
+  ``min(x, y) x link >= min(x rate_i, y rate_k)`` already;
+- the decode pool starts on a multiple of its worker's alignment at or after the prefill pool's end, and
+  ends inside the cluster (DIS-001 and DIS-002);
+- forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes.
+
+The TTFT and TPOT limits and the per-pool catalog are judged exactly on each deployment the model
+proposes (``deploy.Pools.feasible_plan``); a refused one is forbidden and the model solved again. The
+objective is set by the search (``search.py``).
+"""
+
+from __future__ import annotations
+
+from ortools.sat.python import cp_model
+
+from shardplan.hardware import Tier
+from shardplan.rules.disagg import alignment_gpus
+from shardplan.solver.disagg.deploy import Choice, Pools
+
+
+class PoolModel:
+    def __init__(self, pools: Pools):
+        self.pools = pools
+        cluster = pools.problem.cluster
+        n = cluster.num_gpus
+        cp = self.cp = cp_model.CpModel()
+        P, D = pools.prefill, pools.decode
+        self.p = [cp.new_bool_var(f"p{i}") for i in range(len(P))]
+        self.d = [cp.new_bool_var(f"d{k}") for k in range(len(D))]
+        cp.add_exactly_one(self.p)
+        cp.add_exactly_one(self.d)
+        self.xs = [self._count(f"x{i}", n // w.gpus, lit) for i, (w, lit) in enumerate(zip(P, self.p, strict=True))]
+        self.ys = [self._count(f"y{k}", n // w.gpus, lit) for k, (w, lit) in enumerate(zip(D, self.d, strict=True))]
+        self.x, self.y = cp.new_int_var(1, n, "x"), cp.new_int_var(1, n, "y")
+        cp.add(self.x == sum(self.xs))
+        cp.add(self.y == sum(self.ys))
+        prefill_gpus = cp_model.LinearExpr.weighted_sum(self.xs, [w.gpus for w in P])
+        self.gpus = cp.new_int_var(1, n, "gpus")
+        cp.add(self.gpus == prefill_gpus + sum(w.gpus * v for w, v in zip(D, self.ys, strict=True)))
+        top_rate = max(w.capacity_units for w in P) * n
+        self.rate = cp.new_int_var(0, top_rate, "rate")
+        cp.add(self.rate <= sum(w.capacity_units * v for w, v in zip(P, self.xs, strict=True)))
+        cp.add(self.rate <= sum(w.capacity_units * v for w, v in zip(D, self.ys, strict=True)))
+        inside = self._placement(prefill_gpus)
+        self._links(inside)
+
+    def _count(self, name: str, top: int, chosen: cp_model.IntVar) -> cp_model.IntVar:
+        v = self.cp.new_int_var(0, top, name)
+        self.cp.add(v == 0).only_enforce_if(~chosen)
+        return v
+
+    def _layout_literals(self) -> dict[int, cp_model.IntVar]:
+        """One literal per distinct decode layout: some batch of it is chosen."""
+        out: dict[int, cp_model.IntVar] = {}
+        for j in self.pools.decode_layouts:
+            out.setdefault(j, self.cp.new_bool_var(f"dl{j}"))
+        for j, lit in out.items():
+            self.cp.add(lit == sum(self.d[k] for k, jj in enumerate(self.pools.decode_layouts) if jj == j))
+        return out
+
+    def _placement(self, prefill_gpus: cp_model.LinearExpr) -> cp_model.IntVar:
+        """The decode pool's aligned start and end; returns the literal 'both pools in the first
+        scale-up domain'."""
+        cp, pools = self.cp, self.pools
+        cluster = pools.problem.cluster
+        n = cluster.num_gpus
+        start = cp.new_int_var(0, n, "decode_start")
+        cp.add(start >= prefill_gpus)
+        units = cp.new_int_var(0, n, "decode_start_units")
+        for k, w in enumerate(pools.decode):
+            cp.add(start == alignment_gpus(w.layout, cluster) * units).only_enforce_if(self.d[k])
+        end = start + sum(w.gpus * v for w, v in zip(pools.decode, self.ys, strict=True))
+        cp.add(end <= n)
+        inside = cp.new_bool_var("inside_domain")
+        cp.add(end <= cluster.scaleup_domain_gpus).only_enforce_if(inside)
+        return inside
+
+    def _links(self, inside: cp_model.IntVar) -> None:
+        cp, pools = self.cp, self.pools
+        fewer = cp.new_int_var(1, pools.problem.cluster.num_gpus, "min_workers")
+        cp.add_min_equality(fewer, [self.x, self.y])
+        layouts = self._layout_literals()
+        fastest: dict[int, int] = {}
+        for k, j in enumerate(pools.decode_layouts):
+            fastest[j] = max(fastest.get(j, 0), pools.decode[k].capacity_units)
+        first_of = {j: pools.decode_layouts.index(j) for j in layouts}
+        for i, pw in enumerate(pools.prefill):
+            for j, lit in layouts.items():
+                for tier, when in ((Tier.SCALE_UP, inside), (Tier.SCALE_OUT, None)):
+                    link = pools.kv_units(i, first_of[j], tier)
+                    if link >= max(pw.capacity_units, fastest[j]):
+                        continue
+                    enforce = [self.p[i], lit] + ([when] if when is not None else [~inside])
+                    cp.add(self.rate <= link * fewer).only_enforce_if(enforce)
+
+    def forbid(self, c: Choice) -> None:
+        """No deployment with exactly this choice."""
+        cp = self.cp
+        lits = [self.p[c.prefill], self.d[c.decode]]
+        for name, var, value in (("x", self.x, c.x), ("y", self.y, c.y)):
+            eq = cp.new_bool_var(f"{name}_is_{value}")
+            cp.add(var == value).only_enforce_if(eq)
+            cp.add(var != value).only_enforce_if(~eq)
+            lits.append(eq)
+        cp.add_bool_or([~lit for lit in lits])
+
+    def read(self, solver: cp_model.CpSolver) -> Choice:
+        i = next(i for i, lit in enumerate(self.p) if solver.boolean_value(lit))
+        k = next(k for k, lit in enumerate(self.d) if solver.boolean_value(lit))
+        return Choice(i, k, solver.value(self.x), solver.value(self.y))
+
+
+__all__ = ["PoolModel"]

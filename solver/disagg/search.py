@@ -1,0 +1,169 @@
+"""The disaggregated search: the CP-SAT pool model (``model.py``) asked for better deployments until
+none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
+
+- **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): a ratio, maximised as
+  ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
+  ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
+  maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
+  solved again; when the model has no better deployment the incumbent is optimal. Ties (an equal
+  ratio) are then broken toward fewer GPUs.
+- **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
+  refused proposal forbidden, until a proposal is accepted (then no deployment with fewer GPUs keeps
+  the rules: every one the model could still propose was refused or costs more).
+
+A time limit that stops the search returns the incumbent as ``feasible``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from ortools.sat.python import cp_model
+
+from shardplan.hardware.profile import Profile
+from shardplan.rules.disagg_plan import DisaggPlan
+from shardplan.rules.problem import Problem
+from shardplan.solver.cpsat_search import solve_within
+from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
+from shardplan.solver.optimise import Deadline
+
+MAX_PROPOSALS = 10_000  # a bound on the loop; each proposal is new (a refused one is forbidden)
+
+
+@dataclass(frozen=True)
+class DisaggResult:
+    plan: DisaggPlan | None
+    choice: Choice | None
+    proven: bool
+    proposals: int  # deployments the model proposed (accepted or refused)
+
+
+def build_pools(problem: Problem, profile: Profile) -> Pools:
+    return Pools(problem, profile, prefill_workers(problem, profile), decode_workers(problem, profile))
+
+
+def target_units(rate_rps: float) -> int:
+    """``--rate`` in rate units, rounded up: a deployment must reach at least the rate asked."""
+    return math.ceil(rate_rps * RATE_UNITS_PER_RPS - 1e-6)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    choice: Choice
+    plan: DisaggPlan
+    rate_units: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one question to the model ended with: the first proposal the exact check accepted (None if
+    the model ran out of deployments or time), whether running out was proven, the proposals made."""
+
+    accepted: Accepted | None
+    complete: bool
+    proposals: int
+
+
+def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
+                    target: int | None = None) -> Asked:
+    """Solve ``question()`` (the model with the question's constraints and objective), judge its
+    deployment exactly, forbid it if refused and ask again, until one is accepted or none is left."""
+    for proposals in range(1, MAX_PROPOSALS + 1):
+        if deadline.passed():
+            return Asked(None, False, proposals - 1)
+        solver, status = solve_within(deadline, question(), deadline.remaining())
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
+        c = m.read(solver)
+        plan = pools.feasible_plan(c, target)
+        if plan is not None:
+            return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
+        m.forbid(c)
+    return Asked(None, False, MAX_PROPOSALS)
+
+
+def _better_than(m: PoolModel, r0: int, g0: int) -> cp_model.CpModel:
+    """The model asked for a deployment strictly better per GPU than ``r0`` rate units on ``g0`` GPUs."""
+    cp = m.cp.clone()
+    gain = m.rate * g0 - r0 * m.gpus
+    cp.add(gain >= 1)
+    cp.maximize(gain)
+    return cp
+
+
+def _as_good_on_fewer(m: PoolModel, best: Accepted) -> cp_model.CpModel:
+    """The model asked for a deployment as good per GPU as ``best`` on fewer GPUs (the fewest)."""
+    cp = m.cp.clone()
+    cp.add(m.rate * best.gpus - best.rate_units * m.gpus >= 0)
+    cp.add(m.gpus <= best.gpus - 1)
+    cp.minimize(m.gpus)
+    return cp
+
+
+def seed(pools: Pools) -> Accepted | None:
+    """A first incumbent, so the model's first question is already a hard one: the prefill and the
+    decode candidate of the most rate per GPU each, at the worker counts whose rate per GPU is best
+    (every y, x the fewest that keep up with it, or the cluster's rest); None if it breaks a rule."""
+    n = pools.problem.cluster.num_gpus
+    i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
+    k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
+    p, d = pools.prefill[i], pools.decode[k]
+    tried = []
+    for y in range(1, n // d.gpus + 1):
+        x = max(1, min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus))
+        c = Choice(i, k, x, y)
+        if pools.end_gpu(c) <= n and pools.rate(c) > 0:
+            tried.append(c)
+    for c in sorted(tried, key=pools.per_gpu_key)[:1]:
+        plan = pools.feasible_plan(c)
+        if plan is not None:
+            return Accepted(c, plan, pools.rate(c), pools.gpus(c))
+    return None
+
+
+def max_throughput(pools: Pools, deadline: Deadline) -> DisaggResult:
+    if not pools.prefill or not pools.decode:
+        return DisaggResult(None, None, True, 0)
+    m = PoolModel(pools)
+    best = seed(pools)
+    proposals = 0
+    while True:
+        r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
+        asked = _first_accepted(m, pools, partial(_better_than, m, r0, g0), deadline)
+        proposals += asked.proposals
+        if asked.accepted is None:
+            break
+        best = asked.accepted
+    proven = asked.complete
+    while proven and best is not None:  # ties toward fewer GPUs
+        fewer = _first_accepted(m, pools, partial(_as_good_on_fewer, m, best), deadline)
+        proposals += fewer.proposals
+        if fewer.accepted is None:
+            break
+        best = fewer.accepted
+    if best is None:
+        return DisaggResult(None, None, proven, proposals)
+    return DisaggResult(best.plan, best.choice, proven, proposals)
+
+
+def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline) -> DisaggResult:
+    """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit."""
+    if not pools.prefill or not pools.decode:
+        return DisaggResult(None, None, True, 0)
+    m = PoolModel(pools)
+    target = target_units(rate_rps)
+    m.cp.add(m.rate >= target)
+    m.cp.minimize(m.gpus)
+    asked = _first_accepted(m, pools, lambda: m.cp, deadline, target)
+    if asked.accepted is None:
+        return DisaggResult(None, None, asked.complete, asked.proposals)
+    return DisaggResult(asked.accepted.plan, asked.accepted.choice, True, asked.proposals)
+
+
+__all__ = ["DisaggResult", "build_pools", "fewest_gpus", "max_throughput", "target_units"]

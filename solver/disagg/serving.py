@@ -1,0 +1,158 @@
+"""Both serving modes for one problem: the colocated plan (``solve``'s, or the fewest replicas for a
+rate), the disaggregated one (``search.py``), and which is better by the objective.
+
+- **throughput**: tokens/s per GPU; the colocated plan is ``solve``'s at the throughput objective;
+- **rate** (requests/s): the fewest GPUs that sustain it within the limits. Colocated: replicas of one
+  layout; a layout's GPUs per replica are fixed by its shape and stage count, so for each (shape, stage
+  count) the layout of most requests/s at one replica (``optimise`` with that pair pinned) needs the
+  fewest replicas, ``ceil(rate / its rate)``; the pair of fewest GPUs wins (more tokens/s per GPU on a
+  tie). Disaggregated: ``search.fewest_gpus``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from shardplan.hardware.profile import Profile
+from shardplan.models.errors import InfeasibleError
+from shardplan.rules.disagg_plan import DisaggPlan
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Objective, Problem, resolve_profile
+from shardplan.solver.bound import table_bound
+from shardplan.solver.disagg.deploy import Pools
+from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput
+from shardplan.solver.enumerate import candidate_pairs
+from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise, solve
+from shardplan.solver.oracle import Oracle
+from shardplan.solver.space import SearchSpace, Shape
+from shardplan.solver.tables import build_tables
+
+
+@dataclass(frozen=True)
+class ColocatedRate:
+    plan: Plan  # dp replicas of the pair's best layout
+    replica_rps: float
+
+
+def throughput_problem(problem: Problem) -> Problem:
+    return problem.model_copy(update={"objective": Objective.THROUGHPUT})
+
+
+def requests_per_s(plan: Plan) -> float:
+    return plan.prediction.metrics.output_tokens_per_s / plan.problem.workload.osl
+
+
+def colocated_throughput(problem: Problem, time_limit_s: float | None) -> Plan:
+    """``solve`` at the throughput objective (raises InfeasibleError)."""
+    return solve(throughput_problem(problem), time_limit_s)
+
+
+def one_replica_of(problem: Problem, shape: Shape, stages: int) -> Problem:
+    """``problem`` at the throughput objective with one replica of (shape, stages) pinned."""
+    pins = problem.pins.model_copy(update=dict(tp=shape.tp, sp=shape.sp, attn_dp=shape.attn_dp,
+                                               expert_tp=shape.expert_tp, pp=stages, dp=1))
+    return throughput_problem(problem).model_copy(update={"pins": pins})
+
+
+def replicas_for(rate_rps: float, replica_rps: float) -> int:
+    return math.ceil(rate_rps / replica_rps - 1e-12)
+
+
+def fewest_gpus_bounds(problem: Problem, rate_rps: float) -> list[tuple[int, Shape, int]]:
+    """(a lower bound on the GPUs, shape, stages) of every pair that might sustain the rate in the
+    cluster, fewest first: the bound's relaxation of one replica (``bound.table_bound``) is at least
+    its requests/s, so at least ``ceil(rate / that)`` replicas are needed."""
+    base = throughput_problem(problem)
+    single = base.model_copy(update={"pins": base.pins.model_copy(update={"dp": 1})})
+    tables = build_tables(single, SearchSpace(single, resolve_profile(single)))
+    pairs = candidate_pairs(base)
+    out = []
+    for shape, stages in pairs:
+        others = [pair for pair in pairs if pair != (shape, stages)]
+        top = table_bound(Oracle(tables, excluded=others)).objective
+        if top is None or top <= 0:
+            continue
+        gpus = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
+        if gpus <= problem.cluster.num_gpus:
+            out.append((gpus, shape, stages))
+    return sorted(out)
+
+
+def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> ColocatedRate | None:
+    """The fewest GPUs of colocated replicas that sustain ``rate_rps`` (module docstring). Pairs are
+    searched in the order of their bound on the GPUs, and the search stops at the first pair whose
+    bound exceeds the best found: none after it can need fewer."""
+    best: tuple[tuple[int, float], ColocatedRate] | None = None
+    for bound_gpus, shape, stages in fewest_gpus_bounds(problem, rate_rps):
+        if best is not None and bound_gpus > best[0][0]:
+            break
+        pinned = one_replica_of(problem, shape, stages)
+        found = optimise(pinned, deadline, only_pins=True)
+        if isinstance(found, NoPlan):
+            continue
+        one = decode(pinned, found.layout, "optimal" if found.proven else "feasible")
+        rps = requests_per_s(one)
+        gpus = replicas_for(rate_rps, rps) * one.layout.gpus_per_replica
+        if gpus > problem.cluster.num_gpus:
+            continue
+        key = (gpus, -rps / one.layout.gpus_per_replica)
+        if best is None or key < best[0]:
+            best = (key, ColocatedRate(one, rps))
+    if best is None:
+        return None
+    chosen = best[1]
+    layout = chosen.plan.layout.model_copy(update={"dp": replicas_for(rate_rps, chosen.replica_rps)})
+    plan = decode(throughput_problem(problem), layout, chosen.plan.status)
+    return ColocatedRate(plan, chosen.replica_rps)
+
+
+@dataclass(frozen=True)
+class DisaggOutcome:
+    result: DisaggResult
+    pools: Pools
+    solve_time_s: float
+
+
+def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
+                 profile: Profile | None = None) -> DisaggOutcome:
+    started = time.perf_counter()
+    pools = build_pools(problem, resolve_profile(problem, profile))
+    result = max_throughput(pools, deadline) if rate_rps is None else fewest_gpus(pools, rate_rps, deadline)
+    return DisaggOutcome(result, pools, time.perf_counter() - started)
+
+
+def why_no_deployment(outcome: DisaggOutcome) -> InfeasibleError:
+    """The rules that refused every deployment the search proposed, or why no worker qualified."""
+    pools = outcome.pools
+    wl = pools.problem.workload
+    if not pools.prefill:
+        return InfeasibleError([("MEM-001", "no prefill worker layout holds its largest chunk"),
+                                ("SLA-001", f"or its lone prompt's prefill exceeds --ttft-ms {wl.ttft_ms}")]
+                               if wl.ttft_ms is not None else
+                               [("MEM-001", "no prefill worker layout holds its largest chunk")])
+    if not pools.decode:
+        reasons = [("MEM-001", "no decode worker layout holds one sequence at ISL + OSL")]
+        if wl.tpot_ms is not None:
+            reasons.append(("SLA-002", f"or keeps --tpot-ms {wl.tpot_ms} at batch 1"))
+        return InfeasibleError(reasons)
+    refused = sorted(pools.refused.items()) or [("DIS-001", "no pools fit the cluster at the rate asked")]
+    return InfeasibleError(refused)
+
+
+def better_mode(colocated: Plan | None, disagg: DisaggPlan | None, rate_rps: float | None) -> str | None:
+    """'colocated' or 'disagg': more tokens/s per GPU, or for a rate the fewer GPUs (then more tokens/s
+    per GPU); colocated on a tie (one layout is the simpler deployment)."""
+    if colocated is None or disagg is None:
+        return "colocated" if colocated is not None else ("disagg" if disagg is not None else None)
+    c, d = colocated.prediction.metrics, disagg.prediction.metrics
+    if rate_rps is not None and colocated.layout.num_gpus != disagg.layout.num_gpus:
+        return "colocated" if colocated.layout.num_gpus < disagg.layout.num_gpus else "disagg"
+    return "disagg" if d.output_tokens_per_s_per_gpu > c.output_tokens_per_s_per_gpu else "colocated"
+
+
+__all__ = [
+    "ColocatedRate", "DisaggOutcome", "better_mode", "colocated_rate", "colocated_throughput", "solve_disagg",
+    "throughput_problem", "why_no_deployment",
+]

@@ -1,0 +1,126 @@
+"""``shardplan solve --serving colocated|disagg|auto`` and ``--rate``: issue 15's acceptance 2 (both
+modes printed with tokens/s per GPU and per user; every disaggregated plan keeps Little's law), the
+solved deployment priced exactly as ``evaluate --serving disagg`` prices it, and the CLI contract
+(bad input one line and exit 2, infeasible exit 1 naming rules)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.test_cli_disagg import run
+
+ASKED = ["--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]
+QWEN = ["--model", "qwen3-235b-a22b", "--cluster", "2x8xH200", *ASKED]
+LLAMA_FP8 = ["--model", "llama-3.1-70b", "--weights-dtype", "fp8", "--cluster", "8xH200", *ASKED]
+
+
+def solve_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = run(["solve", *argv, "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def pool_text(pool: dict[str, Any]) -> str:
+    """A pool as ``--prefill`` / ``--decode`` take it: its degrees, stages, workers and batch limit."""
+    deg = pool["degrees"]
+    stages = ",".join(f"{s['layers'][0]}:{s['layers'][1]}" for s in pool["stages"])
+    text = (f"workers={pool['workers']},tp={deg['tp']},sp={deg['sp']},attn_dp={deg['attn_dp']},"
+            f"expert_tp={deg['expert_tp']},stages={stages}")
+    return text + (f",batch={pool['max_batch']}" if pool["max_batch"] else "")
+
+
+def check_littles_law(plan: dict[str, Any]) -> None:
+    m = plan["metrics"]
+    assert m["batch"] == pytest.approx(m["requests_per_s"] * m["e2e_ms"] / 1e3, rel=1e-4)
+    assert m["ttft_ms"] + (plan["workload"]["osl"] - 1) * m["tpot_ms"] == pytest.approx(m["e2e_ms"], rel=1e-4)
+
+
+@pytest.mark.parametrize("argv", [QWEN, LLAMA_FP8], ids=["qwen3-235b-2x8xH200", "llama-70b-fp8-8xH200"])
+def test_auto_shows_both_modes_and_the_disaggregated_plan_keeps_littles_law(argv, capsys) -> None:
+    data = solve_json(["--serving", "auto", *argv], capsys)
+    modes = data["modes"]
+    assert set(modes) == {"colocated", "disagg"} and data["chosen"] in modes
+    per_gpu = {k: v["metrics"]["output_tokens_per_s_per_gpu"] for k, v in modes.items()}
+    assert data["chosen"] == max(per_gpu, key=lambda k: (per_gpu[k], k == "colocated"))
+    for plan in modes.values():
+        assert plan["metrics"]["tpot_ms"] <= 50 and plan["metrics"]["ttft_ms"] <= 2000
+    check_littles_law(modes["disagg"])
+    assert modes["disagg"]["num_gpus"] <= 16
+    rate = modes["disagg"]["metrics"]["requests_per_s"]
+    for role in ("prefill", "decode"):  # within one worker of the rate: a worker fewer could not keep up
+        pool = modes["disagg"][role]
+        assert pool["capacity_rps"] >= rate * (1 - 1e-4)
+        assert pool["capacity_rps"] * (pool["workers"] - 1) / pool["workers"] < rate
+
+
+def test_the_text_prints_both_modes_per_gpu_and_per_user(capsys) -> None:
+    code, out, _ = run(["solve", "--serving", "auto", *LLAMA_FP8], capsys)
+    assert code == 0
+    rows = [line for line in out.splitlines() if "tokens/s/GPU" in line]
+    assert [r.split()[0] for r in rows] == ["colocated", "disagg"]
+    assert all("tokens/s/user" in r for r in rows) and sum("<- chosen" in r for r in rows) == 1
+
+
+def test_the_solved_deployment_is_what_evaluate_serving_disagg_says(capsys) -> None:
+    solved = solve_json(["--serving", "disagg", *LLAMA_FP8], capsys)
+    argv = ["evaluate", *LLAMA_FP8, "--serving", "disagg", "--prefill", pool_text(solved["prefill"]),
+            "--decode", pool_text(solved["decode"]), "--batch", str(solved["metrics"]["batch"]), "--json"]
+    code, out, _ = run(argv, capsys)
+    evaluated = json.loads(out)
+    assert code == 0 and evaluated["violations"] == []
+    for key in ("metrics", "prefill", "decode", "kv_transfer", "num_gpus"):
+        assert evaluated[key] == solved[key]
+
+
+def test_a_rate_is_sustained_on_the_fewest_gpus_in_both_modes(capsys) -> None:
+    data = solve_json(["--serving", "auto", "--rate", "6", "--model", "llama-3.1-8b", "--cluster", "4xH100",
+                       "--isl", "2000", "--osl", "200", "--ttft-ms", "2000", "--tpot-ms", "30"], capsys)
+    for mode in ("colocated", "disagg"):
+        plan = data["modes"][mode]
+        assert plan["rate_rps"] == 6
+        assert plan["metrics"]["output_tokens_per_s"] / 200 >= 6 * (1 - 1e-9)
+    gpus = {k: v["num_gpus"] for k, v in data["modes"].items()}
+    assert data["num_gpus"] == min(gpus.values())
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--serving", "disagg", "--rate", "-1"], "rate"),
+    (["--serving", "disagg", "--tp", "4"], "tp"),
+    (["--serving", "auto", "--objective", "latency"], "objective"),
+    (["--serving", "disagg", "--dag", "x.json"], "dag"),
+    (["--serving", "disagg", "--osl", "1"], "osl"),
+])
+def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
+    code, out, err = run(["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", *argv], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and field in err
+
+
+def test_nothing_feasible_exits_1_naming_the_rules(capsys) -> None:
+    code, out, err = run(["solve", "--serving", "disagg", "--model", "llama-3.1-70b", "--cluster", "1xH100",
+                          "--json"], capsys)
+    assert code == 1 and "MEM-001" in err
+    assert json.loads(out)["status"] == "infeasible"
+
+
+SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200",
+            "--ttft-ms", "2000", "--tpot-ms", "30"]
+
+
+def test_enumerate_disagg_streams_rows_then_the_frontier_per_gpu_against_per_user(capsys) -> None:
+    code, out, _ = run(["enumerate", "--serving", "disagg", *SMALL_8B, "--limit", "12", "--jsonl"], capsys)
+    lines = [json.loads(line) for line in out.splitlines()]
+    rows, last = lines[:-1], lines[-1]
+    assert code == 0 and len(rows) == 12 and last["type"] == "frontier" and last["partial"] is True
+    points = {r["index"]: (r["metrics"]["output_tokens_per_s_per_gpu"], r["metrics"]["output_tokens_per_s_per_user"])
+              for r in rows}
+    # The frontier: exactly the rows no other row beats on both axes (or equals, earlier).
+    def beaten(i: int) -> bool:
+        g, u = points[i]
+        return any((g2 >= g and u2 >= u) and ((g2, u2) != (g, u) or j < i) for j, (g2, u2) in points.items() if j != i)
+    assert last["pareto"] == sorted(i for i in points if not beaten(i))
+    for r in rows:
+        check_littles_law(r)
+        assert r["metrics"]["tpot_ms"] <= 30 and r["metrics"]["ttft_ms"] <= 2000
