@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 from shardplan.hardware.profile import PROFILE_DIR, list_profiles, profile_from_data
 from shardplan.models import SpecError
 from shardplan.models.files import parse_json
+from shardplan.solver.dag.export import to_mermaid
 from shardplan.solver.mcp import tools
 from shardplan.solver.mcp.safety import Root, TimeLimits
 from shardplan.solver.mcp.schemas import PlanInput
@@ -109,3 +111,16 @@ def test_mcp_profile_paths_stay_inside_the_root(tmp_path):
         tools.plan(PlanInput.model_validate({"model": "llama-3.1-8b", "cluster": "1xH100", "profile": "p.json"}),
                    session)
     assert err.value.field == "profile gemm_efficiency"
+
+
+def test_mermaid_renders_nodes_whose_replica_or_stage_mix_numbers_and_none():
+    # Found by the cyclic-DAG fuzz cases: sorting None with 0 raised TypeError under validate --fix --out x.mmd.
+    dag = nx.DiGraph()
+    dag.add_node("a", replica=0, phase="decode", stage=0, kind="compute")
+    dag.add_node("b", replica=None, phase="decode", stage="1", kind="compute")
+    dag.add_node("c", replica="x", phase="decode", stage=None, kind="compute")
+    dag.add_edges_from([("a", "b"), ("b", "c")])
+    text = to_mermaid(dag)
+    # one subgraph per (replica, phase): 0, None and "x", all in the decode phase
+    assert [line.split("[")[0].strip() for line in text.splitlines() if "subgraph r" in line and "_s" not in line] == [
+        "subgraph r0_decode", "subgraph rNone_decode", "subgraph rx_decode"]
