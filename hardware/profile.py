@@ -8,6 +8,8 @@ computes a time; it only holds and finds the numbers.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
@@ -154,6 +156,11 @@ def list_profiles() -> list[Profile]:
     return list(_all_profiles().values())
 
 
+def profile_names() -> tuple[str, ...]:
+    """The names ``get_profile`` knows."""
+    return tuple(_all_profiles())
+
+
 def get_profile(name: str) -> Profile:
     profiles = _all_profiles()
     if name not in profiles:
@@ -177,8 +184,10 @@ def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
 
 def load_profile_file(path: str | Path) -> Profile:
     """A profile JSON file (what ``shardplan calibrate --out`` writes); a file that is not one is a
-    ``SpecError`` naming the field."""
+    ``SpecError`` naming the field. Only a regular file is opened (a FIFO would block for ever)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SpecError("profile", f"{path}: not a regular file")
         with open(path, "rb") as f:
             raw = f.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
@@ -186,14 +195,52 @@ def load_profile_file(path: str | Path) -> Profile:
     if len(raw) > MAX_PROFILE_BYTES:
         raise SpecError("profile", f"{path}: larger than {MAX_PROFILE_BYTES:,} bytes, not a profile")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except UnicodeDecodeError:
         raise SpecError("profile", f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise SpecError("profile", f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise SpecError("profile", f"{path}: not JSON (nested too deep)") from None
+    return profile_from_data(data, str(path))
+
+
+# What a profile from a file may hold beyond the model's own bounds (which only say "positive"): far
+# outside every fitted profile (efficiencies 0.05-1, overheads of micro- to milliseconds, a few GiB),
+# and tight enough that no time, byte count or batch priced from them leaves a float or 64-bit range
+# (an efficiency of 5e-324 made every time infinite; a max_batch of 1e30 overflowed the solver).
+_FILE_FLOOR = 1e-4  # efficiencies and scales: a GPU at a ten-thousandth of its peak is not a profile
+_FILE_LIMITS: dict[str, tuple[float, float]] = {
+    **{name: (_FILE_FLOOR, 2.0) for name in (
+        "gemm_efficiency", "low_precision_gemm_ratio", "attention_efficiency", "moe_efficiency", "hbm_efficiency",
+        "kv_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency",
+    )},
+    "collective_latency_scale": (_FILE_FLOOR, 1e4),
+    "usable_memory_fraction": (_FILE_FLOOR, 1.0),
+    "gemm_half_tokens": (0.0, 1e9),
+    **{name: (0.0, 1e9) for name in ("moe_fixed_us", "moe_routed_token_ns", "layer_overhead_us", "step_overhead_us")},
+    "request_overhead_ms": (0.0, 1e9),
+    **{name: (0.0, 1 << 20) for name in ("runtime_overhead_gib", "comm_buffer_gib")},  # GiB: a petabyte
+    "max_batch": (1, 1 << 20),  # the CLI's --batch maximum
+    "max_num_tokens": (1, 1 << 30),
+}
+_FLAGS = ("default", "engine_default")  # the only true/false fields: elsewhere a JSON true is not a number
+
+
+def profile_from_data(data: object, shown: str) -> Profile:
+    """A profile from a file's parsed JSON, checked field by field (``SpecError`` naming the field)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, bool) and key not in _FLAGS:
+                raise SpecError(f"profile {key}", f"{shown}: expected a number, got {value}")
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "profile"
-        raise SpecError(f"profile {where}", f"{path}: {first['msg']}") from None
+        raise SpecError(f"profile {where}", f"{shown}: {first['msg']}") from None
+    for name, (low, high) in _FILE_LIMITS.items():
+        value = getattr(profile, name)
+        if value is not None and not low <= value <= high:
+            raise SpecError(f"profile {name}", f"{shown}: {value:g} is outside {low:g}..{high:g}")
+    return profile

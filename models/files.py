@@ -71,11 +71,30 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
     if json_depth(text) > max_depth:
         raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_repeated_keys)
+    except _RepeatedKey as exc:
+        raise SpecError(field, f"{where} repeats the key {exc.key!r} (which one counts is not clear)") from None
     except json.JSONDecodeError as exc:
         raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits
         raise SpecError(field, f"{where} is not valid JSON ({type(exc).__name__})") from None
+
+
+class _RepeatedKey(Exception):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict, refusing a key given twice: JSON parsers disagree on which one
+    counts (Python keeps the last), so a config read here could say another thing than it shows."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
 
 
 def read_json(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from shardplan.hardware.profile import Profile
-from shardplan.models.load_profile import uniform_profile
+from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
+from shardplan.rules.base import ShapeRule
+from shardplan.rules.catalog import rules_for
 from shardplan.rules.operators import Op
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import (
@@ -28,6 +30,7 @@ from shardplan.solver.cost.evaluate import (
 from shardplan.solver.cost.memory import GIB, activation_bytes, end_weight_bytes, layer_kv_bytes, layer_weight_bytes
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step, layer_kind
 from shardplan.solver.cost.stage import StageShape, shape_of
+from shardplan.solver.placement.fill import fits_in_one_group
 from shardplan.solver.placement.plan import best_placement
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 
@@ -78,9 +81,12 @@ class Tables:
     memory: dict[Shape, MemoryEntry] = field(default_factory=dict)
     chunk_activation: dict[tuple[Shape, BatchOption], int] = field(default_factory=dict)
     profile: Profile | None = None
+    # Called between pieces of the work (a deadline's check, which raises once it has passed).
+    check: Callable[[], None] | None = None
     # Per shape: its cost context and memory entry; per EP degree: the MoE load factor the search prices.
     _contexts: dict[Shape, CostContext] = field(default_factory=dict)
     _load_factors: dict[int, float] = field(default_factory=dict)
+    _shape_rules: list[ShapeRule] | None = None
     _priced: dict[tuple[Shape, int], tuple[TimeEntry, int]] = field(default_factory=dict)
 
     def price(self, shape: Shape, option: BatchOption) -> TimeEntry:
@@ -107,9 +113,7 @@ class Tables:
             self._contexts[shape] = CostContext(model, cluster, profile, stage, problem.redundant_slots)
             self.memory[shape] = _memory_entry(problem, profile, stage, kinds, self.kind_of_layer)
         ctx = self._contexts[shape]
-        if shape.ep not in self._load_factors:
-            self._load_factors[shape.ep] = search_load_factor(problem, shape.ep)
-        load = self._load_factors[shape.ep]
+        load = self._load_factor(shape)
         chunk = prefill_chunk(problem, profile, micro)
         q = -(-micro // shape.attn_dp)  # sequences per attention group
         dec_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
@@ -134,6 +138,23 @@ class Tables:
             kv_slope={k: _per_sequence_ns(ops[Op.ATTN_CORE], q) for k, ops in dec.layer_ops_s.items()},
         )
         return entry, math.ceil(activation_bytes(model, ctx.shape, profile, 0, chunk * wl.isl))
+
+    def _load_factor(self, shape: Shape) -> float:
+        """The MoE load factor ``shape`` is priced at. A shape a rule in force forbids (EP-003's ep past
+        the experts, mostly) is never in a plan: only ``explain``'s model, which drops rules, may pick
+        it, so it is priced at the factor's floor, 1.0, and its experts are never placed. That placement
+        grew with the EP degree (8 experts over 196,608 ranks took 13 s per degree); a floor keeps an
+        explanation a true conflict (the shape is priced no dearer than it is), if not always minimal."""
+        if self.problem.model.moe is None or self._forbidden(shape):
+            return 1.0
+        if shape.ep not in self._load_factors:
+            self._load_factors[shape.ep] = search_load_factor(self.problem, shape.ep, self.check)
+        return self._load_factors[shape.ep]
+
+    def _forbidden(self, shape: Shape) -> bool:
+        if self._shape_rules is None:
+            self._shape_rules = [r for r in rules_for(self.problem) if isinstance(r, ShapeRule)]
+        return any(rule.forbids(self.problem, shape) for rule in self._shape_rules)
 
     def layers_of(self, kind: LayerKind) -> int:
         return self.prefix[kind][-1]
@@ -203,6 +224,7 @@ def build_tables(
         prefix=prefix,
         limit_bytes=math.floor(memory_limit_gib(problem, profile) * GIB),
         profile=profile,
+        check=check,
     )
     if reuse is not None:
         tables._priced, tables._contexts = reuse._priced, reuse._contexts
@@ -218,28 +240,62 @@ def build_tables(
     return tables
 
 
-def search_load_factor(problem: Problem, ep: int) -> float:
+def search_load_factor(problem: Problem, ep: int, check: Callable[[], None] | None = None) -> float:
     """The factor the search prices every MoE layer at for ``ep`` EP ranks: the most-loaded GPU over
     the mean, from the same placement routine the plan will run. Under uniform routing it is exact
-    (one layer stands for all; ceil(E / ep) slots per rank may hold replicas that even it out). With a
-    routing profile it is the mean over the MoE layers of their placements' factors, so the search
-    sees that a wide EP spreads hot experts badly; the plan then places each stage's layers and
-    prices each layer at its own factor."""
+    (one layer stands for all; ceil(E / ep) slots per rank may hold replicas that even it out), and in
+    closed form where one exists (``uniform_load_factor``). With a routing profile it is the mean over
+    the MoE layers of their placements' factors, so the search sees that a wide EP spreads hot experts
+    badly; the plan then places each stage's layers and prices each layer at its own factor. The
+    layers are placed one at a time, ``check`` (a deadline's) called before each: one layer's
+    placement is the most a time limit waits for, and the memory held is one layer's."""
     moe = problem.model.moe
     if moe is None:
         return 1.0
+    slots = math.ceil(moe.num_experts / ep) + problem.redundant_slots
     if problem.expert_load is None:
-        return _uniform_factor(moe.num_experts, moe.layers[0], ep, problem.redundant_slots)
-    profile = problem.expert_load
-    placed = best_placement(profile, ep, math.ceil(moe.num_experts / ep) + problem.redundant_slots)
-    factors = placed.max_over_mean(profile)
+        return _uniform_factor(moe.num_experts, moe.layers[0], ep, slots)
+    factors = []
+    for layer in problem.expert_load.layers:
+        if check is not None:
+            check()
+        one = _one_layer(problem.expert_load, layer)
+        factors.extend(best_placement(one, ep, slots).max_over_mean(one))
     return max(1.0, sum(factors) / len(factors))
 
 
+def _one_layer(profile: ExpertLoadProfile, layer: int) -> ExpertLoadProfile:
+    return ExpertLoadProfile(
+        num_experts=profile.num_experts, layers=(layer,), loads=(profile.layer_loads(layer),), source=profile.source
+    )
+
+
+def uniform_load_factor(experts: int, ep: int, slots: int) -> float | None:
+    """Most-loaded rank over the mean when ``experts`` equally hot experts are placed over ``ep`` ranks of
+    ``slots`` slots, where a closed form gives it; None where only a placement does.
+
+    - 1.0 when ``ep`` divides the experts (each rank takes E / ep whole), or when they fit one group
+      (E <= (S - 1) ep + 1: laid end to end and cut into ``ep`` equal pieces, each rank's piece spans
+      at most S experts; ``placement/fill.py``). Any redundant slot makes them fit.
+    - One slot per rank and ``ep >= E``: each rank serves a single expert's share, the least copied
+      expert has floor(ep / E) copies, so the top rank serves 1 / floor(ep / E) of an expert against a
+      mean of E / ep (the copies bound of ``placement/bounds.py``, exact with one slot).
+    The rest (no redundant slot, ep < E not dividing it) has ep x S < 2E copies: cheap to place.
+    These are the cases whose placement grew with ep (and with ep x redundant slots)."""
+    if experts % ep == 0 or fits_in_one_group(experts, ep, slots):
+        return 1.0
+    if slots == 1 and ep >= experts:
+        return ep / (experts * (ep // experts))
+    return None
+
+
 @cache
-def _uniform_factor(experts: int, layer: int, ep: int, redundant: int) -> float:
+def _uniform_factor(experts: int, layer: int, ep: int, slots: int) -> float:
+    closed = uniform_load_factor(experts, ep, slots)
+    if closed is not None:
+        return closed
     profile = uniform_profile(experts, (layer,), float(experts))
-    placed = best_placement(profile, ep, math.ceil(experts / ep) + redundant)
+    placed = best_placement(profile, ep, slots)
     return max(1.0, placed.imbalance(profile, layer))
 
 

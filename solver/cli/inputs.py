@@ -15,9 +15,18 @@ from pydantic import ValidationError
 
 from shardplan.hardware import parse_cluster
 from shardplan.hardware.cluster import MAX_GPUS
-from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, Engine, Profile, get_profile, load_profile_file
+from shardplan.hardware.profile import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    MAX_PROFILE_BYTES,
+    Engine,
+    Profile,
+    get_profile,
+    profile_from_data,
+)
 from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
+from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Pins, Problem, Workload
@@ -166,7 +175,7 @@ def read_profile(profile: str | None) -> str | Profile | None:
     if profile is None:
         return None
     if profile.endswith(".json") or os.path.isfile(profile):
-        return load_profile_file(profile)
+        return profile_from_data(read_json(profile, "profile", MAX_PROFILE_BYTES), profile)
     get_profile(profile)  # an unknown name is bad input now, not an error deep in pricing
     return profile
 

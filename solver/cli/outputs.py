@@ -55,12 +55,13 @@ class OutputFiles:
             folder = os.path.dirname(target)
             if os.path.isdir(target):
                 raise SpecError(option, f"{shown} is a directory")
-            if os.path.lexists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            if os.path.lexists(target) and not stat.S_ISREG(_mode(option, shown, target)):
                 raise SpecError(option, f"{shown} exists and is not a regular file")
         if not os.path.isdir(folder):
             raise SpecError(option, f"directory {folder} does not exist")
         if not os.access(folder, os.W_OK | os.X_OK):
             raise SpecError(option, f"cannot write to {folder}")
+        _probe(option, folder)
         for known in self._inputs:
             if _is_same_file(target, known):
                 raise SpecError(option, f"{shown} is an input of this command; write to another file")
@@ -73,13 +74,16 @@ class OutputFiles:
     def temp(self, option: str) -> str:
         """A new temporary path for ``--option``'s writer: in the target's folder, same extension."""
         target = self._targets[option]
-        if os.path.isdir(target):  # a directory output: its files go into a temporary directory inside
-            path = tempfile.mkdtemp(dir=target, prefix=".shardplan-")
-        else:
-            folder, name = os.path.split(target)
-            fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=Path(name).suffix or ".tmp")
-            os.close(fd)
-            os.chmod(path, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets what a plain open would
+        try:
+            if os.path.isdir(target):  # a directory output: its files go into a temporary directory inside
+                path = tempfile.mkdtemp(dir=target, prefix=".shardplan-")
+            else:
+                folder, name = os.path.split(target)
+                fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=Path(name).suffix or ".tmp")
+                os.close(fd)
+                os.chmod(path, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets what a plain open would
+        except OSError as exc:  # the folder changed since add() probed it
+            raise SpecError(option, f"cannot write {self._shown[option]}: {exc.strerror}") from None
         self._temps[option] = path
         return path
 
@@ -115,6 +119,25 @@ class OutputFiles:
     ) -> None:
         # On success the command commits where it chooses (before printing); whatever is left is discarded.
         self.discard()
+
+
+def _mode(option: str, shown: str, target: str) -> int:
+    """The mode of an existing ``target``; a symlink loop or a vanished link target is the option's error."""
+    try:
+        return os.stat(target).st_mode
+    except OSError as exc:
+        raise SpecError(option, f"cannot use {shown}: {exc.strerror}") from None
+
+
+def _probe(option: str, folder: str) -> None:
+    """Create and remove a file in ``folder``: the permission bits do not tell (root passes ``os.access``
+    on /proc, /sys or a read-only mount, and creating a file there fails only when tried)."""
+    try:
+        fd, path = tempfile.mkstemp(dir=folder, prefix=".shardplan-probe-")
+    except OSError as exc:
+        raise SpecError(option, f"cannot write to {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(path)
 
 
 def _umask() -> int:

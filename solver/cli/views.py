@@ -33,7 +33,8 @@ class _Console(Console):
         raise BrokenPipeError(32, "Broken pipe")
 
 
-console = _Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+# A closed stdout (``shardplan solve >&-``) is None, not a stream: rich then writes nowhere.
+console = _Console(highlight=False, width=None if sys.stdout is not None and sys.stdout.isatty() else 160)
 
 
 def model_rows() -> list[dict[str, Any]]:

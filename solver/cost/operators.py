@@ -11,6 +11,7 @@ GPU really does (004 §5, §8).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
@@ -117,7 +118,7 @@ class CostContext:
         memory = nbytes / (self.gpu.hbm_bytes_per_s * kv_eff)
         return max(compute, memory)
 
-    def collective_s(self, op: Collective, nbytes: float, group: tuple[int, ...]) -> float:
+    def collective_s(self, op: Collective, nbytes: float, group: Sequence[int]) -> float:
         if len(group) <= 1 or nbytes <= 0:
             return 0.0
         p = self.profile
@@ -127,13 +128,17 @@ class CostContext:
             op, nbytes, len(group), tier, self.cluster, bw_efficiency=eff, latency_scale=p.collective_latency_scale
         )
 
-    def _tier(self, group: tuple[int, ...]) -> Tier:
+    def _tier(self, group: Sequence[int]) -> Tier:
         """The group's tier, cached: groups here are runs or strides of ids, so first, last and
         size identify them, and a 4,096-GPU group is scanned once rather than per operator."""
         key = (group[0], group[-1], len(group))
         tier = self._tiers.get(key)
         if tier is None:
-            tier = self._tiers[key] = Tier.SCALE_OUT if self.cluster.spans_scaleout(group) else Tier.SCALE_UP
+            # Ascending, and a scale-up domain is a block of consecutive ids: the group stays in one
+            # domain exactly when its first and last GPU do. Scanning every id made a stage of a
+            # million-GPU cluster cost seconds per shape (issue 14).
+            ends = (group[0], group[-1])
+            tier = self._tiers[key] = Tier.SCALE_OUT if self.cluster.spans_scaleout(ends) else Tier.SCALE_UP
         return tier
 
     # --- one layer -------------------------------------------------------------------------

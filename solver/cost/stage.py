@@ -24,10 +24,12 @@ class StageShape:
     sp: int
     attn_dp: int
     expert_tp: int
-    tp_group: tuple[int, ...]  # GPU ids of one tensor-parallel group
-    sp_group: tuple[int, ...]  # GPU ids of one sequence-parallel group
-    attention_group: tuple[int, ...]  # tp x sp GPU ids that rejoin after attention
-    stage_group: tuple[int, ...]  # all G GPUs: the expert-parallel group
+    # GPU ids as ranges, not tuples: a stage of a million GPUs is then a few bytes, not tens of MB per
+    # shape (a million-GPU cluster's search space holds hundreds of shapes; issue 14).
+    tp_group: range  # GPU ids of one tensor-parallel group
+    sp_group: range  # GPU ids of one sequence-parallel group
+    attention_group: range  # tp x sp GPU ids that rejoin after attention
+    stage_group: range  # all G GPUs: the expert-parallel group
     kv_split: int  # ways the KV cache is split across a group's tp ranks
 
     @property
@@ -49,7 +51,7 @@ def kv_split(model: ModelSpec, tp: int) -> int:
 
 @lru_cache(maxsize=4096)
 def _shape(model: ModelSpec, gpus: int, tp: int, sp: int, attn_dp: int, expert_tp: int) -> StageShape:
-    stage = tuple(range(gpus))
+    stage = range(gpus)
     return StageShape(
         gpus=gpus,
         tp=tp,

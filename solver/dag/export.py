@@ -194,6 +194,14 @@ def _m(text: str) -> str:
     return text.replace('"', "#quot;")
 
 
+def _order(value: Any) -> tuple[int, int, str]:
+    """A sort key for a node's replica or stage: integers in order, then anything else a file may hold
+    (None, text) by its text, so a DAG whose nodes mix them still renders (sorting None with 0 raised)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (0, value, "")
+    return (1, 0, str(value))
+
+
 def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[int] | None = None) -> str:
     """A Mermaid flowchart, with a subgraph per replica and phase and one per stage inside it.
 
@@ -224,7 +232,7 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for nid, key in place.items():
         groups.setdefault(key, []).append(nid)
-    top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (k[0], str(k[1])))
+    top = sorted({(k[0], k[1]) for k in groups if k[1] is not None}, key=lambda k: (_order(k[0]), str(k[1])))
     for nid in groups.get((None, None, None), []) + [
         x for k, v in groups.items() if k[1] is None and k != (None, None, None) for x in v
     ]:
@@ -233,7 +241,7 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
         lines.append(f'  subgraph r{r}_{ph}["replica {r} - {ph}"]')
         for nid in groups.get((r, ph, None), []):
             lines.append(f'    {nid}["{_m(labels[nid])}"]')
-        stages = sorted(k[2] for k in groups if k[0] == r and k[1] == ph and k[2] is not None)
+        stages = sorted((k[2] for k in groups if k[0] == r and k[1] == ph and k[2] is not None), key=_order)
         for s in stages:
             lines.append(f'    subgraph r{r}_{ph}_s{s}["stage {s}"]')
             for nid in groups[(r, ph, s)]:

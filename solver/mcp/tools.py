@@ -17,6 +17,7 @@ import networkx as nx
 from pydantic import BaseModel
 
 from shardplan.hardware.profile import list_profiles as profile_registry
+from shardplan.hardware.profile import profile_names
 from shardplan.models import InfeasibleError, ModelSpec, SolverLimitError, SpecError
 from shardplan.models.hf_config import load_config_object
 from shardplan.models.presets import find_preset, unknown_model
@@ -66,7 +67,7 @@ from shardplan.solver.placement.plan import place_and_price, write_experts
 
 _PINS = ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")
 _SHARED = ("cluster", "objective", "isl", "osl", "batch", "mem_cap_gib", "ttft_ms", "tpot_ms", "weights_dtype",
-           "kv_dtype", "profile", "zipf", "redundant_slots")
+           "kv_dtype", "zipf", "redundant_slots")
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,23 @@ def problem_args(args: ProblemInput, root: Root) -> ProblemArgs:
         pins={k: getattr(args, k) for k in _PINS},
         allow=tuple(args.allow),
         load_profile=root.resolve_optional(args.load_profile, "load-profile"),
+        profile=profile_of(args.profile, root),
         **{k: getattr(args, k) for k in _SHARED},
     )
 
 
+def profile_of(profile: str | None, root: Root) -> str | None:
+    """A calibration profile's name as it is, or a profile file inside the root: the CLI reads any
+    path it is given, and ``../../etc/passwd`` from an agent must not be read."""
+    if profile is None or profile in profile_names():
+        return profile
+    return root.resolve(profile, "profile")
+
+
 def input_files(args: ProblemArgs) -> list[str | None]:
     """The files a problem reads: no output may overwrite them (as ``solver/cli/main.py`` checks)."""
-    return [args.model if isinstance(args.model, str) else None, args.load_profile]
+    profile = args.profile if isinstance(args.profile, str) and args.profile not in profile_names() else None
+    return [args.model if isinstance(args.model, str) else None, args.load_profile, profile]
 
 
 # --- the tools ----------------------------------------------------------------------------------

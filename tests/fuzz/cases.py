@@ -23,6 +23,8 @@ GPUS = ("H100", "H200", "A100", "GB200", "L40S", "B200", "h100-sxm", "B999", "",
 HOSTILE_STRINGS = (
     "", " ", "x\ntouch PWNED", "$(touch PWNED)", "`id`", "/etc/passwd", "../../x", "-rf", "a" * 300, "\x00",
     "\u202e", "é", "nan", "inf", "-inf", "1e309", "0x10", "1_000", "٣", "NaN",
+    # issue 14, acceptance 5: fullwidth and Arabic-Indic digits, terminal escapes, a bell, a lone surrogate
+    "８", "٨xH100", "\x1b[31mred", "org/na\x07me",
 )
 HOSTILE_NUMBERS: tuple[object, ...] = (
     0, -1, 1, 2, 3, 7, 64, 1000, 2**31, 2**53 + 1, 2**63, 2**64, -(2**63), 10**30, 1.5, -0.0, 1e308, True, False,
@@ -50,6 +52,7 @@ def _number_text(rng: random.Random) -> str:
     return rng.choice([
         "0", "-1", "1", "2", "3", "4", "8", "16", "64", "128", "1024", "16384", "65536", "1e13", "1e30", "1e300",
         "nan", "inf", "-inf", "0.5", "1.5", "abc", "", " 1", "1e-300", str(2**63), "9" * 30, "9" * 5000,
+        "８", "١٠٢٤", "-0", "1e400", "5e-324", "0x8", "8 ",
         str(rng.randint(-10, 10**6)), repr(rng.uniform(-1, 1e6)),
     ])
 
@@ -97,7 +100,11 @@ def _json_text(data: object, rng: random.Random) -> str:
         return "[" * n + "]" * n
     if rng.random() < 0.03:
         return json.dumps(data)[: rng.randint(0, 200)]
-    return json.dumps(data, allow_nan=True)
+    text = json.dumps(data, allow_nan=True)
+    if isinstance(data, dict) and data and rng.random() < 0.04:  # a key given twice, the second value hostile
+        key = rng.choice(sorted(data))
+        text = text[:-1] + f", {json.dumps(key)}: {json.dumps(rng.choice(HOSTILE_NUMBERS), allow_nan=True)}}}"
+    return text
 
 
 def config_case(rng: random.Random, command: str) -> Case:
@@ -193,9 +200,22 @@ def load_profile_case(rng: random.Random, command: str) -> Case:
     return Case(command, argv, {name: _encode(body, rng)}, "load-profile")
 
 
+def with_cycle(dag: dict[str, object], rng: random.Random) -> dict[str, object]:
+    """The DAG with one edge's reverse added: a cycle through two nodes (or a self-loop)."""
+    edges = dag.get("edges")
+    if not isinstance(edges, list) or not edges or not isinstance(edges[0], dict):
+        return dag
+    edge = dict(rng.choice(edges))
+    if rng.random() < 0.2:
+        edge["target"] = edge.get("source")
+    else:
+        edge["source"], edge["target"] = edge.get("target"), edge.get("source")
+    return {**dag, "edges": [*edges, edge]}
+
+
 def dag_case(rng: random.Random, base: dict[str, object]) -> Case:
-    data: object = base
-    for _ in range(rng.randint(1, 3)):
+    data: object = with_cycle(base, rng) if rng.random() < 0.15 else base
+    for _ in range(rng.randint(0 if data is not base else 1, 3)):
         data = mutate_json(data, rng)
     argv = ["validate", "{dir}/dag.json"]
     if rng.random() < 0.5:
@@ -225,7 +245,8 @@ def calibration_case(rng: random.Random) -> Case:
             del rows[0][rng.randrange(len(rows[0]))]
         else:
             c = rng.randrange(len(rows[r]))
-            rows[r][c] = rng.choice(HOSTILE_STRINGS + ("Llama-3.1-8B", "H100-SXM-80GB", "-1", "0", "inf", "1e400"))
+            rows[r][c] = rng.choice(HOSTILE_STRINGS + ("Llama-3.1-8B", "H100-SXM-80GB", "-1", "0", "inf", "1e400",
+                                                       "nan", "NaN", "-inf", "-0", "５"))
     out = io.StringIO()
     csv.writer(out).writerows(rows)
     argv = ["calibrate", "{dir}/points.csv", "--out", rng.choice(["{dir}/p.json", "{dir}/points.csv", "{dir}/no/p.json",
@@ -233,9 +254,44 @@ def calibration_case(rng: random.Random) -> Case:
     return Case("calibrate", argv, {"points.csv": _encode(out.getvalue(), rng)}, "calibration")
 
 
+PROFILE_EXTREMES: tuple[object, ...] = (5e-324, 1e-300, 1e308, 2**70, 10**30, -0.0, True, False, float("nan"),
+                                         float("inf"), "0.5", None, [], 0)
+
+
+def profile_file_case(rng: random.Random, command: str) -> Case:
+    """A calibration profile file (``--profile FILE``) with fields at extremes."""
+    data: dict[str, object] = json.loads((SHARED / "hardware" / "profiles" / "h100-sxm-vllm.json").read_text())
+    data["name"] = "fuzzed"
+    for _ in range(rng.randint(1, 3)):
+        data[rng.choice(sorted(data))] = rng.choice(PROFILE_EXTREMES)
+    argv = [command, "--model", rng.choice(SMALL_MODELS), "--cluster", "2xH100", "--profile", "{dir}/profile.json"]
+    argv += ["--tp", "2"] if command == "evaluate" else ["--objective", rng.choice(["latency", "throughput"])]
+    if command == "solve":
+        argv += ["--no-runner-up"]
+    return Case(command, argv, {"profile.json": _encode(_json_text(data, rng), rng)}, "profile-file")
+
+
+# Output paths a command must refuse before any work (or write correctly): pseudo-filesystems, a full
+# device, a directory, a missing folder, an input, and two options naming one file.
+OUTPUT_PATHS = ("/proc/x.json", "/sys/x.html", "/dev/full", "/proc/self/status", "{dir}", "{dir}/no/x.json",
+                "{dir}/config.json", "{dir}/x.json", "{dir}/./x.json", "", "{dir}/x.exe")
+
+
+def output_case(rng: random.Random, command: str) -> Case:
+    """Outputs at hostile paths (solve's --dag, --report, --experts-out; evaluate's --experts-out)."""
+    options = ["--experts-out"] if command == "evaluate" else ["--dag", "--report", "--experts-out"]
+    argv = [command, "--model", "{dir}/config.json", "--cluster", "2xH100"]
+    argv += ["--tp", "2"] if command == "evaluate" else ["--no-runner-up"]
+    for option in rng.sample(options, rng.randint(1, len(options))):
+        argv += [option, rng.choice(OUTPUT_PATHS)]
+    config = json.dumps(preset_config(rng.choice(("qwen3-30b-a3b", "mixtral-8x7b"))))
+    return Case(command, argv, {"config.json": config.encode()}, "outputs")
+
+
 GENERATORS: dict[str, list[Callable[[random.Random], Case]]] = {
     command: [lambda rng, f=f, c=command: f(rng, c)
-              for f in (config_case, cluster_case, numeric_case, stages_case, load_profile_case)]
+              for f in (config_case, cluster_case, numeric_case, stages_case, load_profile_case, profile_file_case)]
+    + ([lambda rng, c=command: output_case(rng, c)] if command != "enumerate" else [])
     for command in ("solve", "evaluate", "enumerate")
 }
 

@@ -41,7 +41,7 @@ CASES = [
     ("unknown-engine", ["solve", "--emit", "tgi"], BAD_INPUT, "--emit"),
     ("unknown-engine-option", ["evaluate", *LLAMA_8B, "--engine", "tgi"], BAD_INPUT, "--engine"),
     ("emit-other-engine", ["solve", *LLAMA_8B, "--engine", "vllm", "--emit", "sglang"], BAD_INPUT, "--engine vllm"),
-    ("profile-file-not-json", ["evaluate", *LLAMA_8B, "--profile", "{bad_json}"], BAD_INPUT, "not JSON"),
+    ("profile-file-not-json", ["evaluate", *LLAMA_8B, "--profile", "{bad_json}"], BAD_INPUT, "not valid JSON"),
     ("profile-file-not-a-profile", ["evaluate", *LLAMA_8B, "--profile", "{thin_json}"], BAD_INPUT, "profile name"),
     ("report-into-missing-dir", ["solve", "--report", "{missing_dir}/plan.html"], BAD_INPUT, "does not exist"),
     ("enumerate-report-into-missing-dir", ["enumerate", *LLAMA_8B, "--report", "{missing_dir}/x.html"], BAD_INPUT,
