@@ -122,7 +122,14 @@ class Profile(BaseModel):
     request_overhead_ms: NonNegativeFloat = Field(
         default=0.0,
         description="per served request outside the engine's iterations (HTTP front end, tokenisation, "
-        "detokenisation), added to the TTFT of online serving (empirical)",
+        "scheduling, detokenisation), added to every TTFT as users measure it (empirical, fitted per engine)",
+    )
+    ttft_queue_share: NonNegativeFloat = Field(
+        default=0.0,
+        le=0.5,
+        description="share of the other in-flight prompts whose prefill a new prompt waits behind under load: "
+        "0 when arrivals are evenly spread, 0.5 when every request arrives with all the others at once "
+        "(empirical, fitted per engine on closed-loop runs; DESIGN.md 'Latency as users measure it')",
     )
     # Memory.
     usable_memory_fraction: PositiveFloat = Field(le=1, description="share of HBM weights + KV + activations may use")

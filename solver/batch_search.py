@@ -145,10 +145,13 @@ class _Branching:
         batch = S * o.attn_dp * q
         best: int | None = None
         for dmax, pmax in f.points:
-            # Another chunk's slowest prefill stage per prompt may be shorter: its share is then unbounded below.
+            # Another chunk's slowest prefill stage per prompt may be shorter: its share (TPOT) and queue (TTFT)
+            # are then unbounded below. The own-prompt share ceil(prefill / chunk) stays a floor at the node's
+            # chunk: a larger chunk's prefill is at least q0's (f.prefill_ns), divided by the same chunk.
             share_stage = pmax if chunk == f.chunk else 0
             load: UnderLoad = under_load(
-                f.prefill_ns, max(round_floor, S * dmax), share_stage, batch, self.osl, chunk, f.steps
+                f.prefill_ns, max(round_floor, S * dmax), share_stage, batch, self.osl, chunk, f.steps,
+                self.oracle.stack,
             )
             if self.oracle.within_limits(load) and (best is None or load.e2e_ns < best):
                 best = load.e2e_ns

@@ -140,5 +140,5 @@ class _Sums:
         """A lower bound on e2e of any split into S stages, or None when even it breaks a TTFT or TPOT limit."""
         prefill = self.prefill + self.sends_prefill[S - 1]
         decode = self.decode + self.sends_decode[S - 1]
-        load = under_load(prefill, decode, -(-prefill // S), batch, oracle.osl, self.chunk, self.steps)
+        load = under_load(prefill, decode, -(-prefill // S), batch, oracle.osl, self.chunk, self.steps, oracle.stack)
         return load.e2e_ns if oracle.within_limits(load) else None

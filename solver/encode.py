@@ -28,7 +28,7 @@ from ortools.sat.python.cp_model import IntVar, LinearExpr, LiteralT
 from shardplan.rules.base import Rule
 from shardplan.rules.catalog import rules_for
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.cost.evaluate import PER_MILLE, ServingStack, resolve_profile
 from shardplan.solver.cost.operators import LayerKind
 from shardplan.solver.interruptible import InterruptibleSolver
 from shardplan.solver.search_base import check_switches
@@ -243,26 +243,39 @@ class Encoding:
         """TTFT, TPOT and e2e as users measure them at concurrency C = the batch: exactly
         ``evaluate``'s ``under_load`` (solver/cost/evaluate.py) on the same integer times.
 
-        tpot = round + ceil((C - 1) x slowest prefill stage / (OSL x chunk)); ttft = prefill +
-        [C > 1] ceil((2 steps + 1) x round / 2); e2e = ttft + (OSL - 1) x tpot. Every term grows with
-        the round and the slowest prefill stage, which the encoding bounds from below only: no
+        tpot = round + ceil((C - 1) x slowest prefill stage / (OSL x chunk)); ttft = ceil(prefill /
+        chunk) + [C > 1] ceil((2 steps + 1) x round / 2) + ceil(share‰ x (C - 1) x slowest prefill stage
+        / (1000 x chunk)) + the fixed cost per request; e2e = ttft + (OSL - 1) x tpot. Every term grows
+        with the round and the slowest prefill stage, which the encoding bounds from below only: no
         objective or limit gains from a longer one, so at an optimum they sit at their true values.
         """
         cp, osl, t = self.cp, self.problem.workload.osl, self.tables
+        stack = ServingStack.of(t.profile or resolve_profile(self.problem))
         decided = isinstance(self.batch, IntVar)
         batch_hi = self.num_gpus * self.space.batch_limit if decided else self.space.fixed_batch
         chunks = sorted({e.chunk for e in t.time.values()})
         self.share_hi = (batch_hi - 1) * self.hi // (osl * chunks[0]) + 1
         steps_hi = max(2 * e.steps + 1 for e in t.time.values())
         wait_hi = steps_hi * self.round_hi // 2 + 1
+        queue_hi = stack.queue_per_mille * (batch_hi - 1) * self.hi // (PER_MILLE * chunks[0]) + 1
         self.tpot_hi = self.round_hi + self.share_hi
-        self.ttft_hi = self.hi + wait_hi
+        self.ttft_hi = self.hi + wait_hi + queue_hi + stack.overhead_ns
         self.e2e_hi = self.ttft_hi + (osl - 1) * self.tpot_hi
         self.share = cp.new_int_var(0, self.share_hi, "prefill_share")
         self.wait = cp.new_int_var(0, wait_hi, "ttft_wait")
+        self.queue = cp.new_int_var(0, queue_hi, "ttft_queue")
+        # own = ceil(prefill / chunk): the prompt's share of its chunk through every stage, exactly.
+        chunk_var = cp.new_int_var(chunks[0], chunks[-1], "chunk")
+        cp.add(chunk_var == self._table_sum(lambda e: e.chunk))
+        own = cp.new_int_var(0, self.hi, "own_prefill")
+        own_paid = cp.new_int_var(0, chunks[-1] * self.hi, "chunk*own_prefill")
+        cp.add_multiplication_equality(own_paid, [chunk_var, own])
+        cp.add(own_paid >= self.prefill)
+        cp.add(own_paid - chunk_var < self.prefill)
         if batch_hi <= 1:  # one request: nothing else's prefill, nothing to wait for
             cp.add(self.share == 0)
             cp.add(self.wait == 0)
+            cp.add(self.queue == 0)
         else:
             # share = ceil(others x slowest prefill / (OSL x chunk)), others = C - 1, exactly.
             others = cp.new_int_var(0, batch_hi - 1, "other_requests")
@@ -275,6 +288,11 @@ class Encoding:
             cp.add_multiplication_equality(paid, [chunk_osl, self.share])
             cp.add(paid >= work)
             cp.add(paid - chunk_osl < work)
+            # queue = ceil(share‰ x others x slowest prefill / (1000 x chunk)), exactly (0 when share‰ is 0).
+            queued = cp.new_int_var(0, chunks[-1] * queue_hi, "chunk*queue")
+            cp.add_multiplication_equality(queued, [chunk_var, self.queue])
+            cp.add(PER_MILLE * queued >= stack.queue_per_mille * work)
+            cp.add(PER_MILLE * (queued - chunk_var) < stack.queue_per_mille * work)
             # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request: one
             # linear row per value of k (a handful), enforced by the pairs that have it. Every
             # objective and limit prefers a shorter wait, so at an optimum it is exactly the ceiling.
@@ -292,7 +310,7 @@ class Encoding:
                 cp.add(sum(lits) == chosen)
                 cp.add(2 * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
         self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
-        self.ttft = self._new("ttft", self.prefill + self.wait, hi=self.ttft_hi)
+        self.ttft = self._new("ttft", own + self.wait + self.queue + stack.overhead_ns, hi=self.ttft_hi)
         self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)
 
     def _stage_time(

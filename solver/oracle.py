@@ -19,7 +19,7 @@ from shardplan.rules.base import ShapeRule
 from shardplan.rules.catalog import rules_for
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
-from shardplan.solver.cost.evaluate import UnderLoad, under_load
+from shardplan.solver.cost.evaluate import ServingStack, UnderLoad, resolve_profile, under_load
 from shardplan.solver.space import BatchOption, Shape
 from shardplan.solver.tables import Tables
 
@@ -74,6 +74,7 @@ class Oracle:
         self.shape_rules = [r for r in in_force if isinstance(r, ShapeRule)]
         self.pins = p.pins
         self.osl = p.workload.osl
+        self.stack = ServingStack.of(tables.profile or resolve_profile(p))  # TTFT's queue share and fixed cost
 
     # --- the space --------------------------------------------------------------------------
     def shapes(self) -> Iterator[Shape]:
@@ -193,7 +194,7 @@ class Oracle:
         dsum = sum(L_k[k] * e.decode[k] for k in t.kinds) + e.first_decode + e.last_decode + sends_d
         b = self.batch_of(o, opt, S)
         rnd = max(dsum, min(S, b) * dmax)
-        load = under_load(prefill, rnd, pmax, b, self.osl, e.chunk, e.steps)
+        load = under_load(prefill, rnd, pmax, b, self.osl, e.chunk, e.steps, self.stack)
         layout = Layout(
             dp=dp, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp,
             stages=tuple((bounds[i], bounds[i + 1]) for i in range(S)), batch=b,

@@ -59,6 +59,19 @@ from shardplan.solver.cost.calibration.engine_fit import (
 )
 from shardplan.solver.cost.calibration.fit import write_profile
 from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
+from shardplan.solver.cost.calibration.ttft_fit import (
+    TTFT_BOUNDS,
+    TTFT_FIELDS,
+    TtftRun,
+    fit_ttft,
+    leave_one_band_out,
+    median_abs,
+    ttft_run,
+    with_ttft_fields,
+)
+from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
+from shardplan.solver.cost.calibration.ttft_fit import errors as ttft_errors
+from shardplan.solver.cost.calibration.ttft_fit import leave_one_model_out as ttft_leave_one_model_out
 from shardplan.solver.cost.evaluate import fits
 from shardplan.solver.placement.plan import place_and_price
 
@@ -376,6 +389,43 @@ def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[
     return held
 
 
+def ttft_runs(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[str, list[TtftRun]]:
+    """Per engine, its runs on the GPUs that have an engine profile, each priced with that profile
+    less its two TTFT fields (the runs the fields are fitted and checked on)."""
+    out: dict[str, list[TtftRun]] = defaultdict(list)
+    for (engine, gpu), runs in groups.items():
+        profile = profile_for_gpu(gpu, cast(Engine, engine))
+        if profile.engine_default and profile.engine == engine:
+            out[engine] += [ttft_run(r, profile) for r in runs]
+    return dict(out)
+
+
+def refit_ttft(by_engine: dict[str, list[TtftRun]]) -> None:
+    """Fit one (ttft_queue_share, request_overhead_ms) pair per engine and write it into each of the
+    engine's profiles (their TPOT fields untouched)."""
+    for engine, runs in by_engine.items():
+        share, overhead = fit_ttft(runs)
+        error = median_abs(ttft_errors(runs, share, overhead))
+        for p in list_profiles():
+            if p.engine_default and p.engine == engine:
+                write_profile(with_ttft_fields(p, share, overhead, len(runs), error))
+        print(f"  {engine}: ttft_queue_share {share:g}, request_overhead_ms {overhead:g} "
+              f"({len(runs)} runs, median |TTFT error| {error:.1%})")
+
+
+def print_ttft_holdout(by_engine: dict[str, list[TtftRun]]) -> None:
+    """In-sample, leave-one-model-out and leave-one-concurrency-band-out median |TTFT error| per engine."""
+    print("TTFT fields (one pair per engine): in sample, leave one model out, leave one concurrency band out")
+    for engine, runs in by_engine.items():
+        share, overhead = fit_ttft(runs)
+        held = ttft_leave_one_model_out(runs)
+        bands = leave_one_band_out(runs)
+        band_cells = "  ".join(f"c {b} {median_abs(e):.1%} ({len(e)})" for b, e in bands.items())
+        every_band = [e for errs in bands.values() for e in errs]
+        print(f"  {engine:8s} {len(runs):4d} runs  in sample {median_abs(ttft_errors(runs, share, overhead)):.1%}  "
+              f"model out {median_abs(held):.1%}  band out {median_abs(every_band):.1%} [{band_cells}]")
+
+
 def print_engine_fields() -> None:
     """Every engine profile's fitted fields beside their physical range; a value at a bound is flagged."""
     print("engine profiles: fitted fields and their physical ranges (* at a bound)")
@@ -386,7 +436,11 @@ def print_engine_fields() -> None:
         for f in ENGINE_FIELDS:
             value, (lo, hi) = getattr(p, f), ENGINE_BOUNDS[f]
             cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if at_bound(f, value) else ''}")
-        print(f"  {p.name:24s} {p.fit_rows:4d} runs  " + "  ".join(cells) + f"  ({len(ENGINE_FIELDS)} fields fitted)")
+        for f in TTFT_FIELDS:
+            value, (lo, hi) = getattr(p, f), TTFT_BOUNDS[f]
+            cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if ttft_at_bound(f, value) else ''}")
+        print(f"  {p.name:24s} {p.fit_rows:4d} runs  " + "  ".join(cells)
+              + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile, {len(TTFT_FIELDS)} TTFT fields per engine)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,19 +448,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
     ap.add_argument("--refit", action="store_true",
                     help="fit the engine profiles to the runs and rewrite hardware/profiles/*-ENGINE.json first")
-    ap.add_argument("--holdout", action="store_true", help="also the leave-one-model-out TPOT check")
+    ap.add_argument("--refit-ttft", action="store_true",
+                    help="fit the two TTFT fields per engine and rewrite them in the engine profiles first "
+                    "(--refit does this too, after the TPOT fields)")
+    ap.add_argument("--holdout", action="store_true",
+                    help="also the leave-one-model-out TPOT and TTFT checks and the leave-one-band-out TTFT check")
     args = ap.parse_args(argv)
     runs, skipped = load_runs(args.points)
-    if args.refit or args.holdout:
+    if args.refit or args.refit_ttft or args.holdout:
         groups = engine_runs(runs)
         if args.refit:
             refit(groups)
             reload_profiles()  # price below with the profiles just written
+        if args.refit or args.refit_ttft:
+            refit_ttft(ttft_runs(groups))
+            reload_profiles()
         if args.holdout:
             print("leave one model out (engine fields fitted on the GPU's other models):")
             for engine, errors in leave_one_model_out(groups).items():
                 held = _median([abs(e) for e in errors])
                 print(f"  {engine:10s} {len(errors):4d} runs  median |TPOT error| {held:.1%}")
+            print_ttft_holdout(ttft_runs(groups))
     print_engine_fields()
     print(f"{len(runs)} runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
           + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))

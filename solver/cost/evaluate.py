@@ -18,10 +18,15 @@ per replica, closed loop, steady state):
 - **TPOT** as users measure it: while a request decodes, the other C - 1 requests finish and are
   replaced at one per OSL rounds each, and their prompts are prefilled chunk after chunk in the same
   steps, so a token costs ``tpot = round + ceil((C - 1) x slowest chunk stage / (OSL x p))``;
-- **TTFT** as users measure it: the prompt's chunk through every stage; under load (C > 1) its
-  ``n`` = ceil(ISL / the token budget the decode tokens leave) chunk steps each also carry a decode
-  round, and it waits half a step on arrival: ``ttft = prefill + ceil((2n + 1) x round / 2)``. At
-  C = 1 it is the bare prefill and TPOT the bare round;
+- **TTFT** as users measure it: the prompt's own share of its chunk through every stage
+  (``ceil(prefill / p)``: in closed-loop steady state arrivals are staggered, so a prompt is not
+  prefilled with ``p`` others that arrived with it); under load (C > 1) its ``n`` = ceil(ISL / the
+  token budget the decode tokens leave) chunk steps each also carry a decode round, and it waits half
+  a step on arrival (``ceil((2n + 1) x round / 2)``); it queues behind the prefill of a share ``k`` of
+  the other C - 1 prompts in flight, one slowest chunk stage per ``p`` of them
+  (``ceil(k x (C - 1) x slowest chunk stage / p)``, ``k`` = the profile's ``ttft_queue_share``); and the
+  serving stack adds its fixed cost per request (``request_overhead_ms``: front end, tokenisation,
+  scheduling). At C = 1 it is the bare prefill plus that fixed cost, and TPOT the bare round;
 - **e2e** = TTFT + (OSL - 1) x TPOT; **throughput** = dp x C x OSL / e2e (Little's law, exactly).
 """
 
@@ -84,34 +89,66 @@ def prefill_steps(problem: Problem, profile: Profile, micro: int, attn_dp: int) 
     return -(-problem.workload.isl // left)
 
 
+PER_MILLE = 1000  # ttft_queue_share enters the integer model in thousandths
+
+
+@dataclass(frozen=True)
+class ServingStack:
+    """What a request's TTFT carries beyond the engine's steps, in the integers the solver uses: the
+    profile's ``ttft_queue_share`` in thousandths and ``request_overhead_ms`` in nanoseconds."""
+
+    queue_per_mille: int
+    overhead_ns: int
+
+    @classmethod
+    def of(cls, profile: Profile) -> ServingStack:
+        return cls(round(profile.ttft_queue_share * PER_MILLE), round(profile.request_overhead_ms * 1e6))
+
+
+NO_STACK = ServingStack(0, 0)  # the bare engine: no queue share, no fixed cost per request
+
+
 @dataclass(frozen=True)
 class UnderLoad:
     """Latency as users measure it at concurrency C, in integer nanoseconds (DESIGN.md)."""
 
     decode_step_ns: int  # one decode round, no prefill
     prefill_share_ns: int  # the other requests' prefill each token shares a step with
+    own_prefill_ns: int  # the prompt's share of its chunk through every stage
     wait_ns: int  # the chunk steps' decode rounds and half a step on arrival (0 at C = 1)
+    queue_ns: int  # the other prompts' prefill it waits behind (0 at C = 1)
+    overhead_ns: int  # the serving stack's fixed cost per request
     ttft_ns: int
     tpot_ns: int
     e2e_ns: int
 
 
 def under_load(
-    prefill_ns: int, round_ns: int, slowest_chunk_ns: int, batch: int, osl: int, chunk: int, steps: int
+    prefill_ns: int, round_ns: int, slowest_chunk_ns: int, batch: int, osl: int, chunk: int, steps: int,
+    stack: ServingStack,
 ) -> UnderLoad:
     """The user-measured latencies from one plan's integer times (the solver encodes exactly this):
     ``prefill_ns`` the prompt's chunk through every stage, ``round_ns`` a decode round, the slowest
-    stage's chunk, C = ``batch``, ``chunk`` prompts per chunk, ``steps`` chunk steps per prompt.
+    stage's chunk, C = ``batch``, ``chunk`` prompts per chunk, ``steps`` chunk steps per prompt,
+    ``stack`` the profile's queue share and fixed cost per request.
 
-    >>> under_load(100, 10, 40, 1, 5, 1, 1)  # one request: bare prefill and rounds
-    UnderLoad(decode_step_ns=10, prefill_share_ns=0, wait_ns=0, ttft_ns=100, tpot_ns=10, e2e_ns=140)
-    >>> under_load(100, 10, 40, 3, 5, 1, 1).tpot_ns  # 10 + ceil(2 x 40 / 5)
+    >>> under_load(100, 10, 40, 1, 5, 1, 1, NO_STACK)  # one request: bare prefill and rounds
+    UnderLoad(decode_step_ns=10, prefill_share_ns=0, own_prefill_ns=100, wait_ns=0, queue_ns=0, overhead_ns=0, \
+ttft_ns=100, tpot_ns=10, e2e_ns=140)
+    >>> under_load(100, 10, 40, 3, 5, 1, 1, NO_STACK).tpot_ns  # 10 + ceil(2 x 40 / 5)
     26
+    >>> load = under_load(100, 10, 40, 3, 5, 2, 1, ServingStack(250, 7))  # C = 3, chunks of 2 prompts
+    >>> load.own_prefill_ns, load.wait_ns, load.queue_ns  # ceil(100 / 2), ceil(3 x 10 / 2), ceil(0.25 x 2 x 40 / 2)
+    (50, 15, 10)
+    >>> load.ttft_ns  # 50 + 15 + 10 + 7
+    82
     """
     share = -(-(batch - 1) * slowest_chunk_ns // (osl * chunk))
+    own = -(-prefill_ns // chunk)
     wait = 0 if batch <= 1 else -(-(2 * steps + 1) * round_ns // 2)
-    ttft, tpot = prefill_ns + wait, round_ns + share
-    return UnderLoad(round_ns, share, wait, ttft, tpot, ttft + (osl - 1) * tpot)
+    queue = -(-stack.queue_per_mille * (batch - 1) * slowest_chunk_ns // (PER_MILLE * chunk))
+    ttft, tpot = own + wait + queue + stack.overhead_ns, round_ns + share
+    return UnderLoad(round_ns, share, own, wait, queue, stack.overhead_ns, ttft, tpot, ttft + (osl - 1) * tpot)
 
 
 @dataclass(frozen=True)
@@ -279,7 +316,8 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec, strict=True)))
     slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk, strict=True))
     steps = prefill_steps(problem, profile, micro, layout.attn_dp)
-    load = under_load(sum(chunk_ns) + sum(send_chunk), round_ns, slowest_chunk_ns, batch, wl.osl, chunk, steps)
+    prefill_ns = sum(chunk_ns) + sum(send_chunk)
+    load = under_load(prefill_ns, round_ns, slowest_chunk_ns, batch, wl.osl, chunk, steps, ServingStack.of(profile))
     tokens_per_s = layout.dp * batch * wl.osl * NS_PER_S / load.e2e_ns
     metrics = Metrics(
         ttft_ms=load.ttft_ns / 1e6,

@@ -6,7 +6,8 @@ One function per kind of measurement, each a plain reading of what the source me
   the most output tokens/s among those that fit in memory, prefill interleaved (in-flight batching);
 - static batching at a stated batch (v0.9, per GPU): ``batch x OSL / e2e / GPUs``, e2e being the
   batch's prefill plus OSL decode steps at the mean context;
-- TTFT at batch 1, Splitwise's prefill time of a batch: ``ttft_ms`` at that batch; Splitwise's
+- TTFT at batch 1: ``ttft_ms``; Splitwise's prefill time of a batch: the iteration that prefills its
+  chunk (``_prefill_iteration_ms``, the whole chunk, not one prompt's share of it); Splitwise's
   mean decode time per token: ``tpot_ms`` at the stated batch (mean context ISL + OSL/2);
 - online serving at an offered rate (Little's law): the concurrency N solves
   ``N = rate x e2e(N)``, with ``ITL = one steady-state cycle at N`` (decode plus the prefill it
@@ -25,6 +26,8 @@ import math
 from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
+from shardplan.rules.layout import Layout
+from shardplan.rules.problem import Problem
 from shardplan.solver.cost.calibration.points import Point
 from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, resolve_profile
 
@@ -51,13 +54,25 @@ def predict(point: Point, profile: Profile | None = None) -> Measure:
         return _max_throughput(point, profile)
     if metric == "output_tokens_per_s_per_gpu":
         return _static_throughput(point, profile)
-    if metric in ("ttft_ms", "prefill_time_ms"):
+    if metric == "ttft_ms":
         pred = evaluate(point.problem, point.layout, profile)
         return Measure(pred.metrics.ttft_ms, profile.name, point.layout.batch)
+    if metric == "prefill_time_ms":
+        return Measure(_prefill_iteration_ms(point.problem, point.layout, profile), profile.name, point.layout.batch)
     if metric == "decode_time_per_token_ms":
         pred = evaluate(point.problem, point.layout, profile)
         return Measure(pred.metrics.tpot_ms, profile.name, point.layout.batch)
     raise ValueError(f"no prediction for metric {metric!r}")
+
+
+def _prefill_iteration_ms(problem: Problem, layout: Layout, profile: Profile) -> float:
+    """An iteration that prefills the batch's chunk, as a table times it: the whole chunk through
+    every stage plus the decode rounds its steps carry. Not the TTFT a user measures, which is the
+    prompt's share of the chunk, its queue and the serving stack's fixed cost (``under_load``)."""
+    bare = evaluate(problem, layout, profile.model_copy(update={"ttft_queue_share": 0.0, "request_overhead_ms": 0.0}))
+    prefill_ns = round(bare.prefill_ms * 1e6)
+    own_ms = -(-prefill_ns // bare.prefill_chunk) / 1e6
+    return bare.prefill_ms + bare.metrics.ttft_ms - own_ms
 
 
 def _max_throughput(point: Point, profile: Profile) -> Measure:
@@ -69,8 +84,10 @@ def _max_throughput(point: Point, profile: Profile) -> Measure:
 
 def _static_throughput(point: Point, profile: Profile) -> Measure:
     pred = evaluate(point.problem, point.layout, profile)
-    m = pred.metrics
-    per_gpu = point.layout.dp * m.batch * point.problem.workload.osl / (m.e2e_ms / 1e3) / point.num_gpus
+    m, osl = pred.metrics, point.problem.workload.osl
+    # A static batch prefills all its prompts first: the whole chunk, not one prompt's share of it.
+    e2e_ms = _prefill_iteration_ms(point.problem, point.layout, profile) + (osl - 1) * m.tpot_ms
+    per_gpu = point.layout.dp * m.batch * osl / (e2e_ms / 1e3) / point.num_gpus
     return Measure(per_gpu, profile.name, m.batch, fits=pred.fits)
 
 
@@ -91,8 +108,12 @@ class _Iteration:
 
 def _iteration(point: Point, profile: Profile, batch: int) -> _Iteration:
     """Steady state at ``batch`` sequences per replica: every cycle each of them gains a token."""
-    pred = evaluate(point.problem, point.layout.model_copy(update={"batch": batch}), profile)
-    cycle = batch * point.layout.dp / pred.metrics.output_tokens_per_s * 1e3
+    at = point.layout.model_copy(update={"batch": batch})
+    pred = evaluate(point.problem, at, profile)
+    # The steps a sequence lives through, per token: its chunk's iteration, then OSL - 1 decode steps
+    # (the queue and fixed cost of a user's TTFT are this function's caller's to add, at the offered rate).
+    osl = point.problem.workload.osl
+    cycle = (_prefill_iteration_ms(point.problem, at, profile) + (osl - 1) * pred.metrics.tpot_ms) / osl
     return _Iteration(cycle, pred.metrics.tpot_ms)
 
 
@@ -109,7 +130,9 @@ def _serving_state(point: Point, profile: Profile) -> _ServingState:
     top = max_batch(point.problem, layout, profile)
     if top == 0:
         return _ServingState(0, 0.0, 0.0, 0.0, fits=False)
+    # The bare prefill: evaluate's TTFT at one request carries the fixed cost per request, added below.
     prompt = evaluate(point.problem, layout.model_copy(update={"batch": 1}), profile).metrics.ttft_ms
+    prompt -= profile.request_overhead_ms
     per_replica = rate / layout.dp
 
     def ttft(it: _Iteration) -> float:
@@ -148,10 +171,12 @@ def _burst_capacity_rps(point: Point, profile: Profile, top: int) -> float:
     wl, layout = point.problem.workload, point.layout
     requests = math.ceil(SERVING_REQUESTS / layout.dp)
     b = min(requests, top)
-    pred = evaluate(point.problem, layout.model_copy(update={"batch": b}), profile)
+    wave = layout.model_copy(update={"batch": b})
+    pred = evaluate(point.problem, wave, profile)
     chunk_tokens = pred.prefill_chunk * wl.isl
     prefill_iterations = math.ceil(b * wl.isl / chunk_tokens)
-    wave_ms = prefill_iterations * pred.metrics.ttft_ms + (prefill_iterations + wl.osl) * pred.metrics.tpot_ms
+    iteration_ms = _prefill_iteration_ms(point.problem, wave, profile)
+    wave_ms = prefill_iterations * iteration_ms + (prefill_iterations + wl.osl) * pred.metrics.tpot_ms
     waves = math.ceil(requests / b)
     return layout.dp * requests / (waves * wave_ms / 1e3)
 

@@ -43,7 +43,8 @@ def test_a_tpot_limit_that_stops_the_batch_binds():
 
 
 def test_latency_plan_slack_and_pins():
-    plan = solved(model="llama-3.1-8b", cluster="2xH100", ttft_ms=50, pins={"tp": 1})
+    # 150 ms: the bare prefill and the default vLLM profile's 82 ms fixed cost per request fit well inside it.
+    plan = solved(model="llama-3.1-8b", cluster="2xH100", ttft_ms=150, pins={"tp": 1})
     found = binding_constraints(plan)
     statuses = {f.constraint: f.status for f in found}
     assert statuses["ttft"] == "slack" and statuses["memory"] == "slack"

@@ -18,6 +18,8 @@ from shardplan.solver.cost.calibration.engine_fit import (
     at_bound,
     fit_engine,
 )
+from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
+from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.evaluate import evaluate
 
 # Fields the stored fit left at a bound: with the KV stream, the attention kernel's fixed time and the per-rank
@@ -49,9 +51,19 @@ def test_engine_fields_are_inside_their_physical_range(profile: Profile):
 
 
 @pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
+def test_ttft_fields_are_inside_their_physical_range_and_shared_by_the_engine(profile: Profile):
+    for field in TTFT_FIELDS:
+        lo, hi = TTFT_BOUNDS[field]
+        value = getattr(profile, field)
+        assert lo <= value <= hi and not ttft_at_bound(field, value), (field, value)
+        # one pair per engine: the serving stack's, not the GPU's
+        assert {getattr(p, field) for p in ENGINE_PROFILES if p.engine == profile.engine} == {value}
+
+
+@pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
 def test_engine_profiles_keep_the_gpu_hardware_fields(profile: Profile):
     base = next(p for p in list_profiles() if p.default and p.gpu == profile.gpu)
-    own = set(ENGINE_FIELDS) | set(ENGINE_LIMITS[profile.engine]) | METADATA | OP_TERMS
+    own = set(ENGINE_FIELDS) | set(TTFT_FIELDS) | set(ENGINE_LIMITS[profile.engine]) | METADATA | OP_TERMS
     for field in Profile.model_fields:
         if field not in own:
             assert getattr(profile, field) == getattr(base, field), field
