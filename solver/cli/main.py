@@ -6,6 +6,7 @@ Every command has ``--json``. Errors never show a traceback: bad input prints on
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -548,6 +549,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with cli.make_context("shardplan", args) as ctx:
             cli.invoke(ctx)
+        if sys.stdout is not None:  # None when the caller closed it (``>&-``)
+            sys.stdout.flush()  # here, so a full disk or a failing device is reported below, not at exit
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
@@ -564,12 +567,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except KeyboardInterrupt:
         fail("interrupted", EXIT_INTERRUPTED)
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            _internal_error(exc)
+        # Standard output cannot take the result (``> /dev/full``, a failing disk): nothing more can
+        # be written there, so stderr says why and the exit is the unusable-output code, not a bug's.
+        _silence_stdout()
+        fail(f"error: cannot write standard output: {exc.strerror}", EXIT_BAD_INPUT)
     except RecursionError as exc:
         fail(error_message(exc), EXIT_BAD_INPUT)
     except Exception as exc:  # a bug: still one line, the traceback only on request
-        if os.environ.get("SHARDPLAN_DEBUG"):
-            raise
-        fail(f"internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+        _internal_error(exc)
+
+
+# errno values of a write that standard output refused (full device, quota, I/O error).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
+def _internal_error(exc: Exception) -> None:
+    """A bug: one line and the internal-error code; SHARDPLAN_DEBUG=1 re-raises for the traceback."""
+    if os.environ.get("SHARDPLAN_DEBUG"):
+        raise exc
+    fail(f"internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
 
 
 def fail(message: str, code: int) -> None:

@@ -124,3 +124,16 @@ def test_mermaid_renders_nodes_whose_replica_or_stage_mix_numbers_and_none():
     # one subgraph per (replica, phase): 0, None and "x", all in the decode phase
     assert [line.split("[")[0].strip() for line in text.splitlines() if "subgraph r" in line and "_s" not in line] == [
         "subgraph r0_decode", "subgraph rNone_decode", "subgraph rx_decode"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_full_stdout_is_one_line_and_the_unusable_output_code(tmp_path):
+    # Every write to /dev/full fails with ENOSPC: the result cannot be delivered, which is not a bug (3).
+    with open("/dev/full", "wb") as full:
+        run = subprocess.run(
+            [sys.executable, "-m", "shardplan.solver.cli", "evaluate", *SMALL, "--json"],
+            stdout=full, stderr=subprocess.PIPE, cwd=tmp_path,
+        )
+    lines = run.stderr.decode().splitlines()
+    assert run.returncode == 2
+    assert lines == ["shardplan: error: cannot write standard output: No space left on device"]
