@@ -220,8 +220,11 @@ _FILE_FLOOR = 1e-4  # efficiencies and scales: a GPU at a ten-thousandth of its 
 _FILE_LIMITS: dict[str, tuple[float, float]] = {
     **{name: (_FILE_FLOOR, 2.0) for name in (
         "gemm_efficiency", "low_precision_gemm_ratio", "attention_efficiency", "moe_efficiency", "hbm_efficiency",
-        "kv_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency",
+        "kv_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency", "low_precision_stream_ratio",
     )},
+    "attention_fixed_us": (0.0, 1e9),
+    "full_width_passes": (0.0, 1e4),  # kernels per layer over the hidden width: a handful in practice
+    "ttft_queue_share": (0.0, 1.0),  # 1: a new prompt waits for every other prompt in flight
     "collective_latency_scale": (_FILE_FLOOR, 1e4),
     "usable_memory_fraction": (_FILE_FLOOR, 1.0),
     "gemm_half_tokens": (0.0, 1e9),
@@ -232,6 +235,8 @@ _FILE_LIMITS: dict[str, tuple[float, float]] = {
     "max_num_tokens": (1, 1 << 30),
 }
 _FLAGS = ("default", "engine_default")  # the only true/false fields: elsewhere a JSON true is not a number
+# Fields a file may hold without a range: words, and the fit's own record (not used to price anything).
+_UNPRICED = ("name", "gpu", "software", "engine", "source", "fit_rows", "fit_median_abs_error", *_FLAGS)
 
 
 def profile_from_data(data: object, shown: str) -> Profile:

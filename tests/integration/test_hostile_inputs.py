@@ -14,7 +14,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from shardplan.hardware.profile import PROFILE_DIR, list_profiles, profile_from_data
+from shardplan.hardware import profile as profile_module
+from shardplan.hardware.profile import PROFILE_DIR, Profile, list_profiles, profile_from_data
 from shardplan.models import SpecError
 from shardplan.models.files import parse_json
 from shardplan.solver.dag.export import to_mermaid
@@ -68,6 +69,21 @@ def test_a_profile_file_at_an_extreme_names_the_field(tmp_path, field, value):
 def test_every_shipped_profile_is_inside_the_file_bounds():
     for profile in list_profiles():
         assert profile_from_data(json.loads(profile.model_dump_json()), profile.name) == profile
+
+
+def test_every_priced_profile_field_has_a_file_range():
+    # A field added to the profile without a range let Infinity through (attention_fixed_us: exit 3).
+    unranged = set(Profile.model_fields) - set(profile_module._FILE_LIMITS) - set(profile_module._UNPRICED)
+    assert unranged == set()
+
+
+@pytest.mark.parametrize("field", ["attention_fixed_us", "full_width_passes", "ttft_queue_share",
+                                   "low_precision_stream_ratio"])
+def test_a_new_profile_field_at_infinity_names_the_field(field):
+    data = json.loads(list_profiles()[0].model_dump_json()) | {field: float("inf")}
+    with pytest.raises(SpecError) as err:
+        profile_from_data(data, "p.json")
+    assert err.value.field == f"profile {field}"
 
 
 def test_a_fifo_as_profile_is_refused_not_waited_on(tmp_path):
