@@ -11,7 +11,10 @@ import pytest
 
 from shardplan.solver.cli import main as package_main
 
-LARGE = ["solve", "--model", "deepseek-v3", "--cluster", "512x8xH200", "--json"]  # seconds: still running
+# Many seconds of work whatever the machine (both serving modes on 512 GPUs): a signal sent at 1 s must
+# not find the process already finishing, where the interpreter's shutdown restores SIGINT's default.
+LARGE = ["solve", "--model", "qwen3-235b-a22b", "--cluster", "64x8xH200", "--serving", "auto",
+         "--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--json"]
 
 
 @pytest.mark.parametrize("after_s", [0.2, 1.0])
