@@ -297,3 +297,34 @@ def same_as_evaluated(pinned: Plan, judged: Judged, latency: bool) -> bool:
 def bare(layout: Layout) -> Layout:
     """The layout without its expert-load factors (placement detail, not a decision the pins carry)."""
     return layout.model_copy(update={"moe_load_factor": None})
+
+
+# The pinned check on layouts the matrix's optima do not reach: pipelines and attention groups whose
+# batch the engine's limit or an SLA cuts between multiples of S x attn_dp. (scenario, pins) pairs.
+PROBES: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    (dict(model="llama-3.1-8b", cluster="4xH100", objective="throughput", max_batch=45),
+     dict(dp=1, pp=3, tp=1, sp=1, attn_dp=1)),
+    (dict(model="llama-3.1-70b", cluster="8xH100", objective="throughput", max_batch=63),
+     dict(dp=1, pp=2, tp=4, sp=1, attn_dp=1)),
+    (dict(model="mixtral-8x7b", cluster="8xH100", objective="throughput", max_batch=21, tpot_ms=40.0),
+     dict(dp=1, pp=2, tp=1, sp=1, attn_dp=4)),
+    (dict(model="mixtral-8x7b", cluster="8xH100", objective="throughput", max_batch=64, tpot_ms=20.0),
+     dict(dp=1, pp=1, tp=1, sp=1, attn_dp=8)),
+]
+
+
+@dataclass(frozen=True)
+class Probe:
+    layout: Layout
+    tokens_per_s: float
+    evaluated: Judged | None
+    agree: bool
+
+
+def run_probe(scenario: dict[str, Any], pins: dict[str, Any]) -> Probe:
+    """``solve`` with ``pins`` (its boundaries then pinned too) against ``evaluate``'s best batch of that layout."""
+    first = solve(problem_of(scenario, pins))
+    pinned = solve(problem_of(scenario, pins_of(first.layout)))
+    judged = evaluate_best(problem_of(scenario), bare(pinned.layout))
+    agree = judged is not None and same_as_evaluated(pinned, judged, latency=False)
+    return Probe(bare(pinned.layout), pinned.prediction.metrics.output_tokens_per_s, judged, agree)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.solve_vs_bruteforce.matrix import MATRIX, run_scenario, scenario_id
+from benchmarks.solve_vs_bruteforce.matrix import MATRIX, PROBES, run_probe, run_scenario, scenario_id
 
 # 1-based rows of MATRIX, each a few seconds at most: 1 to 4,096 GPUs, dense and MoE, both objectives,
 # TTFT/TPOT limits, memory caps, a fixed batch and one problem no layout can serve.
@@ -48,3 +48,20 @@ def run_gpus(cluster: str) -> int:
     for part in cluster.split("x")[:-1]:
         count *= int(part)
     return count
+
+
+def test_pinned_pipeline_at_the_engine_limit_equals_evaluate():
+    # Three stages and a limit of 45 (a multiple of 3): the best batch is the limit, in both.
+    probe = run_probe(*PROBES[0])
+    assert probe.agree, (probe.layout, probe.evaluated)
+    assert probe.layout.batch == 45
+
+
+@pytest.mark.xfail(strict=True, reason="known disagreement (issue 12 item 1): solve's decided batch is a multiple "
+                   "of stages x attention groups; evaluate runs every integer batch within the engine's limit")
+@pytest.mark.parametrize("index", [1, 2], ids=["pp2-limit63", "pp2-attn_dp4-tpot40"])
+def test_pinned_uneven_microbatches_equal_evaluate(index):
+    # evaluate finds a better batch that is not a multiple of S x attn_dp (63 for pp=2, 84 for pp=2 x
+    # attn_dp=4 at 21 per group) with no violation, and `solve --batch` of it agrees with evaluate.
+    probe = run_probe(*PROBES[index])
+    assert probe.agree, (probe.layout, probe.tokens_per_s, probe.evaluated)
