@@ -33,7 +33,7 @@ MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few hundred bytes; anything n
 class Profile(BaseModel):
     """Achieved fractions of peak and fixed overheads for one GPU type and serving software."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a fitted factor is finite
 
     name: str = Field(description="profile id, e.g. 'h100-sxm'")
     gpu: str = Field(description="GPU preset name the profile was fitted for ('*': any)")

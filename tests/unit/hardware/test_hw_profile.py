@@ -78,3 +78,17 @@ def test_a_bad_profile_file_is_a_spec_error_naming_the_problem(tmp_path, content
     with pytest.raises(SpecError) as err:
         load_profile_file(path)
     assert word in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["Infinity", "NaN", "-Infinity"])
+def test_a_non_finite_factor_in_a_profile_file_is_a_spec_error_naming_the_field(tmp_path, value):
+    # Python's json reads Infinity and NaN; priced with them, a time became inf and the CLI crashed
+    # converting it to integer ns (fuzz seed 905: attention_fixed_us Infinity, exit 3).
+    fields = get_profile("h100-sxm").model_dump()
+    fields["attention_fixed_us"] = "__VALUE__"
+    text = json.dumps(fields).replace('"__VALUE__"', value)
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        load_profile_file(path)
+    assert "attention_fixed_us" in str(err.value) and "finite" in str(err.value)
