@@ -35,6 +35,7 @@ from benchmarks.accuracy.serving import (
     _source_rows,
     _weights,
     offset_table,
+    pair_runs,
 )
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
@@ -133,26 +134,17 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
 
 
 def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
-    by_key: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
     skipped: Counter[str] = Counter()
+    usable = []
     for row in _source_rows(path):
         reason = _skip_reason(row)
         if reason == "agg":
             continue
         if reason is not None:
             skipped[reason] += 1
-            continue
-        by_key[row["source"]][row["metric"].split("_")[0]] = row
-    runs = []
-    for metrics in by_key.values():
-        if set(metrics) != {"ttft", "tpot"}:
-            skipped["bad-row"] += len(metrics)
-            continue
-        try:
-            runs.append(_run(metrics["ttft"], float(metrics["ttft"]["value"]), float(metrics["tpot"]["value"])))
-        except (SpecError, ValueError):
-            skipped["bad-row"] += 2
-    return runs, skipped
+        else:
+            usable.append(row)
+    return pair_runs(usable, _run, skipped), skipped
 
 
 @dataclass(frozen=True)

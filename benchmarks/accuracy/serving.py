@@ -37,10 +37,10 @@ import math
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 from benchmarks.accuracy import _SHARED
 from shardplan.hardware import get_gpu
@@ -74,6 +74,8 @@ from shardplan.solver.cost.calibration.ttft_fit import errors as ttft_errors
 from shardplan.solver.cost.calibration.ttft_fit import leave_one_model_out as ttft_leave_one_model_out
 from shardplan.solver.cost.evaluate import fits
 from shardplan.solver.placement.plan import place_and_price
+
+RunT = TypeVar("RunT")  # a run of either benchmark (colocated here, disaggregated in disagg.py)
 
 SERVING_CSV = _SHARED / "serving_points.csv"
 OPS_CSV = _SHARED / "op_points.csv"
@@ -204,15 +206,14 @@ def _source_rows(path: str | Path) -> list[dict[str, str]]:
         return [row for row in csv.DictReader(f) if row["source_id"] == SOURCE]
 
 
-def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter[str]]:
-    """The usable runs, and how many CSV rows (of the source) each skip reason took."""
+def pair_runs(
+    rows: Iterable[dict[str, str]], make: Callable[[dict[str, str], float, float], RunT], skipped: Counter[str]
+) -> list[RunT]:
+    """One run per ``source`` key from its two rows (its TTFT and its TPOT), built by ``make(ttft row,
+    ttft ms, tpot ms)``. A key without both rows, or one ``make`` refuses (``SpecError`` or ``ValueError``:
+    e.g. moe_tp wider than the stage), is counted in ``skipped`` as bad rows and set aside."""
     by_key: dict[str, dict[str, dict[str, str]]] = defaultdict(dict)
-    skipped: Counter[str] = Counter()
-    for row in _source_rows(path):
-        reason = _skip_reason(row)
-        if reason is not None:
-            skipped[reason] += 1
-            continue
+    for row in rows:
         kind = row["metric"].split("_")[0]  # ttft or tpot
         by_key[row["source"]][kind] = row
     runs = []
@@ -221,10 +222,23 @@ def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter
             skipped["bad-row"] += len(metrics)
             continue
         try:
-            runs.append(_run(metrics["ttft"], float(metrics["ttft"]["value"]), float(metrics["tpot"]["value"])))
-        except (SpecError, ValueError):  # e.g. moe_tp wider than the stage: counted, set aside
+            runs.append(make(metrics["ttft"], float(metrics["ttft"]["value"]), float(metrics["tpot"]["value"])))
+        except (SpecError, ValueError):
             skipped["bad-row"] += 2
-    return runs, skipped
+    return runs
+
+
+def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter[str]]:
+    """The usable runs, and how many CSV rows (of the source) each skip reason took."""
+    skipped: Counter[str] = Counter()
+    usable = []
+    for row in _source_rows(path):
+        reason = _skip_reason(row)
+        if reason is not None:
+            skipped[reason] += 1
+        else:
+            usable.append(row)
+    return pair_runs(usable, _run, skipped), skipped
 
 
 # --- comparing ------------------------------------------------------------------------------------
