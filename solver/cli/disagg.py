@@ -20,9 +20,11 @@ from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.pools import disagg_layout
+from shardplan.solver.cli.results import launch_dict
 from shardplan.solver.cost.disagg import evaluate_disagg
 from shardplan.solver.dag.disagg import build_disagg_dag
 from shardplan.solver.dag.export import write_graph, writer_for
+from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
 from shardplan.solver.outputs.launch.disagg import emit_disagg
 
@@ -65,8 +67,7 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
     violations = [{"rule": d.rule, "message": d.message} for d in errors_of(check_disagg(plan))]
     data = disagg_dict(plan, status="evaluated", extra={"violations": violations})
     if launch is not None:
-        data["launch"] = {"engine": launch.engine, "version": launch.version, "notes": list(launch.notes),
-                          "files": dict(launch.files), "script": launch.script()}
+        data["launch"] = launch_dict(launch.engine, launch)
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     elif launch is not None:
@@ -80,21 +81,13 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
     return bool(violations)
 
 
-def _pool_line(role: str, pool: dict[str, Any]) -> str:
-    deg = pool["degrees"]
-    shape = ", ".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "ep", "attn_dp") if deg[k] != 1) or "1 GPU"
-    first, last = pool["gpus"]
-    return (f"{role:<8} {pool['workers']} worker(s) x {pool['gpus_per_worker']} GPUs ({shape}), "
-            f"GPUs {first}-{last}, {pool['memory']['total']:.1f} of {pool['memory']['limit']:.1f} GiB per GPU")
-
-
 def print_disagg(data: dict[str, Any]) -> None:
     m, kv = data["metrics"], data["kv_transfer"]
     p, d = data["prefill"], data["decode"]
     click.echo(f"{data['model']}, disaggregated, {data['num_gpus']} GPUs: {data['status']}")
     click.echo(f"  {data['cluster']}")
-    click.echo("  " + _pool_line("prefill", p))
-    click.echo("  " + _pool_line("decode", d))
+    click.echo("  " + report.pool_line("prefill", p))
+    click.echo("  " + report.pool_line("decode", d))
     click.echo(f"  TTFT {m['ttft_ms']:.1f} ms (waiting {m['waiting_ms']:.1f}, prefill {p['prefill_ms']:.1f}, "
                f"KV transfer {kv['transfer_ms'] + kv['relayout_ms']:.2f} over {kv['tier']})   "
                f"TPOT {m['tpot_ms']:.2f} ms   end-to-end {m['e2e_ms']:.0f} ms   {m['batch']} requests in flight")

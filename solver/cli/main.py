@@ -331,19 +331,18 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
     """
     check_time_limit(time_limit)
     if serving != "colocated" or rate_rps is not None:
-        for option, given in (("dag", dag_path), ("experts-out", experts_out), ("emit", emit_engine),
-                              ("report", report_path)):
-            if given:
-                raise SpecError(option, "not with --serving disagg|auto or --rate yet (evaluate --serving disagg "
-                                        "of the printed pools writes the DAG and the launch commands)")
         # Lazily on purpose: the disaggregated search loads OR-Tools, networkx and the pool models, none
         # of which a colocated solve's start-up needs.
-        from shardplan.solver.cli.serving import check_serving_inputs, solve_serving
+        from shardplan.solver.cli.serving import ServingOutputs, check_serving_inputs, solve_serving
 
-        problem = build_problem(problem_args(kw))
-        objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
-        check_serving_inputs(problem, rate_rps, objective_given, serving)
-        solve_serving(problem, serving, rate_rps, time_limit, as_json)
+        serving_outputs = ServingOutputs(dag_path, detail, emit_engine, report_path, experts_out)
+        with OutputFiles(input_files(kw)) as outputs:
+            serving_outputs.check(outputs, serving)
+            kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)
+            problem = build_problem(problem_args(kw))
+            objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
+            check_serving_inputs(problem, rate_rps, objective_given, serving)
+            solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("dag", dag_path)
@@ -449,14 +448,14 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
     if serving == "disagg":
-        if report_path:
-            raise SpecError("report", "not with --serving disagg yet")
         # Lazily on purpose: as in solve, the disaggregated search's modules load only for it.
         from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg
 
-        problem = build_problem(problem_args(kw))
-        check_serving_inputs(problem, None, False, serving)
-        enumerate_disagg(problem, as_json, jsonl, limit, time_limit)
+        with OutputFiles(input_files(kw)) as outputs:
+            outputs.add("report", report_path)
+            problem = build_problem(problem_args(kw))
+            check_serving_inputs(problem, None, False, serving)
+            enumerate_disagg(problem, as_json, jsonl, limit, time_limit, report_path, outputs)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("report", report_path)

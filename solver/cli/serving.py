@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from shardplan.models import InfeasibleError, SpecError
+from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
-from shardplan.solver.cli.results import infeasible_dict, solved_dict
+from shardplan.solver.cli.inputs import check_experts_out
+from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
+from shardplan.solver.dag.disagg import serving_dag
+from shardplan.solver.dag.export import write_graph, writer_for
 from shardplan.solver.disagg.frontier import DisaggEnumeration
 from shardplan.solver.disagg.search import DisaggResult
 from shardplan.solver.disagg.serving import (
@@ -38,6 +44,8 @@ from shardplan.solver.disagg.serving import (
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
+from shardplan.solver.outputs.launch.disagg import emit_either
+from shardplan.solver.placement.plan import write_experts
 
 MAX_RATE_RPS = 1e6
 
@@ -87,9 +95,31 @@ def _disagg(problem: Problem, rate_rps: float | None, time_limit_s: float | None
     return data
 
 
-def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                  as_json: bool) -> bool:
-    """Plan, print; True when nothing is feasible (the caller exits 1 after the one line)."""
+@dataclass(frozen=True)
+class ServingResult:
+    """Both or one mode planned: ``data`` is what ``--json`` prints (the chosen plan's object; for auto
+    with ``serving``, ``chosen`` and ``modes``), ``plans`` each mode's plan (None when infeasible)."""
+
+    problem: Problem
+    serving: str
+    rate_rps: float | None
+    data: dict[str, Any]
+    modes: dict[str, dict[str, Any]]
+    plans: dict[str, Plan | DisaggPlan | None]
+    chosen: str | None
+
+    @property
+    def chosen_plan(self) -> Plan | DisaggPlan | None:
+        return None if self.chosen is None else self.plans[self.chosen]
+
+    def infeasible(self) -> InfeasibleError:
+        """Every mode's conflicting rules, each message naming its mode."""
+        return InfeasibleError([(c["rule"], f"{mode}: {c['message']}")
+                                for mode, d in self.modes.items() for c in d["conflict"]])
+
+
+def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None) -> ServingResult:
+    """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better."""
     modes: dict[str, dict[str, Any]] = {}
     if serving in ("colocated", "auto"):
         modes["colocated"] = _colocated(problem, rate_rps, time_limit_s)
@@ -105,14 +135,69 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
         data = {**base, "serving": "auto", "chosen": chosen, "modes": modes}
     else:
         data = modes[serving]
+    return ServingResult(problem, serving, rate_rps, data, modes, plans, chosen)
+
+
+@dataclass(frozen=True)
+class ServingOutputs:
+    """The files and the launch commands ``solve --serving`` gives of the chosen plan."""
+
+    dag_path: str | None = None
+    detail: str = "logical"
+    emit_engine: str | None = None
+    report_path: str | None = None
+    experts_out: str | None = None
+
+    def check(self, outputs: OutputFiles, serving: str) -> None:
+        """Before any work: each path writable, the DAG's format known, expert placement only colocated
+        (placement per pool is not built, as ``evaluate --serving disagg`` says)."""
+        if self.experts_out is not None and serving != "colocated":
+            raise SpecError("experts-out", f"expert placement per pool is not supported with --serving {serving} "
+                                           "yet (--serving colocated --rate R writes it)")
+        outputs.add("dag", self.dag_path)
+        outputs.add("report", self.report_path)
+        outputs.add("experts-out", self.experts_out)
+        if self.dag_path:
+            writer_for(self.dag_path)
+
+    def write(self, result: ServingResult, outputs: OutputFiles) -> None:
+        """The chosen plan's files to their temporaries, its launch under ``launch``; nothing if no plan."""
+        plan = result.chosen_plan
+        if plan is None:
+            return
+        if self.dag_path:
+            write_graph(serving_dag(plan, self.detail), outputs.temp("dag"))
+        if self.experts_out and isinstance(plan, Plan):
+            check_experts_out(plan.problem, self.experts_out)
+            write_experts(outputs.temp("experts-out"), plan.experts)
+        if self.emit_engine:
+            result.data["launch"] = launch_dict(self.emit_engine, emit_either(plan, self.emit_engine))
+        if self.report_path:
+            page = report.serving_report(result.problem, result.modes, result.chosen, result.serving,
+                                         result.rate_rps)
+            report.write_report(outputs.temp("report"), page)
+
+
+def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
+                  as_json: bool, out: ServingOutputs, outputs: OutputFiles) -> None:
+    """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
+    InfeasibleError (after the JSON) when no mode has a plan."""
+    result = plan_serving(problem, serving, rate_rps, time_limit_s)
+    out.write(result, outputs)
+    if result.chosen is not None:
+        outputs.commit()
+    launch = result.data.get("launch")
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
+        click.echo(json.dumps(result.data, indent=2, sort_keys=False))
+    elif launch is not None:
+        click.echo(launch["script"], nl=False)
     else:
-        print_modes(modes, chosen, serving, plans)
-    if chosen is None:
-        conflicts = [(c["rule"], f"{mode}: {c['message']}") for mode, d in modes.items() for c in d["conflict"]]
-        raise InfeasibleError(conflicts)
-    return False
+        print_modes(result.modes, result.chosen, serving)
+        for path in (out.dag_path, out.report_path, out.experts_out):
+            if path and result.chosen is not None:
+                click.echo(f"wrote {path}")
+    if result.chosen is None:
+        raise result.infeasible()
 
 
 def _summary(mode: str, data: dict[str, Any]) -> str:
@@ -125,8 +210,7 @@ def _summary(mode: str, data: dict[str, Any]) -> str:
             f"TPOT {m['tpot_ms']:.1f} ms  {m['output_tokens_per_s'] / data['workload']['osl']:,.2f} requests/s")
 
 
-def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str,
-                plans: dict[str, Plan | Any]) -> None:
+def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str) -> None:
     for mode, data in modes.items():
         if mode == "disagg" and data["status"] != "infeasible":
             print_disagg(data)
@@ -147,24 +231,30 @@ def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: s
 
 
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
-                     time_limit_s: float | None) -> None:
+                     time_limit_s: float | None, report_path: str | None = None,
+                     outputs: OutputFiles | None = None) -> None:
     """``enumerate --serving disagg``: a deployment per pair of worker candidates as found (``--jsonl``
     one per line, then ``{"type": "frontier", "count", "pareto", "partial"}``; ``--json`` one object
     ``{"count", "pareto", "plans", "partial"}``; a table otherwise), and the frontier of tokens/s per GPU
-    against tokens/s per user. Nothing feasible is infeasible (exit 1)."""
+    against tokens/s per user. Nothing feasible is infeasible (exit 1). ``report_path``: the frontier's
+    HTML page, written through ``outputs`` (every row is kept for it) and renamed before the summary."""
     run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
     rows: list[dict[str, Any]] = []
     for plan in run:
         row = {"index": run.count - 1, **disagg_dict(plan, status="feasible")}
         if jsonl:
             click.echo(json.dumps(row, sort_keys=False))
-        elif as_json:
+        if as_json or report_path:
             rows.append(row)
-        else:
-            click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + _pools_brief(row))
+        if not (as_json or jsonl):
+            click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + report.pools_brief(row))
     if run.count == 0:
         raise why_no_deployment(DisaggOutcome(DisaggResult(None, None, not run.partial, 0), run.pools, 0.0))
     pareto = run.frontier.indices
+    if report_path and outputs is not None:
+        page = report.disagg_enumeration_report(problem, rows, pareto, run.partial)
+        report.write_report(outputs.temp("report"), page)
+        outputs.commit()
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": run.count, "pareto": pareto, "partial": run.partial}))
     elif as_json:
@@ -174,15 +264,9 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
     else:
         click.echo(f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
                    f"against tokens/s/user: {', '.join(map(str, pareto))}")
+        if report_path:
+            click.echo(f"wrote {report_path}")
 
 
-def _pools_brief(row: dict[str, Any]) -> str:
-    def one(pool: dict[str, Any]) -> str:
-        deg = pool["degrees"]
-        shape = ",".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "attn_dp") if deg[k] != 1) or "1 GPU"
-        return f"{pool['workers']}x({shape})"
-
-    return f"prefill {one(row['prefill'])} decode {one(row['decode'])}"
-
-
-__all__ = ["check_serving_inputs", "enumerate_disagg", "solve_serving"]
+__all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "enumerate_disagg", "plan_serving",
+           "solve_serving"]

@@ -24,6 +24,7 @@ from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.operators import Phase
 from shardplan.rules.plan import Plan
+from shardplan.solver.dag import build_dag
 from shardplan.solver.dag.build import build
 
 PREFIX = {"prefill": "P.", "decode": "D."}
@@ -116,4 +117,9 @@ def build_disagg_dag(plan: DisaggPlan, detail: str = "logical") -> nx.DiGraph:
     return g
 
 
-__all__ = ["build_disagg_dag"]
+def serving_dag(plan: Plan | DisaggPlan, detail: str = "logical") -> nx.DiGraph:
+    """The DAG of a plan of either serving mode: a disaggregated plan's, or a colocated plan's own."""
+    return build_disagg_dag(plan, detail) if isinstance(plan, DisaggPlan) else build_dag(plan, detail)
+
+
+__all__ = ["build_disagg_dag", "serving_dag"]

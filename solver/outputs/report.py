@@ -655,3 +655,149 @@ def write_report(path: str, page: str) -> None:
 def findings_dicts(findings: list[Finding]) -> list[dict[str, str]]:
     return [asdict(f) for f in findings]
 
+
+
+# --- serving modes: tokens/s per GPU against tokens/s per user ------------------------------------
+
+MODE_COLORS = {"colocated": "#4e79a7", "disagg": "#e15759"}
+MODE_NAMES = {"colocated": "colocated", "disagg": "disaggregated"}
+
+
+def pools_brief(data: dict[str, Any]) -> str:
+    """A disaggregated plan's pools in one line: ``prefill 2x(tp=4) decode 1x(tp=2,attn_dp=4)``."""
+    def one(pool: dict[str, Any]) -> str:
+        deg = pool["degrees"]
+        shape = ",".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "attn_dp") if deg[k] != 1) or "1 GPU"
+        return f"{pool['workers']}x({shape})"
+
+    return f"prefill {one(data['prefill'])} decode {one(data['decode'])}"
+
+
+def pool_line(role: str, pool: dict[str, Any]) -> str:
+    """One pool of a disaggregated plan in words: workers, their shape, GPUs and memory."""
+    deg = pool["degrees"]
+    shape = ", ".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "ep", "attn_dp") if deg[k] != 1) or "1 GPU"
+    first, last = pool["gpus"]
+    return (f"{role:<8} {pool['workers']} worker(s) x {pool['gpus_per_worker']} GPUs ({shape}), "
+            f"GPUs {first}-{last}, {pool['memory']['total']:.1f} of {pool['memory']['limit']:.1f} GiB per GPU")
+
+
+def shape_brief(data: dict[str, Any]) -> str:
+    """Either mode's plan in one line: a colocated layout's degrees, or a disaggregated plan's pools."""
+    if data.get("prefill") is not None:
+        return pools_brief(data)
+    d = data["degrees"]
+    return ", ".join(f"{k}={d[k]}" for k in ("dp", "pp", "tp", "sp", "attn_dp", "ep") if d.get(k, 1) != 1) or "1 GPU"
+
+
+def _per_gpu_figure(series: list[tuple[str, list[dict[str, Any]], dict[str, Any]]],
+                    frontier: list[dict[str, Any]] | None = None) -> Figure:
+    """Output tokens/s per GPU (y) against tokens/s per user (x): one trace per (name, plans, marker);
+    ``frontier``: plans joined by a step line, highest per-user rate last."""
+    import plotly.graph_objects as go  # lazy: see the module docstring
+
+    def xy(rows: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+        return ([r["metrics"]["output_tokens_per_s_per_user"] for r in rows],
+                [r["metrics"]["output_tokens_per_s_per_gpu"] for r in rows])
+
+    fig = go.Figure()
+    for name, rows, marker in series:
+        x, y = xy(rows)
+        fig.add_scatter(x=x, y=y, mode="markers", name=name, marker=marker,
+                        text=[f"{r['num_gpus']} GPUs: {html.escape(shape_brief(r))}" for r in rows],
+                        hovertemplate="%{text}<br>%{x:,.1f} tok/s/user, %{y:,.1f} tok/s/GPU<extra></extra>")
+    if frontier:
+        x, y = xy(sorted(frontier, key=lambda r: r["metrics"]["output_tokens_per_s_per_user"]))
+        # Vertical first: between two frontier plans, what is reachable is the lower per-GPU rate.
+        fig.add_scatter(x=x, y=y, mode="lines", line=dict(color="#d62728", shape="vh"), showlegend=False,
+                        hoverinfo="skip")
+    fig.update_layout(xaxis_title="output tokens/s per user (1000 / TPOT)", yaxis_title="output tokens/s per GPU",
+                      height=480, margin=dict(l=70, r=20, t=30, b=50), xaxis_rangemode="tozero",
+                      yaxis_rangemode="tozero")
+    return fig
+
+
+def _serving_row(data: dict[str, Any]) -> list[str]:
+    """A plan's cells in the serving tables: GPUs, the two axes, TTFT, TPOT, requests/s, its shape."""
+    m, text = data["metrics"], metric_text(data["metrics"])
+    requests = m["output_tokens_per_s"] / data["workload"]["osl"]
+    shown = [text[k] for k in ("tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft", "tpot")]
+    return [str(data["num_gpus"]), *map(html.escape, shown), f"{requests:,.2f}", html.escape(shape_brief(data))]
+
+
+SERVING_HEADER = ["GPUs", "tok/s/GPU", "tok/s/user", "TTFT", "TPOT", "requests/s", "layout"]
+
+
+def _workload_line(problem: Problem) -> str:
+    wl = problem.workload
+    limits = [f"TTFT \u2264 {wl.ttft_ms:g} ms" if wl.ttft_ms is not None else "",
+              f"TPOT \u2264 {wl.tpot_ms:g} ms" if wl.tpot_ms is not None else ""]
+    shown = ", ".join(x for x in limits if x)
+    return f"workload {wl.isl:,} tokens in, {wl.osl:,} out" + (f"; {shown}" if shown else "")
+
+
+def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: str | None, serving: str,
+                   rate_rps: float | None = None) -> str:
+    """The page of ``solve --serving``: each mode's best plan (``modes``: each mode's JSON object) on the
+    tokens/s per GPU against tokens/s per user chart, side by side in one table, then each in words."""
+    e = html.escape
+    series = []
+    for mode, data in modes.items():
+        if data["status"] != "infeasible":
+            marker = dict(color=MODE_COLORS[mode], size=16 if mode == chosen else 11,
+                          symbol="star" if mode == chosen else "circle")
+            series.append((MODE_NAMES[mode] + (" (chosen)" if mode == chosen else ""), [data], marker))
+    rows = []
+    for mode, data in modes.items():
+        cells = (_serving_row(data) if data["status"] != "infeasible"
+                 else ["", "", "", "", "", "", e("infeasible: " + "; ".join(f"{c['rule']}: {c['message']}"
+                                                                          for c in data["conflict"]))])
+        mark = " <b>chosen</b>" if mode == chosen else ""
+        rows.append([f'<span id="mode-{mode}">{e(MODE_NAMES[mode])}</span>{mark}', e(data["status"]), *cells])
+    goal = (f"the fewest GPUs that sustain {rate_rps:g} requests/s" if rate_rps is not None
+            else "the most output tokens/s per GPU")
+    parts = [
+        f"<h1>{e(problem.model.name)}: serving {e(serving)}</h1>",
+        f'<p class="sub">{e(problem.cluster.describe())}</p>',
+        f'<p class="sub">{e(_workload_line(problem))}; objective: {e(goal)}; chosen: '
+        f'<b id="chosen">{e(MODE_NAMES[chosen]) if chosen else "none (no mode has a plan)"}</b></p>',
+        _figure_div(_per_gpu_figure(series), "fig-modes") if series else "",
+        "<h2>Both modes</h2>" if len(modes) > 1 else "<h2>The plan</h2>",
+        _table(["mode", "status", *SERVING_HEADER], rows, "numbers"),
+    ]
+    for mode, data in modes.items():
+        if data["status"] == "infeasible":
+            continue
+        if mode == "disagg":
+            lines = [pool_line("prefill", data["prefill"]), pool_line("decode", data["decode"]),
+                     f"KV transfer of one prompt: {data['kv_transfer']['bytes_per_prompt'] / 1e6:,.1f} MB over "
+                     f"{data['kv_transfer']['tier']}; {data['metrics']['batch']:,} requests in flight, "
+                     f"rate set by {data['metrics']['bottleneck']}"]
+        else:
+            lines = layout_lines(data, problem.cluster.num_gpus, problem.cluster.gpus_per_node)
+        parts.append(f"<h2>{e(MODE_NAMES[mode])}</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
+    return _page(f"shardplan: {problem.model.name} serving", "\n".join(parts))
+
+
+def disagg_enumeration_report(problem: Problem, rows: list[dict[str, Any]], pareto: list[int],
+                              partial: bool = False) -> str:
+    """The page of ``enumerate --serving disagg``: every deployment found on the tokens/s per GPU against
+    tokens/s per user chart, the frontier marked and joined, and the frontier's table. ``rows``: each
+    deployment's JSON object with its ``index``; ``pareto``: the frontier's indices."""
+    e = html.escape
+    on = set(pareto)
+    front = sorted((r for r in rows if r["index"] in on), key=lambda r: r["metrics"]["output_tokens_per_s_per_user"])
+    series = [("dominated", [r for r in rows if r["index"] not in on], dict(color="#9aa5b1", size=7)),
+              ("frontier", front, dict(color="#d62728", size=9))]
+    table = _table(["#", *SERVING_HEADER], [[str(r["index"]), *_serving_row(r)] for r in front], "numbers")
+    body = "\n".join([
+        f"<h1>{e(problem.model.name)}: disaggregated deployments</h1>",
+        f'<p class="sub">{e(problem.cluster.describe())}</p>',
+        f'<p class="sub">{e(_workload_line(problem))}</p>',
+        f'<p><b id="plan-count">{len(rows)}</b> deployments, <b id="pareto-count">{len(front)}</b> on the frontier '
+        "of tokens/s per GPU against tokens/s per user"
+        + (" (partial: the enumeration stopped before visiting every pair of pools)" if partial else "") + ".</p>",
+        _figure_div(_per_gpu_figure(series, front), "fig-pareto"),
+        "<h2>Frontier</h2>" + table,
+    ])
+    return _page(f"shardplan: {problem.model.name} disaggregated deployments", body)

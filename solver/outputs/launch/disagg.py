@@ -32,6 +32,7 @@ from shardplan.models.errors import SpecError
 from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
+from shardplan.solver.outputs.launch import emit
 from shardplan.solver.outputs.launch.common import ENGINE_VERSIONS, Emitted, Launch, head_address
 from shardplan.solver.outputs.launch.sglang import emit_sglang
 from shardplan.solver.outputs.launch.trtllm import emit_trtllm
@@ -185,4 +186,10 @@ def emit_disagg(plan: DisaggPlan, engine: str) -> Emitted:
         raise SpecError("emit", f"unknown engine {engine!r}; one of {', '.join(DISAGG_EMITTERS)}") from None
 
 
-__all__ = ["DISAGG_EMITTERS", "emit_disagg", "emit_sglang_disagg", "emit_trtllm_disagg", "emit_vllm_disagg"]
+def emit_either(plan: Plan | DisaggPlan, engine: str) -> Emitted:
+    """The launch commands of a plan of either serving mode: disaggregated, or one colocated layout."""
+    return emit_disagg(plan, engine) if isinstance(plan, DisaggPlan) else emit(plan, engine)
+
+
+__all__ = ["DISAGG_EMITTERS", "emit_disagg", "emit_either", "emit_sglang_disagg", "emit_trtllm_disagg",
+           "emit_vllm_disagg"]
