@@ -202,6 +202,7 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
         from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
 
         outputs_of = DisaggOutputs(dag_path, detail, emit_engine, experts_out)
+        kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)  # as solve: --emit X prices with X
         if evaluate_disagg_cmd(problem_args(kw), prefill_pool, decode_pool, as_json, outputs_of, input_files(kw)):
             sys.exit(EXIT_INFEASIBLE)
         return

@@ -90,7 +90,9 @@ def test_a_rate_is_sustained_on_the_fewest_gpus_in_both_modes(capsys) -> None:
     (["--serving", "disagg", "--rate", "-1"], "rate"),
     (["--serving", "disagg", "--tp", "4"], "tp"),
     (["--serving", "auto", "--objective", "latency"], "objective"),
-    (["--serving", "disagg", "--dag", "x.json"], "dag"),
+    (["--serving", "disagg", "--dag", "x.png"], "dag"),
+    (["--serving", "auto", "--experts-out", "x.json"], "experts-out"),
+    (["--serving", "auto", "--emit", "vllm", "--engine", "sglang"], "emit"),
     (["--serving", "disagg", "--osl", "1"], "osl"),
 ])
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
