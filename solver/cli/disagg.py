@@ -9,7 +9,7 @@ than ignoring them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
@@ -17,7 +17,7 @@ import click
 from shardplan.models import SpecError
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
@@ -49,16 +49,17 @@ def refuse_single_pool_options(args: ProblemArgs, experts_out: str | None) -> No
             raise SpecError(option, "expert placement per pool is not supported with --serving disagg yet")
 
 
-def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | None, as_json: bool,
-                        out: DisaggOutputs, inputs: list[str | None]) -> bool:
-    """Print the plan (JSON or text) or its launch commands, write its DAG; True when it breaks a rule
-    (the caller exits 1). Files are written beside their targets and renamed once all is done."""
+def evaluated_disagg(args: ProblemArgs, prefill: str | None, decode: str | None, out: DisaggOutputs,
+                     inputs: list[str | None]) -> dict[str, Any]:
+    """``evaluate --serving disagg --json``'s object: the pools priced, the rules they break under
+    ``violations``, the launch under ``launch``; the DAG written (beside its target, renamed once all is
+    done). The engine is ``--emit``'s, as in ``solve``."""
     refuse_single_pool_options(args, out.experts_out)
     with OutputFiles(inputs) as outputs:
         outputs.add("dag", out.dag_path)
         if out.dag_path:
             writer_for(out.dag_path)  # an unknown extension is bad input, before any work
-        problem = build_problem(args)
+        problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
         plan = evaluate_disagg(problem, disagg_layout(problem, prefill, decode))
         if out.dag_path:
             write_graph(build_disagg_dag(plan, out.detail), outputs.temp("dag"))
@@ -68,10 +69,19 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
     data = disagg_dict(plan, status="evaluated", extra={"violations": violations})
     if launch is not None:
         data["launch"] = launch_dict(launch.engine, launch)
+    return data
+
+
+def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | None, as_json: bool,
+                        out: DisaggOutputs, inputs: list[str | None]) -> bool:
+    """Print the plan (JSON or text) or its launch commands, write its DAG; True when it breaks a rule
+    (the caller exits 1)."""
+    data = evaluated_disagg(args, prefill, decode, out, inputs)
+    violations, launch = data["violations"], data.get("launch")
     if as_json:
         click.echo(json.dumps(data, indent=2, sort_keys=False))
     elif launch is not None:
-        click.echo(launch.script(), nl=False)
+        click.echo(launch["script"], nl=False)
     else:
         print_disagg(data)
         for v in violations:
@@ -102,4 +112,4 @@ def _cap(value: float | None) -> str:
     return "unbounded" if value is None else f"{value:.2f}"
 
 
-__all__ = ["evaluate_disagg_cmd", "print_disagg"]
+__all__ = ["evaluate_disagg_cmd", "evaluated_disagg", "print_disagg"]

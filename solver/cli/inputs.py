@@ -203,6 +203,17 @@ def build_expert_load(args: ProblemArgs, model: ModelSpec) -> ExpertLoadProfile 
     return None
 
 
+def engine_with_emit(engine: str | None, emit_engine: str | None) -> str | None:
+    """``--emit X`` prices with engine X: it is the engine unless ``--engine`` names another, which
+    would launch a plan priced for one engine on a different one."""
+    if emit_engine is None or engine is None:
+        return engine or emit_engine
+    if engine != emit_engine:
+        raise SpecError("emit", f"{emit_engine} launch commands for a plan priced with --engine {engine}: "
+                                "give the same engine to both, or only one of them")
+    return engine
+
+
 def check_experts_out(problem: Problem, experts_out: str | None) -> None:
     """--experts-out of a dense model has nothing to write: say so before solving."""
     if experts_out and not problem.model.is_moe:

@@ -28,9 +28,11 @@ from shardplan.solver.cli.inputs import (
     ProblemArgs,
     build_problem,
     check_experts_out,
+    engine_with_emit,
     layout_from_pins,
 )
 from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.pools import refuse_pools
 from shardplan.solver.cli.results import (
     enumerated_row,
     error_message,
@@ -202,16 +204,10 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
         from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
 
         outputs_of = DisaggOutputs(dag_path, detail, emit_engine, experts_out)
-        kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)  # as solve: --emit X prices with X
         if evaluate_disagg_cmd(problem_args(kw), prefill_pool, decode_pool, as_json, outputs_of, input_files(kw)):
             sys.exit(EXIT_INFEASIBLE)
         return
-    for option, given in (("prefill", prefill_pool), ("decode", decode_pool), ("dag", dag_path),
-                          ("emit", emit_engine)):
-        if given is not None:
-            raise SpecError(option, "only with --serving disagg here (for one layout, `shardplan solve` with the "
-                                    "same pins writes the DAG and the launch commands)" if option in ("dag", "emit")
-                            else "a pool is only given with --serving disagg")
+    refuse_pools(prefill_pool, decode_pool, dag_path, emit_engine)
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("experts-out", experts_out)
         problem = build_problem(problem_args(kw))
@@ -334,15 +330,12 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
     if serving != "colocated" or rate_rps is not None:
         # Lazily on purpose: the disaggregated search loads OR-Tools, networkx and the pool models, none
         # of which a colocated solve's start-up needs.
-        from shardplan.solver.cli.serving import ServingOutputs, check_serving_inputs, solve_serving
+        from shardplan.solver.cli.serving import ServingOutputs, prepare_serving, solve_serving
 
         serving_outputs = ServingOutputs(dag_path, detail, emit_engine, report_path, experts_out)
+        objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
         with OutputFiles(input_files(kw)) as outputs:
-            serving_outputs.check(outputs, serving)
-            kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)
-            problem = build_problem(problem_args(kw))
-            objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
-            check_serving_inputs(problem, rate_rps, objective_given, serving)
+            problem = prepare_serving(problem_args(kw), serving, rate_rps, objective_given, serving_outputs, outputs)
             solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs)
         return
     with OutputFiles(input_files(kw)) as outputs:
@@ -370,17 +363,6 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
         show_plan(plan, as_json, emit_engine, report_path,
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s)
-
-
-def engine_with_emit(engine: str | None, emit_engine: str | None) -> str | None:
-    """``--emit X`` prices with engine X: it is the engine unless ``--engine`` names another, which
-    would launch a plan priced for one engine on a different one."""
-    if emit_engine is None or engine is None:
-        return engine or emit_engine
-    if engine != emit_engine:
-        raise SpecError("emit", f"{emit_engine} launch commands for a plan priced with --engine {engine}: "
-                                "give the same engine to both, or only one of them")
-    return engine
 
 
 def input_files(kw: dict[str, Any]) -> list[str | None]:

@@ -74,6 +74,16 @@ def worker_layout(role: str, problem: Problem, values: dict[str, Any]) -> Layout
         raise SpecError(role, str(exc).splitlines()[-1].strip()) from None
 
 
+def refuse_pools(prefill: str | None, decode: str | None, dag_path: str | None = None,
+                 emit_engine: str | None = None) -> None:
+    """A colocated ``evaluate`` given a pool, a DAG or a launch to write: bad input, said as such."""
+    for option, given in (("prefill", prefill), ("decode", decode), ("dag", dag_path), ("emit", emit_engine)):
+        if given is not None:
+            raise SpecError(option, "only with --serving disagg here (for one layout, `shardplan solve` with the "
+                                    "same pins writes the DAG and the launch commands)" if option in ("dag", "emit")
+                            else "a pool is only given with --serving disagg")
+
+
 def disagg_layout(problem: Problem, prefill: str | None, decode: str | None) -> DisaggLayout:
     """Both pools placed from GPU 0 at the problem's concurrency (``--batch``, 1 if not given)."""
     specs = {}
@@ -87,4 +97,4 @@ def disagg_layout(problem: Problem, prefill: str | None, decode: str | None) -> 
                               (specs["prefill"].get("batch"), specs["decode"].get("batch")))
 
 
-__all__ = ["POOL_KEYS", "disagg_layout", "parse_pool", "worker_layout"]
+__all__ = ["POOL_KEYS", "disagg_layout", "parse_pool", "refuse_pools", "worker_layout"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
@@ -25,7 +25,7 @@ from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
-from shardplan.solver.cli.inputs import check_experts_out
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
 from shardplan.solver.dag.disagg import serving_dag
@@ -178,14 +178,31 @@ class ServingOutputs:
             report.write_report(outputs.temp("report"), page)
 
 
-def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                  as_json: bool, out: ServingOutputs, outputs: OutputFiles) -> None:
-    """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
-    InfeasibleError (after the JSON) when no mode has a plan."""
+def prepare_serving(args: ProblemArgs, serving: str, rate_rps: float | None, objective_given: bool,
+                    out: ServingOutputs, outputs: OutputFiles) -> Problem:
+    """The checks of ``solve --serving`` in the order the CLI makes them (outputs, engine, problem,
+    serving inputs), then the problem; ``args.engine`` becomes the ``--emit`` engine as in ``solve``."""
+    out.check(outputs, serving)
+    problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
+    check_serving_inputs(problem, rate_rps, objective_given, serving)
+    return problem
+
+
+def run_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
+                out: ServingOutputs, outputs: OutputFiles) -> ServingResult:
+    """Plan, and write the chosen plan's files (renamed into place; nothing when no mode has a plan)."""
     result = plan_serving(problem, serving, rate_rps, time_limit_s)
     out.write(result, outputs)
     if result.chosen is not None:
         outputs.commit()
+    return result
+
+
+def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
+                  as_json: bool, out: ServingOutputs, outputs: OutputFiles) -> None:
+    """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
+    InfeasibleError (after the JSON) when no mode has a plan."""
+    result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs)
     launch = result.data.get("launch")
     if as_json:
         click.echo(json.dumps(result.data, indent=2, sort_keys=False))
@@ -269,4 +286,4 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
 
 
 __all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "enumerate_disagg", "plan_serving",
-           "solve_serving"]
+           "prepare_serving", "run_serving", "solve_serving"]

@@ -80,6 +80,13 @@ class PlanInput(ProblemInput):
         default=None, description="add a ready-to-run launch command for this serving engine under 'launch'")
     include_dag: bool = Field(
         default=False, description="add the execution DAG (node-link JSON, as validate_dag takes it) under 'dag'")
+    serving: Literal["colocated", "disagg", "auto"] = Field(
+        default="colocated", description="one layout for both phases, a prefill pool and a decode pool chosen "
+                                         "together, or both planned and the better returned (tokens/s per GPU); "
+                                         "the DAG, launch and expert placement are the chosen plan's")
+    rate: float | None = Field(
+        default=None, description="requests/s to sustain: the plan on the fewest GPUs that serves it within the "
+                                  "limits (any serving mode)")
 
 
 class EnumerateInput(ProblemInput):
@@ -90,6 +97,14 @@ class EnumerateInput(ProblemInput):
 class EvaluateInput(ProblemInput):
     experts_out: str | None = Field(
         default=None, description=f"write the expert placement as JSON, {PATH_NOTE}")
+    serving: Literal["colocated", "disagg"] = Field(
+        default="colocated", description="one layout (the pins), or a prefill pool and a decode pool (prefill, "
+                                         "decode; batch = requests in flight over both)")
+    prefill: str | None = Field(
+        default=None, description="with serving 'disagg': the prefill pool, e.g. 'workers=3,tp=4' (keys: the pins' "
+                                  "names, workers, batch)")
+    decode: str | None = Field(
+        default=None, description="with serving 'disagg': the decode pool, e.g. 'workers=1,attn_dp=8,ep=8'")
 
 
 class DagInput(BaseModel):

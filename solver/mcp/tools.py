@@ -10,7 +10,7 @@ An infeasible problem is a result (``status: infeasible`` with the conflicting r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -26,8 +26,17 @@ from shardplan.rules.dag.check import check_dag
 from shardplan.rules.dag.fix import fix_dag as repair_dag
 from shardplan.rules.plan import Plan
 from shardplan.solver.cli import views
-from shardplan.solver.cli.inputs import DEFAULT_MODEL, ProblemArgs, build_problem, check_experts_out, layout_from_pins
+from shardplan.solver.cli.disagg import DisaggOutputs, evaluated_disagg
+from shardplan.solver.cli.inputs import (
+    DEFAULT_MODEL,
+    ProblemArgs,
+    build_problem,
+    check_experts_out,
+    engine_with_emit,
+    layout_from_pins,
+)
 from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.pools import refuse_pools
 from shardplan.solver.cli.results import (
     enumerated_row,
     enumeration_dict,
@@ -37,7 +46,9 @@ from shardplan.solver.cli.results import (
     solved_dict,
     validation_dict,
 )
+from shardplan.solver.cli.serving import ServingOutputs, prepare_serving, run_serving
 from shardplan.solver.dag import build_dag
+from shardplan.solver.dag.disagg import serving_dag
 from shardplan.solver.dag.export import (
     check_writable,
     dag_from_data,
@@ -128,6 +139,10 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
     inputs = problem_args(args, session.root)
     dag_path = session.root.resolve_optional(args.dag_path, "dag")
     experts_out = session.root.resolve_optional(args.experts_out, "experts-out")
+    if args.serving != "colocated" or args.rate is not None:
+        return _plan_serving(args, inputs, ServingOutputs(dag_path, args.detail, args.emit, None, experts_out),
+                             time_limit_s)
+    inputs = replace(inputs, engine=engine_with_emit(None, args.emit))  # as solve: --emit X prices with X
     with OutputFiles(input_files(inputs)) as outputs:
         outputs.add("dag", dag_path)
         outputs.add("experts-out", experts_out)
@@ -152,6 +167,21 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
     return data
 
 
+def _plan_serving(args: PlanInput, inputs: ProblemArgs, out: ServingOutputs, time_limit_s: float) -> dict[str, Any]:
+    """``shardplan solve --serving S [--rate R] --json`` through the CLI's own steps (``prepare_serving``,
+    ``run_serving``); with ``include_dag`` the chosen plan's DAG under ``dag``."""
+    with OutputFiles(input_files(inputs)) as outputs:
+        if args.dag_path:  # an unknown extension is bad input: say so before solving, naming the path as given
+            writer_for(args.dag_path)
+        objective_given = "objective" in args.model_fields_set
+        problem = prepare_serving(inputs, args.serving, args.rate, objective_given, out, outputs)
+        result = run_serving(problem, args.serving, args.rate, time_limit_s, out, outputs)
+    data = result.data
+    if args.include_dag and result.chosen_plan is not None:
+        data["dag"] = to_json_data(serving_dag(result.chosen_plan, args.detail))
+    return data
+
+
 def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     """``shardplan enumerate --limit N --time-limit S --json``: the Pareto frontier's indices, then
     every layout found, each marked."""
@@ -169,9 +199,14 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
 
 
 def evaluate(args: EvaluateInput, session: Session) -> dict[str, Any]:
-    """``shardplan evaluate --json``: the pinned layout priced, and every rule it breaks."""
+    """``shardplan evaluate --json``: the pinned layout priced, and every rule it breaks; with serving
+    'disagg', ``evaluate --serving disagg --prefill P --decode D --json``."""
     inputs = problem_args(args, session.root)
     experts_out = session.root.resolve_optional(args.experts_out, "experts-out")
+    if args.serving == "disagg":
+        pools = DisaggOutputs(None, "logical", None, experts_out)
+        return evaluated_disagg(inputs, args.prefill, args.decode, pools, input_files(inputs))
+    refuse_pools(args.prefill, args.decode)
     with OutputFiles(input_files(inputs)) as outputs:
         outputs.add("experts-out", experts_out)
         problem = build_problem(inputs)
@@ -267,13 +302,16 @@ def _default_wall(args: Any, limits: TimeLimits) -> float:
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("plan", "Find the best parallel layout (minimum latency, or maximum throughput under the memory cap) "
-             "of a model on a GPU cluster: the JSON of `shardplan solve --json`. An infeasible problem comes back "
-             "with status 'infeasible' and the conflicting rules.", PlanInput, plan, _solver_wall),
+             "of a model on a GPU cluster: the JSON of `shardplan solve --json`. With serving 'disagg' or 'auto' "
+             "(and rate): prefill and decode pools, or both modes, by tokens/s per GPU or the fewest GPUs for the "
+             "rate. An infeasible problem comes back with status 'infeasible' and the conflicting rules.",
+             PlanInput, plan, _solver_wall),
     ToolSpec("enumerate", "Every feasible layout up to `limit`, within `time_limit` seconds, with the "
              "latency-throughput Pareto frontier's indices first: the JSON of `shardplan enumerate --json`.",
              EnumerateInput, enumerate_layouts, _solver_wall),
-    ToolSpec("evaluate", "Price one pinned layout (tp, pp, dp, ep, ...) and list every rule and limit it breaks "
-             "under 'violations': the JSON of `shardplan evaluate --json`.", EvaluateInput, evaluate, _default_wall),
+    ToolSpec("evaluate", "Price one pinned layout (tp, pp, dp, ep, ...), or with serving 'disagg' a prefill and a "
+             "decode pool, and list every rule and limit it breaks under 'violations': the JSON of "
+             "`shardplan evaluate --json`.", EvaluateInput, evaluate, _default_wall),
     ToolSpec("validate_dag", "Check an execution DAG (inline node-link JSON or a file) against the DAG rules: "
              "the JSON of `shardplan validate --json`.", DagInput, validate_dag, _default_wall),
     ToolSpec("fix_dag", "Repair what has one safe repair in an execution DAG (missing collective, KV-cache or "

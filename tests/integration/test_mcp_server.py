@@ -111,6 +111,28 @@ def bad_calls(outside: str) -> list[tuple[str, dict[str, Any]]]:
     return (kinds * 2)[:50]
 
 
+# Small serving cases (Llama-3.1-8B on 4xH100): each a fraction of a second in either mode.
+SERVING = {"model": "llama-3.1-8b", "cluster": "4xH100", "isl": 2000, "osl": 200, "ttft_ms": 2000.0, "tpot_ms": 30.0}
+SERVING_ARGV = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200", "--ttft-ms", "2000",
+                "--tpot-ms", "30"]
+EVALUATE_DISAGG = {"model": "llama-3.1-8b", "cluster": "2x8xH100", "isl": 1000, "osl": 100, "batch": 32,
+                   "serving": "disagg", "prefill": "workers=2,tp=2", "decode": "workers=1,tp=4"}
+# (tool, arguments, the CLI command that must print the same one line)
+SERVING_BAD: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    ("plan", {"serving": "disagg", "tp": 4}, ("solve", "--serving", "disagg", "--tp", "4")),
+    ("plan", {"serving": "auto", "rate": -1.0}, ("solve", "--serving", "auto", "--rate", "-1")),
+    ("plan", {"serving": "auto", "objective": "latency"}, ("solve", "--serving", "auto", "--objective", "latency")),
+    ("plan", {"serving": "disagg", "osl": 1}, ("solve", "--serving", "disagg", "--osl", "1")),
+    ("plan", {"serving": "auto", "experts_out": "experts.json"},
+     ("solve", "--serving", "auto", "--experts-out", "experts.json")),
+    ("plan", {"serving": "disagg", "dag_path": "plan.png"}, ("solve", "--serving", "disagg", "--dag", "plan.png")),
+    ("evaluate", {"serving": "disagg", "prefill": "tp=two", "decode": "tp=4"},
+     ("evaluate", "--serving", "disagg", "--prefill", "tp=two", "--decode", "tp=4")),
+    ("evaluate", {"serving": "disagg", "prefill": "tp=2"}, ("evaluate", "--serving", "disagg", "--prefill", "tp=2")),
+    ("evaluate", {"prefill": "tp=2"}, ("evaluate", "--prefill", "tp=2")),
+]
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("root")
@@ -149,6 +171,14 @@ def exchange(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         await call("rule", "explain_rule", {"rule_id": "TP-001"})
         for tool in ("list_models", "list_hardware", "list_profiles"):
             await call(tool, tool, {})
+        await call("auto", "plan", {**SERVING, "serving": "auto"})
+        await call("rate", "plan", {**SERVING, "serving": "auto", "rate": 6.0})
+        await call("disagg", "plan", {**SERVING, "serving": "disagg", "emit": "sglang", "include_dag": True,
+                                      "dag_path": str(root / "disagg.json")})
+        await call("validate_disagg", "validate_dag", {"dag": got["disagg"].data["dag"]})
+        await call("auto_infeasible", "plan", {"model": "llama-3.1-70b", "cluster": "1xH100", "serving": "auto"})
+        await call("evaluate_disagg", "evaluate", EVALUATE_DISAGG)
+        got["serving_bad"] = [Answer(await session.call_tool(tool, args)) for tool, args, _ in SERVING_BAD]
         got["bad"] = [Answer(await session.call_tool(tool, args)) for tool, args in bad_calls(str(outside))]
         await call("after_bad", "plan", SMALL)
 
@@ -247,6 +277,53 @@ def test_the_rule_catalog_and_dag_schema_are_resources(exchange: dict[str, Any])
     listed = set(schema["rules"]) | set(schema["disaggregated"]["rules"])
     assert listed == {r["id"] for r in cli_json("rules") if r["id"].startswith("DAG-")}
     assert schema["disaggregated"]["schema"] == "shardplan.dag-disagg/1"
+
+
+# --- serving modes: plan with serving and rate, evaluate with pools, as the CLI ----------------------
+def test_plan_with_serving_auto_is_solve_serving_auto(exchange: dict[str, Any]) -> None:
+    answer = exchange["auto"]
+    assert not answer.is_error and set(answer.data["modes"]) == {"colocated", "disagg"}
+    assert without_timing(answer.data) == without_timing(cli_json("solve", "--serving", "auto", *SERVING_ARGV))
+
+
+def test_plan_with_a_rate_is_solve_with_the_rate(exchange: dict[str, Any]) -> None:
+    answer = exchange["rate"]
+    assert not answer.is_error and answer.data["rate_rps"] == 6
+    expected = cli_json("solve", "--serving", "auto", "--rate", "6", *SERVING_ARGV)
+    assert without_timing(answer.data) == without_timing(expected)
+
+
+def test_plan_disagg_with_launch_and_dag_is_the_clis_and_the_dag_validates(exchange: dict[str, Any],
+                                                                           root: Path) -> None:
+    answer = exchange["disagg"]
+    dag = answer.data.pop("dag")
+    expected = cli_json("solve", "--serving", "disagg", "--emit", "sglang", *SERVING_ARGV)
+    assert without_timing(answer.data) == without_timing(expected)
+    assert "--disaggregation-mode" in answer.data["launch"]["script"]
+    assert dag["graph"]["serving"] == "disagg" and exchange["validate_disagg"].data["valid"] is True
+    assert cli_json("validate", str(root / "disagg.json"))["valid"] is True
+
+
+def test_plan_auto_with_no_mode_feasible_is_a_result_as_the_cli_prints(exchange: dict[str, Any]) -> None:
+    answer = exchange["auto_infeasible"]
+    assert not answer.is_error and answer.data["chosen"] is None and answer.data["status"] == "infeasible"
+    code, out, _ = cli("solve", "--serving", "auto", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--json")
+    assert code == 1 and without_timing(answer.data) == without_timing(json.loads(out))
+
+
+def test_evaluate_with_pools_is_evaluate_serving_disagg(exchange: dict[str, Any]) -> None:
+    answer = exchange["evaluate_disagg"]
+    assert not answer.is_error and answer.data["prefill"]["workers"] == 2 and answer.data["violations"] == []
+    argv = ["evaluate", "--model", "llama-3.1-8b", "--cluster", "2x8xH100", "--isl", "1000", "--osl", "100",
+            "--batch", "32", "--serving", "disagg", "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4"]
+    assert answer.data == cli_json(*argv)
+
+
+def test_bad_serving_calls_are_the_clis_one_line(exchange: dict[str, Any], root: Path) -> None:
+    for answer, (tool, args, argv) in zip(exchange["serving_bad"], SERVING_BAD, strict=True):
+        code, _, err = cli(*argv)
+        assert code == 2 and answer.is_error and answer.text == err.strip(), (tool, args)
+    assert not (root / "experts.json").exists() and not (root / "plan.png").exists()
 
 
 # --- acceptance 2: bad input is one line, and the server goes on -----------------------------------
