@@ -184,3 +184,16 @@ def test_enumerate_report_bad_input_and_nothing_feasible_write_nothing(tmp_path,
                        capsys)
     assert code == 2 and "error: report" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_experts_out_with_a_rate_is_the_colocated_plans_placement(tmp_path, capsys) -> None:
+    path = tmp_path / "experts.json"
+    data = solve(["--serving", "colocated", "--rate", "10", "--model", "qwen3-30b-a3b", "--cluster", "4xH100",
+                  "--isl", "2000", "--osl", "200", "--tpot-ms", "30", "--experts-out", str(path)], capsys)
+    placed = json.loads(path.read_text())
+    replica_gpus = data["num_gpus"] // data["degrees"]["dp"]
+    assert placed["gpus_per_replica"] == replica_gpus and placed["replicas"] == data["degrees"]["dp"]
+    assert len(placed["layers"]) == 48  # Qwen3-30B-A3B: every layer is MoE
+    for layer_map in placed["physical_to_logical_map"]:  # 128 experts, each placed once, 128 / ep per GPU
+        assert sorted(layer_map) == list(range(128))
+        assert placed["slots_per_gpu"] * data["degrees"]["ep"] == 128

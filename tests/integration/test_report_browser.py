@@ -110,3 +110,29 @@ def test_enumeration_report_renders_the_frontier(tmp_path):
     dom = render(page, tmp_path)
     assert f'id="plan-count">{count}<' in dom and f'id="pareto-count">{front}<' in dom
     assert 'id="fig-pareto"' in dom
+
+
+SERVING = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200", "--ttft-ms", "2000",
+           "--tpot-ms", "30"]
+
+
+def test_serving_auto_report_renders_both_modes_with_the_printed_numbers(tmp_path):
+    page = tmp_path / "both.html"
+    out = shardplan("solve", "--serving", "auto", *SERVING, "--report", str(page))
+    rows = {line.split()[0]: line for line in out.splitlines() if "tokens/s/GPU" in line}
+    assert set(rows) == {"colocated", "disagg"}
+    dom = render(page, tmp_path)
+    text = re.sub(r"<[^>]+>", " ", dom)
+    for row in rows.values():  # each mode's tokens/s per GPU and per user, as the terminal printed them
+        per_gpu, per_user = re.search(r"([\d,.]+) tokens/s/GPU\s+([\d,.]+) tokens/s/user", row).groups()
+        assert f"{per_gpu} tok/s" in text and f"{per_user} tok/s" in text
+    assert 'id="mode-colocated"' in dom and 'id="mode-disagg"' in dom and 'id="fig-modes"' in dom
+
+
+def test_disagg_enumeration_report_renders_the_frontier(tmp_path):
+    page = tmp_path / "frontier.html"
+    out = shardplan("enumerate", "--serving", "disagg", *SERVING, "--limit", "20", "--report", str(page))
+    count = int(re.search(r"(\d+) deployments", out).group(1))
+    front = re.search(r"tokens/s/user: ([\d, ]+)", out).group(1).split(", ")
+    dom = render(page, tmp_path)
+    assert f'id="plan-count">{count}<' in dom and f'id="pareto-count">{len(front)}<' in dom
