@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -247,6 +248,24 @@ def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: s
 
 
 
+def disagg_rows(run: DisaggEnumeration) -> Iterator[dict[str, Any]]:
+    """Each deployment ``run`` finds, as its JSON object with its ``index``, as found."""
+    for plan in run:
+        yield {"index": run.count - 1, **disagg_dict(plan, status="feasible")}
+
+
+def no_deployment(run: DisaggEnumeration) -> InfeasibleError:
+    """Why an enumeration found nothing: the rules that refused every pair, as ``solve`` says it."""
+    return why_no_deployment(DisaggOutcome(DisaggResult(None, None, not run.partial, 0), run.pools, 0.0))
+
+
+def disagg_enumeration_dict(rows: list[dict[str, Any]], run: DisaggEnumeration) -> dict[str, Any]:
+    """``enumerate --serving disagg --json``'s object: count, the frontier's indices, every row marked."""
+    pareto = run.frontier.indices
+    marked = [{**row, "pareto": row["index"] in pareto} for row in rows]
+    return {"count": run.count, "pareto": pareto, "plans": marked, "partial": run.partial}
+
+
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
                      time_limit_s: float | None, report_path: str | None = None,
                      outputs: OutputFiles | None = None) -> None:
@@ -257,8 +276,7 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
     HTML page, written through ``outputs`` (every row is kept for it) and renamed before the summary."""
     run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
     rows: list[dict[str, Any]] = []
-    for plan in run:
-        row = {"index": run.count - 1, **disagg_dict(plan, status="feasible")}
+    for row in disagg_rows(run):
         if jsonl:
             click.echo(json.dumps(row, sort_keys=False))
         if as_json or report_path:
@@ -266,7 +284,10 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
         if not (as_json or jsonl):
             click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + report.pools_brief(row))
     if run.count == 0:
-        raise why_no_deployment(DisaggOutcome(DisaggResult(None, None, not run.partial, 0), run.pools, 0.0))
+        exc = no_deployment(run)
+        if as_json:  # solve's infeasible object, as colocated enumerate prints it; the line goes to stderr
+            click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))
+        raise exc
     pareto = run.frontier.indices
     if report_path and outputs is not None:
         page = report.disagg_enumeration_report(problem, rows, pareto, run.partial)
@@ -275,9 +296,7 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": run.count, "pareto": pareto, "partial": run.partial}))
     elif as_json:
-        marked = [{**row, "pareto": row["index"] in pareto} for row in rows]
-        click.echo(json.dumps({"count": run.count, "pareto": pareto, "plans": marked, "partial": run.partial},
-                              indent=2))
+        click.echo(json.dumps(disagg_enumeration_dict(rows, run), indent=2))
     else:
         click.echo(f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
                    f"against tokens/s/user: {', '.join(map(str, pareto))}")
@@ -285,5 +304,6 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
             click.echo(f"wrote {report_path}")
 
 
-__all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "enumerate_disagg", "plan_serving",
+__all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "disagg_enumeration_dict", "disagg_rows",
+           "enumerate_disagg", "no_deployment", "plan_serving",
            "prepare_serving", "run_serving", "solve_serving"]

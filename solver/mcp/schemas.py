@@ -92,6 +92,9 @@ class PlanInput(ProblemInput):
 class EnumerateInput(ProblemInput):
     limit: int = Field(description="stop after this many layouts (1 to the server's cap)")
     time_limit: float = Field(description="seconds for the whole enumeration (at most the server's cap)")
+    serving: Literal["colocated", "disagg"] = Field(
+        default="colocated", description="colocated layouts, or disaggregated deployments (the frontier of "
+                                         "tokens/s per GPU against tokens/s per user)")
 
 
 class EvaluateInput(ProblemInput):

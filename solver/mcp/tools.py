@@ -25,6 +25,7 @@ from shardplan.rules.catalog import get_rule
 from shardplan.rules.dag.check import check_dag
 from shardplan.rules.dag.fix import fix_dag as repair_dag
 from shardplan.rules.plan import Plan
+from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views
 from shardplan.solver.cli.disagg import DisaggOutputs, evaluated_disagg
 from shardplan.solver.cli.inputs import (
@@ -46,7 +47,15 @@ from shardplan.solver.cli.results import (
     solved_dict,
     validation_dict,
 )
-from shardplan.solver.cli.serving import ServingOutputs, prepare_serving, run_serving
+from shardplan.solver.cli.serving import (
+    ServingOutputs,
+    check_serving_inputs,
+    disagg_enumeration_dict,
+    disagg_rows,
+    no_deployment,
+    prepare_serving,
+    run_serving,
+)
 from shardplan.solver.dag import build_dag
 from shardplan.solver.dag.disagg import serving_dag
 from shardplan.solver.dag.export import (
@@ -58,6 +67,8 @@ from shardplan.solver.dag.export import (
     write_graph,
     writer_for,
 )
+from shardplan.solver.disagg.frontier import DisaggEnumeration
+from shardplan.solver.disagg.serving import throughput_problem
 from shardplan.solver.enumerate import Enumeration, pareto_front
 from shardplan.solver.explain import explain
 from shardplan.solver.mcp.safety import MAX_ENUMERATE_LIMIT, Root, TimeLimits
@@ -189,6 +200,8 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     if not 1 <= args.limit <= MAX_ENUMERATE_LIMIT:
         raise SpecError("limit", f"must be an integer in 1..{MAX_ENUMERATE_LIMIT} (the server's cap), got {args.limit}")
     problem = build_problem(problem_args(args, session.root))
+    if args.serving == "disagg":
+        return _enumerate_disagg(problem, args.limit, time_limit_s)
     run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s)
     plans = list(run)
     if not plans:
@@ -196,6 +209,16 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
             raise SolverLimitError(f"time-limit: no layout found within {time_limit_s:g} s")
         return infeasible_dict(problem, InfeasibleError(explain(problem)))
     return enumeration_dict([enumerated_row(i, p) for i, p in enumerate(plans)], pareto_front(plans), run.partial)
+
+
+def _enumerate_disagg(problem: Problem, limit: int, time_limit_s: float) -> dict[str, Any]:
+    """``shardplan enumerate --serving disagg --limit N --time-limit S --json``."""
+    check_serving_inputs(problem, None, False, "disagg")
+    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
+    rows = list(disagg_rows(run))
+    if not rows:
+        return infeasible_dict(throughput_problem(problem), no_deployment(run))
+    return disagg_enumeration_dict(rows, run)
 
 
 def evaluate(args: EvaluateInput, session: Session) -> dict[str, Any]:
@@ -307,7 +330,9 @@ TOOLS: tuple[ToolSpec, ...] = (
              "rate. An infeasible problem comes back with status 'infeasible' and the conflicting rules.",
              PlanInput, plan, _solver_wall),
     ToolSpec("enumerate", "Every feasible layout up to `limit`, within `time_limit` seconds, with the "
-             "latency-throughput Pareto frontier's indices first: the JSON of `shardplan enumerate --json`.",
+             "latency-throughput Pareto frontier's indices first (serving 'disagg': disaggregated deployments "
+             "and the tokens/s per GPU against tokens/s per user frontier): the JSON of "
+             "`shardplan enumerate --json`.",
              EnumerateInput, enumerate_layouts, _solver_wall),
     ToolSpec("evaluate", "Price one pinned layout (tp, pp, dp, ep, ...), or with serving 'disagg' a prefill and a "
              "decode pool, and list every rule and limit it breaks under 'violations': the JSON of "

@@ -178,6 +178,9 @@ def exchange(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         await call("validate_disagg", "validate_dag", {"dag": got["disagg"].data["dag"]})
         await call("auto_infeasible", "plan", {"model": "llama-3.1-70b", "cluster": "1xH100", "serving": "auto"})
         await call("evaluate_disagg", "evaluate", EVALUATE_DISAGG)
+        await call("enumerate_disagg", "enumerate", {**SERVING, "serving": "disagg", "limit": 6, "time_limit": 20.0})
+        await call("enumerate_disagg_infeasible", "enumerate", {"model": "llama-3.1-70b", "cluster": "1xH100",
+                                                                "serving": "disagg", "limit": 5, "time_limit": 20.0})
         got["serving_bad"] = [Answer(await session.call_tool(tool, args)) for tool, args, _ in SERVING_BAD]
         got["bad"] = [Answer(await session.call_tool(tool, args)) for tool, args in bad_calls(str(outside))]
         await call("after_bad", "plan", SMALL)
@@ -317,6 +320,18 @@ def test_evaluate_with_pools_is_evaluate_serving_disagg(exchange: dict[str, Any]
     argv = ["evaluate", "--model", "llama-3.1-8b", "--cluster", "2x8xH100", "--isl", "1000", "--osl", "100",
             "--batch", "32", "--serving", "disagg", "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4"]
     assert answer.data == cli_json(*argv)
+
+
+def test_enumerate_disagg_is_the_clis_frontier_and_its_infeasible_object(exchange: dict[str, Any]) -> None:
+    data = exchange["enumerate_disagg"].data
+    assert data["count"] == 6 and data["pareto"] == [p["index"] for p in data["plans"] if p["pareto"]]
+    expected = cli_json("enumerate", "--serving", "disagg", *SERVING_ARGV, "--limit", "6", "--time-limit", "20")
+    assert data == expected
+    infeasible = exchange["enumerate_disagg_infeasible"]
+    code, out, _ = cli("enumerate", "--serving", "disagg", "--model", "llama-3.1-70b", "--cluster", "1xH100",
+                       "--limit", "5", "--time-limit", "20", "--json")
+    assert code == 1 and not infeasible.is_error and infeasible.data == json.loads(out)
+    assert infeasible.data["status"] == "infeasible" and infeasible.data["conflict"]
 
 
 def test_bad_serving_calls_are_the_clis_one_line(exchange: dict[str, Any], root: Path) -> None:
