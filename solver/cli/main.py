@@ -332,6 +332,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         # of which a colocated solve's start-up needs.
         from shardplan.solver.cli.serving import ServingOutputs, prepare_serving, solve_serving
 
+        if runner_up:
+            raise SpecError("runner-up", "not with --serving disagg|auto or --rate: --serving auto shows both modes")
         serving_outputs = ServingOutputs(dag_path, detail, emit_engine, report_path, experts_out)
         objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
         with OutputFiles(input_files(kw)) as outputs:

@@ -93,6 +93,7 @@ def test_a_rate_is_sustained_on_the_fewest_gpus_in_both_modes(capsys) -> None:
     (["--serving", "disagg", "--dag", "x.png"], "dag"),
     (["--serving", "auto", "--experts-out", "x.json"], "experts-out"),
     (["--serving", "auto", "--emit", "vllm", "--engine", "sglang"], "emit"),
+    (["--serving", "auto", "--runner-up"], "runner-up"),
     (["--serving", "disagg", "--osl", "1"], "osl"),
 ])
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
