@@ -169,7 +169,6 @@ class ServingOutputs:
         if self.dag_path:
             write_graph(serving_dag(plan, self.detail), outputs.temp("dag"))
         if self.experts_out and isinstance(plan, Plan):
-            check_experts_out(plan.problem, self.experts_out)
             write_experts(outputs.temp("experts-out"), plan.experts)
         if self.emit_engine:
             result.data["launch"] = launch_dict(self.emit_engine, emit_either(plan, self.emit_engine))
@@ -186,6 +185,7 @@ def prepare_serving(args: ProblemArgs, serving: str, rate_rps: float | None, obj
     out.check(outputs, serving)
     problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
     check_serving_inputs(problem, rate_rps, objective_given, serving)
+    check_experts_out(problem, out.experts_out)
     return problem
 
 

@@ -186,6 +186,13 @@ def test_enumerate_report_bad_input_and_nothing_feasible_write_nothing(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_experts_out_of_a_dense_model_is_refused_before_solving(tmp_path, capsys) -> None:
+    code, out, err = run(["solve", "--serving", "colocated", "--rate", "6", *DISAGG_WINS, "--experts-out",
+                          str(tmp_path / "experts.json")], capsys)
+    assert code == 2 and out == "" and "error: experts-out: the model has no MoE layers" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_experts_out_with_a_rate_is_the_colocated_plans_placement(tmp_path, capsys) -> None:
     path = tmp_path / "experts.json"
     data = solve(["--serving", "colocated", "--rate", "10", "--model", "qwen3-30b-a3b", "--cluster", "4xH100",
