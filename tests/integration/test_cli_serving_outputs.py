@@ -204,3 +204,15 @@ def test_experts_out_with_a_rate_is_the_colocated_plans_placement(tmp_path, caps
     for layer_map in placed["physical_to_logical_map"]:  # 128 experts, each placed once, 128 / ep per GPU
         assert sorted(layer_map) == list(range(128))
         assert placed["slots_per_gpu"] * data["degrees"]["ep"] == 128
+
+
+def test_same_input_same_bytes_in_every_file(tmp_path, capsys) -> None:
+    written = []
+    for run_dir in ("a", "b"):
+        folder = tmp_path / run_dir
+        folder.mkdir()
+        code, _, err = run(["solve", "--serving", "auto", *DISAGG_WINS, "--dag", str(folder / "plan.json"),
+                            "--report", str(folder / "both.html")], capsys)
+        assert code == 0, err
+        written.append({p.name: p.read_bytes() for p in folder.iterdir()})
+    assert written[0] == written[1] and set(written[0]) == {"plan.json", "both.html"}
