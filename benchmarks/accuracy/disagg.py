@@ -162,6 +162,7 @@ class Priced:
     tpot_ms: float
     fits: bool  # both pools fit memory at the priced chunk and batch
     bottleneck: str
+    detail: str  # the TTFT's parts and the decode batch, for --rows
 
     @property
     def ttft_error(self) -> float:
@@ -189,8 +190,11 @@ def price(runs: Sequence[DisaggRun], queue_share: float | None = None) -> list[P
     for r in runs:
         plan = evaluate_disagg(r.problem, r.layout, queue_share=queue_share)
         memory = not any(d.rule == "MEM-001" for d in check_disagg(plan))
-        m = plan.prediction.metrics
-        out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, plan.prediction.bottleneck))
+        pred = plan.prediction
+        m = pred.metrics
+        detail = (f"prefill {pred.prefill.prefill_ms:.0f} kv {pred.kv.transfer_ms + pred.kv.relayout_ms:.1f} "
+                  f"waiting {pred.waiting_ms:.0f} ms, decode batch {pred.decode.batch}")
+        out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, pred.bottleneck, detail))
     return out
 
 
@@ -255,6 +259,7 @@ def share_fit(runs: Sequence[DisaggRun]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.disagg", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
+    ap.add_argument("--rows", action="store_true", help="also print every run: predicted against measured")
     ap.add_argument("--share-fit", action="store_true",
                     help="fit one queue share to these runs; print in-sample and leave-one-model-out figures")
     args = ap.parse_args(argv)
@@ -281,7 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     print("at concurrency <= 16, the median measured - predicted TTFT (ms): "
           + ", ".join(f"{e} {v:.0f} ({sum(p.run.engine == e for p in light)} runs)" for e, v in gap.items()))
     print("rate set by: " + ", ".join(f"{k} {v}" for k, v in Counter(p.bottleneck for p in priced).most_common()))
+    for bottleneck, _ in Counter(p.bottleneck for p in priced).most_common():
+        print_table(f"  where the rate is set by {bottleneck}:", [p for p in priced if p.bottleneck == bottleneck])
+    if args.rows:
+        print_rows(priced)
     return 0
+
+
+def print_rows(priced: Sequence[Priced]) -> None:
+    print("every run: TTFT and TPOT predicted / measured (ms), what sets the rate, the predicted TTFT's parts:")
+    for p in sorted(priced, key=lambda p: (p.run.engine, p.run.label)):
+        print(f"  {p.run.label}: TTFT {p.ttft_ms:.0f} / {p.run.ttft_ms:.0f}, TPOT {p.tpot_ms:.1f} / "
+              f"{p.run.tpot_ms:.1f}; {p.bottleneck}; {p.detail}")
 
 
 if __name__ == "__main__":
