@@ -1,10 +1,16 @@
 """Disaggregated serving: the AIC-SILICON ``mode=disagg`` runs of ``serving_points.csv`` against the cost model.
 
 ``python -m benchmarks.accuracy.disagg`` loads the closed-loop runs with separate prefill and decode pools
-whose model and GPU have presets, prices each deployment at its concurrency with the GPU's default profile
-through ``shardplan evaluate --serving disagg``'s own path (``solver/cost/disagg.py``: ``metrics.ttft_ms``
-= waiting + prefill + KV transfer, ``metrics.tpot_ms`` = the decode worker's round at its batch), and prints
-the median |error| and the median signed error of TTFT and TPOT per engine and overall. Nothing is fitted.
+whose model and GPU have presets, prices each deployment at its concurrency with the engine's profile for
+the GPU (as the colocated benchmark and ``--engine`` do; the GPU's default profile where the engine has
+none) through ``shardplan evaluate --serving disagg``'s own path (``solver/cost/disagg.py``:
+``metrics.ttft_ms`` = serving stack + waiting + prefill + KV transfer, ``metrics.tpot_ms`` = the decode
+worker's round at its batch), and prints the median |error| and the median signed error of TTFT and TPOT
+per engine and overall. TTFT carries the engine profile's two TTFT-under-load terms, as the colocated
+model's does (``request_overhead_ms``, and ``ttft_queue_share`` of the other prompts queued at the prefill
+pool). ``--share-fit`` asks what one queue share fitted to these runs alone would give instead: it fits
+it on a grid over its physical range (0 to 0.5) and prints it with leave-one-model-out figures (each
+source model priced at the share fitted on the others) beside the in-sample ones; nothing is written.
 
 The rows give each role as ``p<prefill>/d<decode>`` (``tp``, ``pp``, ``ep``, ``dp`` = attention-DP,
 ``moe_tp`` in ``notes``) and the worker counts in ``notes`` (``disagg: X prefill worker(s) x G GPUs + Y
@@ -18,6 +24,7 @@ GPU count. Models, GPUs, number formats and KV dtypes as in ``serving.py``.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -43,7 +50,7 @@ from shardplan.models import SpecError, get_model
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Problem, Workload
+from shardplan.rules.problem import Objective, Problem, Workload, resolve_profile
 from shardplan.solver.cost.disagg import evaluate_disagg, role_problem
 from shardplan.solver.cost.evaluate import max_batch
 
@@ -56,6 +63,7 @@ _MOE_TP = re.compile(r"moe_tp p(\d+)/d(\d+)")
 class DisaggRun:
     key: str
     engine: str
+    source_model: str  # the row's model (DeepSeek-R1 and -V3 share a preset): the leave-one-out unit
     label: str
     problem: Problem
     layout: DisaggLayout
@@ -122,7 +130,7 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
     experts_split = any(w.expert_tp > 1 for w in workers)
     problem = Problem(model=model, cluster=cluster, workload=Workload(isl=isl, osl=osl, batch=concurrency),
                       objective=Objective.THROUGHPUT,
-                      allow=frozenset({"expert-tp"}) if experts_split else frozenset())
+                      allow=frozenset({"expert-tp"}) if experts_split else frozenset(), engine=engine)
     # batch_size: each role's limit per attention-DP rank (TensorRT-LLM's --max_batch_size; the AIC configs
     # give SGLang's per rank too: d256 x 32 ranks = 8,192 in flight); "-" when unstated.
     limits = tuple(int(b) * w.attn_dp if b.isdigit() else None
@@ -130,7 +138,7 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
     layout = DisaggLayout.place(workers[0], x, workers[1], y, concurrency, cluster, (limits[0], limits[1]))
     label = (f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} {x}x(tp{row['tp']} dp{row['dp']}) "
              f"{isl}/{osl} c{concurrency}")
-    return DisaggRun(row["source"], engine, label, problem, layout, ttft_ms, tpot_ms)
+    return DisaggRun(row["source"], engine, row["model"], label, problem, layout, ttft_ms, tpot_ms)
 
 
 def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
@@ -154,6 +162,7 @@ class Priced:
     tpot_ms: float
     fits: bool  # both pools fit memory at the priced chunk and batch
     bottleneck: str
+    detail: str  # the TTFT's parts and the decode batch, for --rows
 
     @property
     def ttft_error(self) -> float:
@@ -175,13 +184,17 @@ def holds_a_sequence(run: DisaggRun) -> bool:
     return True
 
 
-def price(runs: Sequence[DisaggRun]) -> list[Priced]:
+def price(runs: Sequence[DisaggRun], queue_share: float | None = None) -> list[Priced]:
+    """Each run as ``evaluate --serving disagg`` prices it (``queue_share``: the profile's unless given)."""
     out = []
     for r in runs:
-        plan = evaluate_disagg(r.problem, r.layout)
+        plan = evaluate_disagg(r.problem, r.layout, queue_share=queue_share)
         memory = not any(d.rule == "MEM-001" for d in check_disagg(plan))
-        m = plan.prediction.metrics
-        out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, plan.prediction.bottleneck))
+        pred = plan.prediction
+        m = pred.metrics
+        detail = (f"prefill {pred.prefill.prefill_ms:.0f} kv {pred.kv.transfer_ms + pred.kv.relayout_ms:.1f} "
+                  f"waiting {pred.waiting_ms:.0f} ms, decode batch {pred.decode.batch}")
+        out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, pred.bottleneck, detail))
     return out
 
 
@@ -207,9 +220,48 @@ def print_table(title: str, priced: Sequence[Priced]) -> None:
         print(f"  {g:10s} {n:5d} {ttft:8.1%} {tpot:8.1%} {ttft_bias:+9.1%} {tpot_bias:+9.1%}")
 
 
+# --- what one queue share fitted to these runs would give ----------------------------------------
+SHARE_GRID = tuple(i / 40 for i in range(21))  # 0 (evenly spread arrivals) .. 0.5 (one burst), by 0.025
+
+
+def ttft_loss(priced: Sequence[Priced]) -> float:
+    """Median |log(predicted / measured)| TTFT: symmetric in over- and under-prediction."""
+    return statistics.median(abs(math.log(p.ttft_ms / p.run.ttft_ms)) for p in priced)
+
+
+def fit_share(runs: Sequence[DisaggRun]) -> float:
+    """The grid's share with the least TTFT loss on ``runs`` (the smallest on ties)."""
+    return min(SHARE_GRID, key=lambda k: (ttft_loss(price(runs, k)), k))
+
+
+def leave_one_model_out(runs: Sequence[DisaggRun]) -> tuple[list[Priced], dict[str, float]]:
+    """Each source model's runs priced at the share fitted on the other models' runs."""
+    out: list[Priced] = []
+    shares = {}
+    for model in sorted({r.source_model for r in runs}):
+        train = [r for r in runs if r.source_model != model]
+        shares[model] = fit_share(train)
+        out += price([r for r in runs if r.source_model == model], shares[model])
+    return out, shares
+
+
+def share_fit(runs: Sequence[DisaggRun]) -> None:
+    share = fit_share(runs)
+    print(f"one queue share fitted on all {len(runs)} runs: {share:.3f} (the profiles': "
+          + ", ".join(sorted({f"{resolve_profile(r.problem).name} {resolve_profile(r.problem).ttft_queue_share:g}"
+                              for r in runs})) + ")")
+    print_table(f"  in-sample, at {share:.3f}:", price(runs, share))
+    held, shares = leave_one_model_out(runs)
+    print_table("  leave-one-model-out, each model at the share fitted on the others ("
+                + ", ".join(f"{m.split('/')[-1]} {k:.3f}" for m, k in shares.items()) + "):", held)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.disagg", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
+    ap.add_argument("--rows", action="store_true", help="also print every run: predicted against measured")
+    ap.add_argument("--share-fit", action="store_true",
+                    help="fit one queue share to these runs; print in-sample and leave-one-model-out figures")
     args = ap.parse_args(argv)
     runs, skipped = load_runs(args.points)
     held = [r for r in runs if holds_a_sequence(r)]
@@ -218,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = held
     print(f"{len(runs)} disaggregated runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
           + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
+    if args.share_fit:
+        share_fit(runs)
+        return 0
     priced = price(runs)
     print_table("evaluate --serving disagg vs measured; error = predicted / measured - 1:", priced)
     print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
@@ -231,7 +286,18 @@ def main(argv: list[str] | None = None) -> int:
     print("at concurrency <= 16, the median measured - predicted TTFT (ms): "
           + ", ".join(f"{e} {v:.0f} ({sum(p.run.engine == e for p in light)} runs)" for e, v in gap.items()))
     print("rate set by: " + ", ".join(f"{k} {v}" for k, v in Counter(p.bottleneck for p in priced).most_common()))
+    for bottleneck, _ in Counter(p.bottleneck for p in priced).most_common():
+        print_table(f"  where the rate is set by {bottleneck}:", [p for p in priced if p.bottleneck == bottleneck])
+    if args.rows:
+        print_rows(priced)
     return 0
+
+
+def print_rows(priced: Sequence[Priced]) -> None:
+    print("every run: TTFT and TPOT predicted / measured (ms), what sets the rate, the predicted TTFT's parts:")
+    for p in sorted(priced, key=lambda p: (p.run.engine, p.run.label)):
+        print(f"  {p.run.label}: TTFT {p.ttft_ms:.0f} / {p.run.ttft_ms:.0f}, TPOT {p.tpot_ms:.1f} / "
+              f"{p.run.tpot_ms:.1f}; {p.bottleneck}; {p.detail}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ Every step time comes from ``evaluate`` (``solver/cost/evaluate.py``) on one wor
 prefill worker's chunk through its stages, the decode worker's round at its batch. Nothing here prices
 an operator; this module only joins the two pools (DESIGN.md "Cost model", disaggregated serving):
 
-- **prefill** worker at chunk ``p`` (prompts per step, at most the engine's token budget over ISL and
-  the pool's batch limit):
+- **prefill** worker at chunk ``p`` (prompts per step: per attention-DP rank at most the engine's token
+  budget over ISL, each rank scheduling its own, and the pool's batch limit):
   a prompt's prefill is the chunk through every stage and send; a new chunk enters every slowest stage,
   so the pool's capacity is ``workers x p / slowest stage`` prompts per second;
 - **KV transfer**: each prompt's cache (ISL x KV bytes per token) moves from the prefill worker's GPUs
@@ -22,10 +22,14 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
   at its largest chunk, the links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its
   batch limit or the most sequences its memory holds: the requests beyond wait), unless ``C`` requests
   in flight cannot carry that: then the highest ``X`` with ``X x e2e0(X) <= C``, ``e2e0(X)`` the
-  unloaded request (prefill + transfer + ``OSL - 1`` rounds) at the chunk and batch ``X`` needs (the
+  unloaded request (serving stack + prefill + transfer + ``OSL - 1`` rounds) at the chunk and batch ``X`` needs (the
   closed loop's own bound, a fixed point found by bisection: ``X x e2e0(X)`` grows with ``X``);
+- **serving stack**: every request also carries the engine profile's ``request_overhead_ms`` (front end,
+  router, KV connector hand-off) and a queue at the prefill pool from the closed loop's clumped arrivals,
+  ``ttft_queue_share x (C - 1)`` prompts at the pool's time per prompt (``serving_stack_ns``): the
+  colocated model's two TTFT-under-load terms, from the same profile fields; both are part of ``e2e0``;
 - **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
-  x TPOT`` = the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
+  x TPOT`` = the serving stack + the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
 - **memory**: a prefill worker holds the KV of the prompts in flight through its pipeline (chunk x stages,
   at ISL plus the first token); a decode worker the KV of its whole batch at ISL + OSL.
 
@@ -92,12 +96,21 @@ def _ns(ms: float) -> int:
 
 # A solver prices the same worker at the same chunk or batch for many pool sizes and concurrencies;
 # the prices are pure functions of hashable frozen inputs, so they are memoised (bounded).
+def rank_budget(profile: Profile, layout: Layout) -> Profile:
+    """The profile a prefill worker is priced with: each attention-DP rank schedules its own prompts
+    within its own token budget (TensorRT-LLM's ``max_num_tokens`` and ``max_batch_size`` are per rank
+    with attention DP), so the worker's step holds ``attn_dp`` times the profile's budget."""
+    if layout.attn_dp == 1:
+        return profile
+    return profile.model_copy(update={"max_num_tokens": profile.max_num_tokens * layout.attn_dp})
+
+
 @lru_cache(maxsize=1 << 16)
 def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile) -> PrefillStep:
-    """One prefill worker at ``chunk`` prompts per step: ``evaluate`` at chunk x stages sequences, so each
-    of its microbatches is one chunk."""
-    worker = layout.model_copy(update={"batch": chunk * layout.pp, "dp": 1})
-    pred = evaluate(role_problem(problem, "prefill", worker.batch), worker, profile)
+    """One prefill worker at ``chunk`` prompts per attention-DP rank per step: ``evaluate`` at chunk x
+    ranks x stages sequences, so each of its microbatches is one chunk on every rank."""
+    worker = layout.model_copy(update={"batch": chunk * layout.attn_dp * layout.pp, "dp": 1})
+    pred = evaluate(role_problem(problem, "prefill", worker.batch), worker, rank_budget(profile, layout))
     slowest = max(_ns(s.prefill_ms) + _ns(s.send_prefill_ms) for s in pred.stages)
     passed = sum(_ns(s.prefill_ms) + _ns(s.send_prefill_ms) for s in pred.stages)
     return PrefillStep(pred.prefill_chunk, passed, slowest, pred)
@@ -111,7 +124,8 @@ def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) 
 
 
 def largest_chunk(problem: Problem, profile: Profile) -> int:
-    """Prompts one prefill step may hold: the engine's token budget over ISL, at least one."""
+    """Prompts one attention-DP rank's prefill step may hold: the engine's token budget over ISL, at
+    least one."""
     return max(1, profile.max_num_tokens // problem.workload.isl)
 
 
@@ -204,7 +218,29 @@ class SteadyState:
     decode: DecodeStep
     rate_rps: float
     bottleneck: str
-    unloaded_e2e_ns: int  # prefill + transfer + (OSL - 1) rounds, no waiting
+    unloaded_e2e_ns: int  # serving stack + clump queue + prefill + transfer + (OSL - 1) rounds
+    overhead_ns: int  # the serving stack's fixed cost per request (in the unloaded e2e)
+    queue_ns: int  # the clump of arrivals' queue at the prefill pool (in the unloaded e2e)
+
+
+def serving_stack_ns(layout: DisaggLayout, full: PrefillStep, profile: Profile,
+                     queue_share: float | None = None) -> tuple[int, int]:
+    """What a request's TTFT carries beyond its own prefill, transfer and the steady state's waiting, in
+    integer nanoseconds: (overhead, queue). The same two terms, from the same engine-profile fields, as
+    the colocated model's TTFT under load (``evaluate.under_load``), so both serving modes are judged
+    alike:
+
+    - the serving stack's fixed cost per request, ``request_overhead_ms`` (front end, tokenisation,
+      scheduling; here also the router's hop and the KV connector's hand-off);
+    - the queue of clumped arrivals: a closed loop at one ISL and OSL sends its requests in clumps (every
+      client starts at once, and with equal outputs they return close together), so a prompt finds a
+      share ``k`` = ``ttft_queue_share`` of the other C - 1 prompts queued at the prefill pool even when
+      the pool keeps up on average; each costs the pool's time per prompt at its largest chunk (its
+      slowest step over workers x chunk). ``queue_share`` replaces ``k`` (the benchmark's refit)."""
+    per_prompt_ns = full.slowest_ns / (layout.prefill.workers * full.chunk)
+    share = profile.ttft_queue_share if queue_share is None else queue_share
+    queue_ns = round(share * max(0, layout.concurrency - 1) * per_prompt_ns)
+    return _ns(profile.request_overhead_ms), queue_ns
 
 
 class _Pools:
@@ -226,22 +262,27 @@ class _Pools:
         return self._decode[batch]
 
 
-def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile: Profile) -> SteadyState:
+def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile: Profile,
+                 queue_share: float | None = None) -> SteadyState:
     """The rate and the chunk and batch each pool runs at (module docstring)."""
     pools = _Pools(problem, layout, profile)
     osl, C = problem.workload.osl, layout.concurrency
     x, y = layout.prefill.workers, layout.decode.workers
-    top_chunk = min(largest_chunk(problem, profile), layout.prefill.max_batch or profile.max_batch)
+    ranks = layout.prefill.layout.attn_dp  # the pool's batch limit is the worker's, the chunk per rank
+    top_chunk = min(largest_chunk(problem, profile),
+                    max(1, layout.prefill.max_batch // ranks) if layout.prefill.max_batch else profile.max_batch)
     top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
                     decode_memory_limit(problem, layout, profile))
     transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
+    overhead_ns, queue_ns = serving_stack_ns(layout, pools.prefill(top_chunk), profile, queue_share)
+    stack_ns = overhead_ns + queue_ns
 
     def settled(rate: float) -> tuple[PrefillStep, DecodeStep, int]:
         """Each pool at the smallest chunk or batch that sustains ``rate``, and the unloaded e2e."""
         pf = pools.prefill(smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate))
         dc = pools.decode(1 if osl <= 1 else smallest_sustaining(
             top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate))
-        return pf, dc, pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
+        return pf, dc, stack_ns + pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
 
     caps = {
         "prefill": pools.prefill(top_chunk).capacity_rps(x),
@@ -266,7 +307,7 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
                 break
         rate = lo
         pf, dc, e2e0 = settled(rate)
-    return SteadyState(pf, dc, rate, bottleneck, e2e0)
+    return SteadyState(pf, dc, rate, bottleneck, e2e0, overhead_ns, queue_ns)
 
 
 def pool_plan(problem: Problem, pool: Pool, prediction: Prediction, batch: int) -> Plan:
@@ -276,17 +317,19 @@ def pool_plan(problem: Problem, pool: Pool, prediction: Prediction, batch: int) 
     return Plan(problem=role, layout=layout, prediction=prediction, status="evaluated")
 
 
-def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | None = None) -> DisaggPlan:
-    """Price ``layout`` for ``problem`` at its concurrency (module docstring)."""
+def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | None = None,
+                    queue_share: float | None = None) -> DisaggPlan:
+    """Price ``layout`` for ``problem`` at its concurrency (module docstring); ``queue_share``, if given,
+    replaces the profile's ``ttft_queue_share`` (the accuracy benchmark's refit tries others)."""
     profile = resolve_profile(problem, profile)
     osl, C = problem.workload.osl, layout.concurrency
     kv = kv_transfer(problem, layout, profile)
-    state = steady_state(problem, layout, kv, profile)
+    state = steady_state(problem, layout, kv, profile, queue_share)
     pf, dc = state.prefill, state.decode
     e2e_ns = C * NS_PER_S / state.rate_rps  # Little's law: C requests in flight at X per second
     tpot_ns = dc.round_ns if osl > 1 else 0
     ttft_ns = e2e_ns - (osl - 1) * tpot_ns
-    waiting_ns = max(0.0, e2e_ns - state.unloaded_e2e_ns)
+    waiting_ns = max(0.0, e2e_ns - state.unloaded_e2e_ns) + state.queue_ns  # the bottleneck's and the clump's
     tokens_per_s = state.rate_rps * osl
     metrics = Metrics(
         ttft_ms=ttft_ns / 1e6,

@@ -11,7 +11,7 @@ from shardplan.hardware.profile import profile_for_gpu
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
-from shardplan.solver.cost.disagg import evaluate_disagg
+from shardplan.solver.cost.disagg import evaluate_disagg, largest_chunk, prefill_step
 from shardplan.solver.cost.evaluate import evaluate
 from tests.unit.solver.cost.factory import GIB, problem
 
@@ -67,7 +67,9 @@ def test_one_request_sees_bare_prefill_plus_transfer_then_bare_rounds() -> None:
     assert pred.prefill.chunk == 1 and pred.decode.batch == 1
     assert pred.prefill.prefill_ms == pytest.approx(prefill_alone.prefill_ms, abs=1e-6)
     assert m.tpot_ms == pytest.approx(decode_alone.metrics.decode_step_ms, abs=1e-6)
-    assert m.ttft_ms == pytest.approx(pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms, abs=1e-5)
+    # One request queues behind nobody: the serving stack's fixed cost, its prefill, its cache's move.
+    bare_ms = pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
+    assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + bare_ms, abs=1e-5)
     assert pred.waiting_ms == pytest.approx(0, abs=1e-5)
     assert m.e2e_ms == pytest.approx(m.ttft_ms + (OSL - 1) * m.tpot_ms, rel=1e-9)
     assert pred.bottleneck == "concurrency"
@@ -103,9 +105,11 @@ def test_capacities_from_the_workers_steps_by_hand() -> None:
     assert pred.prefill.slowest_stage_ms == pred.prefill.prefill_ms
     # The decode pool: 2 workers x batch sequences, each needing OSL - 1 rounds.
     assert pred.decode.capacity_rps == pytest.approx(2 * batch / ((OSL - 1) * pred.decode.step_ms / 1e3), rel=1e-9)
-    # 2,000 requests in flight saturate a pool: the rate is that pool's, and the waiting is C / X - unloaded e2e.
+    # 2,000 requests in flight saturate a pool: the rate is that pool's, and the waiting is C / X - unloaded
+    # e2e, less the serving stack's fixed cost (the clump's queue is waiting too).
     assert pred.bottleneck in ("prefill", "decode", "kv_transfer")
-    unloaded = pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms + (OSL - 1) * pred.decode.step_ms
+    unloaded = (PROFILE.request_overhead_ms + pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
+                + (OSL - 1) * pred.decode.step_ms)
     assert pred.waiting_ms == pytest.approx(2000 / pred.throughput_rps * 1e3 - unloaded, rel=1e-6)
     # A chunk within the engine's token budget.
     assert 1 <= chunk <= PROFILE.max_num_tokens // ISL
@@ -153,8 +157,8 @@ def test_a_decode_batch_limit_makes_the_rest_wait_in_ttft() -> None:
     assert pred.throughput_rps == pytest.approx(4 / ((OSL - 1) * pred.decode.step_ms / 1e3), rel=1e-9)
     # 64 requests, 4 decoding: the other 60 wait, and the wait is in TTFT (Little's law closes the loop)
     assert pred.waiting_ms > 10 * pred.prefill.prefill_ms
-    assert m.ttft_ms == pytest.approx(pred.waiting_ms + pred.prefill.prefill_ms + pred.kv.transfer_ms
-                                      + pred.kv.relayout_ms, rel=1e-9)
+    assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + pred.waiting_ms + pred.prefill.prefill_ms
+                                      + pred.kv.transfer_ms + pred.kv.relayout_ms, rel=1e-9)
     assert m.output_tokens_per_s == pytest.approx(64 * OSL / (m.e2e_ms / 1e3), rel=1e-9)
 
 
@@ -169,3 +173,29 @@ def test_a_decode_worker_holds_no_more_than_its_memory() -> None:
     assert check_disagg(plan) == []  # the batch priced fits memory ...
     one_more = evaluate(p, worker.model_copy(update={"batch": held + 1}))
     assert not one_more.fits  # ... and one more sequence would not
+
+
+def test_clumped_arrivals_queue_a_share_of_the_others_prompts_at_the_prefill_pool() -> None:
+    # Two tp=4 prefill workers far from saturation: C = 9 requests add k x 8 prompts' worth of
+    # the pool's time per prompt (one worker's step at its largest chunk over 2 workers x that chunk) to
+    # TTFT, beside the fixed cost (k the profile's ttft_queue_share, as colocated); Little's law still holds.
+    p, layout, plan = deployment(2, 4, 1, 8, 9)
+    pred, m = plan.prediction, plan.prediction.metrics
+    assert pred.bottleneck == "concurrency"
+    full = prefill_step(p, layout.prefill.layout, largest_chunk(p, PROFILE), PROFILE)
+    assert PROFILE.ttft_queue_share > 0
+    queue_ms = PROFILE.ttft_queue_share * 8 * full.slowest_ns / 1e6 / (2 * full.chunk)
+    bare_ms = pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
+    assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + queue_ms + bare_ms, abs=1e-5)
+    assert pred.waiting_ms == pytest.approx(queue_ms, abs=1e-5)  # the clump's queue, though no pool is saturated
+    assert pred.throughput_rps == pytest.approx(9 / (m.e2e_ms / 1e3), rel=1e-9)
+
+
+def test_each_attention_dp_rank_prefills_its_own_chunk() -> None:
+    # A prefill worker of attn_dp = 4 (tp 1 per rank) schedules a token budget per rank: its largest step
+    # holds 4 x (8192 // ISL) prompts, one rank's share on each, as fast as one rank's alone.
+    p = problem("llama-3.1-8b", "2x8xH100", isl=ISL, osl=OSL)
+    wide = Layout.even(32, 1, tp=1, attn_dp=4)
+    per_rank = largest_chunk(p, PROFILE)
+    step = prefill_step(p, wide, per_rank, PROFILE)
+    assert step.chunk == 4 * per_rank == 4 * (PROFILE.max_num_tokens // ISL)
