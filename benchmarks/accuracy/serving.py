@@ -101,6 +101,8 @@ SKIP_REASONS = {
     "tp-unverified": "the source flags the TP degree (tp>8 as recorded in source; verify)",
     "no-concurrency": "concurrency not stated",
     "bad-row": "row does not describe a valid layout (GPU count, ep = G / moe_tp, dtype)",
+    "duplicate": "the same run again: the source merges dumps (2026-03-25, 2026-04-06, the 2026-04-27 DB) that "
+    "repeat runs under other ids, with the same configuration and the same TTFT and TPOT to every digit",
 }
 
 
@@ -238,7 +240,29 @@ def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter
             skipped[reason] += 1
         else:
             usable.append(row)
-    return pair_runs(usable, _run, skipped), skipped
+    return _once_each(pair_runs(usable, _run, skipped), skipped), skipped
+
+
+def _measurement(run: ServingRun) -> tuple[object, ...]:
+    """What identifies one measurement: the engine, model, GPU, number formats, workload, layout,
+    concurrency and both measured values (two runs agreeing on all of it to the CSV's digits are one)."""
+    p, lay = run.problem, run.layout
+    return (run.engine, p.model.name, p.model.weights_dtype, p.cluster.gpu.name, p.workload.isl, p.workload.osl,
+            run.concurrency, lay.dp, lay.pp, lay.tp, lay.attn_dp, lay.ep, run.ttft_ms, run.tpot_ms)
+
+
+def _once_each(runs: list[ServingRun], skipped: Counter[str]) -> list[ServingRun]:
+    """Each measurement once (the first in file order), its repeats counted as ``duplicate`` rows."""
+    seen: set[tuple[object, ...]] = set()
+    kept = []
+    for r in runs:
+        key = _measurement(r)
+        if key in seen:
+            skipped["duplicate"] += 2
+        else:
+            seen.add(key)
+            kept.append(r)
+    return kept
 
 
 # --- comparing ------------------------------------------------------------------------------------
@@ -313,6 +337,20 @@ def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, floa
             offset = statistics.median(ratios)
             row += [offset, statistics.median(abs(r / offset - 1) for r in ratios)]
         out.append((engine, *row))
+    return out
+
+
+def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, float, float]]:
+    """Per engine, the runs whose engine version the source names and those it leaves unstated (measured
+    October-November 2025, months before the named versions' runs): (engine, which, runs, median |TTFT
+    err|, median signed TTFT err, median |TPOT err|). Both kinds are in every other figure."""
+    out = []
+    for engine in ENGINES:
+        for which, unstated in (("named", False), ("unstated", True)):
+            group = [p for p in priced if p.run.engine == engine and ("unstated" in p.run.engine_version) == unstated]
+            if group:
+                out.append((engine, which, len(group), _median([abs(p.ttft_error) for p in group]),
+                            _median([p.ttft_error for p in group]), _median([abs(p.tpot_error) for p in group])))
     return out
 
 
@@ -495,6 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     print_table("  of which the runs that fit memory:", [p for p in priced if p.fits])
     if over:
         print_table("  of which the runs that do not fit memory:", over)
+    print("per engine and engine version (named by the source, or unstated), both kinds in every figure above:")
+    print(f"  {'engine':10s} {'version':9s} {'runs':>5s} {'|TTFT|':>8s} {'TTFT bias':>9s} {'|TPOT|':>8s}")
+    for engine, which, n, ttft, ttft_bias, tpot in version_table(priced):
+        print(f"  {engine:10s} {which:9s} {n:5d} {ttft:8.1%} {ttft_bias:+9.1%} {tpot:8.1%}")
     print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):
