@@ -22,6 +22,9 @@ Conventions for what the runs leave unstated (read with ``solver/cost/calibratio
   ``expert-tp`` allowed when ``moe_tp > 1``. Dense models with ``dp > 1`` are ``dp`` replicas.
   Rows flagged ``tp>8 as recorded in source; verify`` are skipped (``tp-unverified``).
 - **batch**: the concurrency is the instance's (all attention-DP ranks); ``Layout.batch`` is per replica.
+- **one measurement, one run**: the source merges dumps that repeat runs under other ids; a run with
+  the same engine, model, GPU, formats, workload, layout, concurrency and both measured values as an
+  earlier one is counted once (``duplicate``).
 - **number formats**: weights from ``weights_dtype`` (fp8, fp4 = NVFP4, int4 = weight-only INT4,
   bf16; ``unspecified`` is the bf16 checkpoint). KV cache is unrecorded: TensorRT-LLM takes the
   ModelOpt checkpoint's FP8 KV cache (``kv_cache_config.dtype=auto`` reads ``hf_quant_config``), so
