@@ -23,8 +23,9 @@ Conventions for what the runs leave unstated (read with ``solver/cost/calibratio
   Rows flagged ``tp>8 as recorded in source; verify`` are skipped (``tp-unverified``).
 - **batch**: the concurrency is the instance's (all attention-DP ranks); ``Layout.batch`` is per replica.
 - **one measurement, one run**: the source merges dumps that repeat runs under other ids; a run with
-  the same engine, model, GPU, formats, workload, layout, concurrency and both measured values as an
-  earlier one is counted once (``duplicate``).
+  the same engine, model, GPU, formats, workload, concurrency and both measured values as an earlier one
+  is counted once (``duplicate``); where the copies disagree on the GPU count, the fewest-GPU copy is kept
+  (``gpu-count-conflict``: the evidence is in ``SKIP_REASONS``).
 - **number formats**: weights from ``weights_dtype`` (fp8, fp4 = NVFP4, int4 = weight-only INT4,
   bf16; ``unspecified`` is the bf16 checkpoint). KV cache is unrecorded: TensorRT-LLM takes the
   ModelOpt checkpoint's FP8 KV cache (``kv_cache_config.dtype=auto`` reads ``hf_quant_config``), so
@@ -104,6 +105,10 @@ SKIP_REASONS = {
     "tp-unverified": "the source flags the TP degree (tp>8 as recorded in source; verify)",
     "no-concurrency": "concurrency not stated",
     "bad-row": "row does not describe a valid layout (GPU count, ep = G / moe_tp, dtype)",
+    "gpu-count-conflict": "the same measurement recorded again with more GPUs (11 measurements, all TensorRT-LLM "
+    "DeepSeek attention-DP runs: G GPUs with attention-DP G in the 2026-03-25 dump, G x G in the 2026-04-06 or "
+    "DB dump, whose run ids still say tp8_ep8; TensorRT-LLM's tp_size is the world size with attention DP on, so "
+    "tp x DP counts it twice; the G-GPU layout's TPOT matches): the fewest-GPU copy is kept",
     "duplicate": "the same run again: the source merges dumps (2026-03-25, 2026-04-06, the 2026-04-27 DB) that "
     "repeat runs under other ids, with the same configuration and the same TTFT and TPOT to every digit",
 }
@@ -247,25 +252,29 @@ def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter
 
 
 def _measurement(run: ServingRun) -> tuple[object, ...]:
-    """What identifies one measurement: the engine, model, GPU, number formats, workload, layout,
-    concurrency and both measured values (two runs agreeing on all of it to the CSV's digits are one)."""
-    p, lay = run.problem, run.layout
+    """What identifies one measurement: the engine, model, number formats, GPU, workload, concurrency and
+    both measured values (two runs agreeing on all of it to the CSV's digits are one run)."""
+    p = run.problem
     return (run.engine, p.model.name, p.model.weights_dtype, p.cluster.gpu.name, p.workload.isl, p.workload.osl,
-            run.concurrency, lay.dp, lay.pp, lay.tp, lay.attn_dp, lay.ep, run.ttft_ms, run.tpot_ms)
+            run.concurrency, run.ttft_ms, run.tpot_ms)
 
 
 def _once_each(runs: list[ServingRun], skipped: Counter[str]) -> list[ServingRun]:
-    """Each measurement once (the first in file order), its repeats counted as ``duplicate`` rows."""
-    seen: set[tuple[object, ...]] = set()
+    """Each measurement once, in file order. Copies with the same layout are ``duplicate`` rows; copies
+    recorded with more GPUs than another copy of the same measurement are ``gpu-count-conflict`` rows, and
+    the copy with the fewest GPUs is kept (``SKIP_REASONS`` says why)."""
+    copies: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, r in enumerate(runs):
+        copies[_measurement(r)].append(i)
     kept = []
-    for r in runs:
-        key = _measurement(r)
-        if key in seen:
-            skipped["duplicate"] += 2
-        else:
-            seen.add(key)
-            kept.append(r)
-    return kept
+    for indices in copies.values():
+        best = min(indices, key=lambda i: (runs[i].layout.num_gpus, i))
+        kept.append(best)
+        for i in indices:
+            if i != best:
+                same_layout = runs[i].layout == runs[best].layout
+                skipped["duplicate" if same_layout else "gpu-count-conflict"] += 2
+    return [runs[i] for i in sorted(kept)]
 
 
 # --- comparing ------------------------------------------------------------------------------------
