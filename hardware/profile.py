@@ -131,6 +131,16 @@ class Profile(BaseModel):
         "0 when arrivals are evenly spread, 0.5 when every request arrives with all the others at once "
         "(empirical, fitted per engine on closed-loop runs; DESIGN.md 'Latency as users measure it')",
     )
+    prefill_mixes_with_decode: bool = Field(
+        default=True,
+        description="whether the engine's scheduler runs prefill chunks in the same forward step as the running "
+        "decodes, under one token budget (max_num_tokens). vLLM V1: yes (chunked prefill is always on; the "
+        "scheduler adds waiting prompts' tokens to the decode steps within max_num_batched_tokens); TensorRT-LLM: "
+        "yes (in-flight batching puts context and generation requests in one batch within max_num_tokens); SGLang: "
+        "no by default (Scheduler.get_next_batch_to_run runs a batch of waiting prompts first and a decode step "
+        "only when none is waiting; mixing is opt-in, --enable-mixed-chunk). False: a prompt's first token comes "
+        "at the end of its whole prefill batch, and no decode round rides on its steps (evaluate.under_load)",
+    )
     # Memory.
     usable_memory_fraction: PositiveFloat = Field(le=1, description="share of HBM weights + KV + activations may use")
     runtime_overhead_gib: NonNegativeFloat = Field(description="CUDA context, workspaces, allocator slack per GPU")
@@ -234,7 +244,8 @@ _FILE_LIMITS: dict[str, tuple[float, float]] = {
     "max_batch": (1, 1 << 20),  # the CLI's --batch maximum
     "max_num_tokens": (1, 1 << 30),
 }
-_FLAGS = ("default", "engine_default")  # the only true/false fields: elsewhere a JSON true is not a number
+# The only true/false fields: elsewhere a JSON true is not a number.
+_FLAGS = ("default", "engine_default", "prefill_mixes_with_decode")
 # Fields a file may hold without a range: words, and the fit's own record (not used to price anything).
 _UNPRICED = ("name", "gpu", "software", "engine", "source", "fit_rows", "fit_median_abs_error", *_FLAGS)
 

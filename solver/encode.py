@@ -245,7 +245,9 @@ class Encoding:
 
         tpot = round + ceil((C - 1) x slowest prefill stage / (OSL x chunk)); ttft = ceil(prefill /
         chunk) + [C > 1] ceil((2 steps + 1) x round / 2) + ceil(share‰ x (C - 1) x slowest prefill stage
-        / (1000 x chunk)) + the fixed cost per request; e2e = ttft + (OSL - 1) x tpot. Every term grows
+        / (1000 x chunk)) + the fixed cost per request; e2e = ttft + (OSL - 1) x tpot. Where the
+        profile's prefill does not mix with decode, the prompt pays its batch, ceil(min(1000 x chunk,
+        1000 + share‰ x (C - 1)) x prefill / (1000 x chunk)), and waits ceil(round / 2). Every term grows
         with the round and the slowest prefill stage, which the encoding bounds from below only: no
         objective or limit gains from a longer one, so at an optimum they sit at their true values.
         """
@@ -270,8 +272,9 @@ class Encoding:
         own = cp.new_int_var(0, self.hi, "own_prefill")
         own_paid = cp.new_int_var(0, chunks[-1] * self.hi, "chunk*own_prefill")
         cp.add_multiplication_equality(own_paid, [chunk_var, own])
-        cp.add(own_paid >= self.prefill)
-        cp.add(own_paid - chunk_var < self.prefill)
+        if stack.mixes or batch_hi <= 1:
+            cp.add(own_paid >= self.prefill)
+            cp.add(own_paid - chunk_var < self.prefill)
         if batch_hi <= 1:  # one request: nothing else's prefill, nothing to wait for
             cp.add(self.share == 0)
             cp.add(self.wait == 0)
@@ -293,12 +296,14 @@ class Encoding:
             cp.add_multiplication_equality(queued, [chunk_var, self.queue])
             cp.add(PER_MILLE * queued >= stack.queue_per_mille * work)
             cp.add(PER_MILLE * (queued - chunk_var) < stack.queue_per_mille * work)
+            if not stack.mixes:
+                self._post_own_batch(stack, own_paid, chunk_var, others, chunks[-1])
             # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request: one
             # linear row per value of k (a handful), enforced by the pairs that have it. Every
             # objective and limit prefers a shorter wait, so at an optimum it is exactly the ceiling.
             loaded_pairs: dict[int, list[IntVar]] = {}
             for key, lit in self.pair.items():
-                loaded_pairs.setdefault(2 * t.time[key].steps + 1, []).append(lit)
+                loaded_pairs.setdefault(stack.wait_halves(t.time[key].steps), []).append(lit)
             under_load = cp.new_bool_var("under_load")
             if decided:
                 cp.add(self.batch >= 2).only_enforce_if(under_load)
@@ -312,6 +317,20 @@ class Encoding:
         self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
         self.ttft = self._new("ttft", own + self.wait + self.queue + stack.overhead_ns, hi=self.ttft_hi)
         self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)
+
+    def _post_own_batch(
+        self, stack: ServingStack, own_paid: IntVar, chunk_var: IntVar, others: IntVar, chunk_hi: int
+    ) -> None:
+        """own = ceil(batch‰ x prefill / (1000 x chunk)), batch‰ = min(1000 x chunk, 1000 + share‰ x
+        others), exactly (``ServingStack.batch_per_mille``): a prompt of an engine whose prefill does not
+        mix with decode pays its whole prefill batch. ``own_paid`` = chunk x own."""
+        cp = self.cp
+        batch = cp.new_int_var(PER_MILLE, PER_MILLE * chunk_hi, "prefill_batch_per_mille")
+        cp.add_min_equality(batch, [PER_MILLE * chunk_var, PER_MILLE + stack.queue_per_mille * others])
+        batch_prefill = cp.new_int_var(0, PER_MILLE * chunk_hi * self.hi, "batch*prefill")
+        cp.add_multiplication_equality(batch_prefill, [batch, self.prefill])
+        cp.add(PER_MILLE * own_paid >= batch_prefill)
+        cp.add(PER_MILLE * (own_paid - chunk_var) < batch_prefill)
 
     def _stage_time(
         self, s: int, tau: dict[LayerKind, IntVar], first: Expr, last_expr: Expr, label: str

@@ -22,6 +22,10 @@ Conventions for what the runs leave unstated (read with ``solver/cost/calibratio
   ``expert-tp`` allowed when ``moe_tp > 1``. Dense models with ``dp > 1`` are ``dp`` replicas.
   Rows flagged ``tp>8 as recorded in source; verify`` are skipped (``tp-unverified``).
 - **batch**: the concurrency is the instance's (all attention-DP ranks); ``Layout.batch`` is per replica.
+- **one measurement, one run**: the source merges dumps that repeat runs under other ids; a run with
+  the same engine, model, GPU, formats, workload, concurrency and both measured values as an earlier one
+  is counted once (``duplicate``); where the copies disagree on the GPU count, the fewest-GPU copy is kept
+  (``gpu-count-conflict``: the evidence is in ``SKIP_REASONS``).
 - **number formats**: weights from ``weights_dtype`` (fp8, fp4 = NVFP4, int4 = weight-only INT4,
   bf16; ``unspecified`` is the bf16 checkpoint). KV cache is unrecorded: TensorRT-LLM takes the
   ModelOpt checkpoint's FP8 KV cache (``kv_cache_config.dtype=auto`` reads ``hf_quant_config``), so
@@ -101,6 +105,12 @@ SKIP_REASONS = {
     "tp-unverified": "the source flags the TP degree (tp>8 as recorded in source; verify)",
     "no-concurrency": "concurrency not stated",
     "bad-row": "row does not describe a valid layout (GPU count, ep = G / moe_tp, dtype)",
+    "gpu-count-conflict": "the same measurement recorded again with more GPUs (11 measurements, all TensorRT-LLM "
+    "DeepSeek attention-DP runs: G GPUs with attention-DP G in the 2026-03-25 dump, G x G in the 2026-04-06 or "
+    "DB dump, whose run ids still say tp8_ep8; TensorRT-LLM's tp_size is the world size with attention DP on, so "
+    "tp x DP counts it twice; the G-GPU layout's TPOT matches): the fewest-GPU copy is kept",
+    "duplicate": "the same run again: the source merges dumps (2026-03-25, 2026-04-06, the 2026-04-27 DB) that "
+    "repeat runs under other ids, with the same configuration and the same TTFT and TPOT to every digit",
 }
 
 
@@ -238,7 +248,33 @@ def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[ServingRun], Counter
             skipped[reason] += 1
         else:
             usable.append(row)
-    return pair_runs(usable, _run, skipped), skipped
+    return _once_each(pair_runs(usable, _run, skipped), skipped), skipped
+
+
+def _measurement(run: ServingRun) -> tuple[object, ...]:
+    """What identifies one measurement: the engine, model, number formats, GPU, workload, concurrency and
+    both measured values (two runs agreeing on all of it to the CSV's digits are one run)."""
+    p = run.problem
+    return (run.engine, p.model.name, p.model.weights_dtype, p.cluster.gpu.name, p.workload.isl, p.workload.osl,
+            run.concurrency, run.ttft_ms, run.tpot_ms)
+
+
+def _once_each(runs: list[ServingRun], skipped: Counter[str]) -> list[ServingRun]:
+    """Each measurement once, in file order. Copies with the same layout are ``duplicate`` rows; copies
+    recorded with more GPUs than another copy of the same measurement are ``gpu-count-conflict`` rows, and
+    the copy with the fewest GPUs is kept (``SKIP_REASONS`` says why)."""
+    copies: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for i, r in enumerate(runs):
+        copies[_measurement(r)].append(i)
+    kept = []
+    for indices in copies.values():
+        best = min(indices, key=lambda i: (runs[i].layout.num_gpus, i))
+        kept.append(best)
+        for i in indices:
+            if i != best:
+                same_layout = runs[i].layout == runs[best].layout
+                skipped["duplicate" if same_layout else "gpu-count-conflict"] += 2
+    return [runs[i] for i in sorted(kept)]
 
 
 # --- comparing ------------------------------------------------------------------------------------
@@ -313,6 +349,20 @@ def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, floa
             offset = statistics.median(ratios)
             row += [offset, statistics.median(abs(r / offset - 1) for r in ratios)]
         out.append((engine, *row))
+    return out
+
+
+def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, float, float]]:
+    """Per engine, the runs whose engine version the source names and those it leaves unstated (measured
+    October-November 2025, months before the named versions' runs): (engine, which, runs, median |TTFT
+    err|, median signed TTFT err, median |TPOT err|). Both kinds are in every other figure."""
+    out = []
+    for engine in ENGINES:
+        for which, unstated in (("named", False), ("unstated", True)):
+            group = [p for p in priced if p.run.engine == engine and ("unstated" in p.run.engine_version) == unstated]
+            if group:
+                out.append((engine, which, len(group), _median([abs(p.ttft_error) for p in group]),
+                            _median([p.ttft_error for p in group]), _median([abs(p.tpot_error) for p in group])))
     return out
 
 
@@ -495,6 +545,10 @@ def main(argv: list[str] | None = None) -> int:
     print_table("  of which the runs that fit memory:", [p for p in priced if p.fits])
     if over:
         print_table("  of which the runs that do not fit memory:", over)
+    print("per engine and engine version (named by the source, or unstated), both kinds in every figure above:")
+    print(f"  {'engine':10s} {'version':9s} {'runs':>5s} {'|TTFT|':>8s} {'TTFT bias':>9s} {'|TPOT|':>8s}")
+    for engine, which, n, ttft, ttft_bias, tpot in version_table(priced):
+        print(f"  {engine:10s} {which:9s} {n:5d} {ttft:8.1%} {ttft_bias:+9.1%} {tpot:8.1%}")
     print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):

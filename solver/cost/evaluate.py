@@ -27,6 +27,13 @@ per replica, closed loop, steady state):
   (``ceil(k x (C - 1) x slowest chunk stage / p)``, ``k`` = the profile's ``ttft_queue_share``); and the
   serving stack adds its fixed cost per request (``request_overhead_ms``: front end, tokenisation,
   scheduling). At C = 1 it is the bare prefill plus that fixed cost, and TPOT the bare round;
+- an engine whose prefill does **not mix with decode** (``prefill_mixes_with_decode`` false: SGLang's
+  default scheduler runs a batch of the waiting prompts as a step of its own, before any decode step)
+  returns every first token of a prefill batch at the batch's end, and pauses decode meanwhile. So under
+  load the prompt pays its whole batch: itself and the ``k`` x (C - 1) prompts gathered while it waits,
+  at most ``p`` (``own = ceil(min(p, 1 + k x (C - 1)) x prefill / p)``), and no decode round rides on its
+  steps (``wait = ceil(round / 2)``, half a step on arrival); the queue, the fixed cost and TPOT are as
+  above (decode paused for a batch or sharing a step with it costs the same time in this model);
 - **e2e** = TTFT + (OSL - 1) x TPOT; **throughput** = dp x C x OSL / e2e (Little's law, exactly).
 """
 
@@ -95,14 +102,32 @@ PER_MILLE = 1000  # ttft_queue_share enters the integer model in thousandths
 @dataclass(frozen=True)
 class ServingStack:
     """What a request's TTFT carries beyond the engine's steps, in the integers the solver uses: the
-    profile's ``ttft_queue_share`` in thousandths and ``request_overhead_ms`` in nanoseconds."""
+    profile's ``ttft_queue_share`` in thousandths, ``request_overhead_ms`` in nanoseconds, and whether
+    its scheduler mixes prefill chunks into decode steps (``prefill_mixes_with_decode``)."""
 
     queue_per_mille: int
     overhead_ns: int
+    mixes: bool = True
 
     @classmethod
     def of(cls, profile: Profile) -> ServingStack:
-        return cls(round(profile.ttft_queue_share * PER_MILLE), round(profile.request_overhead_ms * 1e6))
+        return cls(
+            round(profile.ttft_queue_share * PER_MILLE), round(profile.request_overhead_ms * 1e6),
+            profile.prefill_mixes_with_decode,
+        )
+
+    def batch_per_mille(self, batch: int, chunk: int) -> int:
+        """Thousandths of a prompt in the prefill batch a prompt pays for: its own share of the chunk
+        (1000) when prefill mixes with decode; else itself and the queued share of the other C - 1,
+        at most the chunk's ``chunk`` prompts."""
+        if self.mixes:
+            return PER_MILLE
+        return min(PER_MILLE * chunk, PER_MILLE + self.queue_per_mille * (batch - 1))
+
+    def wait_halves(self, steps: int) -> int:
+        """Half decode rounds a prompt waits under load: its ``steps`` chunk steps' rounds and half a step
+        on arrival when prefill mixes with decode; only the half step when it does not."""
+        return 2 * steps + 1 if self.mixes else 1
 
 
 NO_STACK = ServingStack(0, 0)  # the bare engine: no queue share, no fixed cost per request
@@ -114,8 +139,8 @@ class UnderLoad:
 
     decode_step_ns: int  # one decode round, no prefill
     prefill_share_ns: int  # the other requests' prefill each token shares a step with
-    own_prefill_ns: int  # the prompt's share of its chunk through every stage
-    wait_ns: int  # the chunk steps' decode rounds and half a step on arrival (0 at C = 1)
+    own_prefill_ns: int  # the prompt's share of its chunk through every stage (its batch's, not mixing)
+    wait_ns: int  # the chunk steps' decode rounds (none, not mixing) and half a step on arrival (0 at C = 1)
     queue_ns: int  # the other prompts' prefill it waits behind (0 at C = 1)
     overhead_ns: int  # the serving stack's fixed cost per request
     ttft_ns: int
@@ -142,10 +167,13 @@ ttft_ns=100, tpot_ns=10, e2e_ns=140)
     (50, 15, 10)
     >>> load.ttft_ns  # 50 + 15 + 10 + 7
     82
+    >>> apart = under_load(100, 10, 40, 3, 5, 2, 1, ServingStack(250, 7, mixes=False))  # prefill in batches of its own
+    >>> apart.own_prefill_ns, apart.wait_ns, apart.ttft_ns  # ceil(1.5 x 100 / 2), ceil(10 / 2), 75 + 5 + 10 + 7
+    (75, 5, 97)
     """
     share = -(-(batch - 1) * slowest_chunk_ns // (osl * chunk))
-    own = -(-prefill_ns // chunk)
-    wait = 0 if batch <= 1 else -(-(2 * steps + 1) * round_ns // 2)
+    own = -(-stack.batch_per_mille(batch, chunk) * prefill_ns // (PER_MILLE * chunk))
+    wait = 0 if batch <= 1 else -(-stack.wait_halves(steps) * round_ns // 2)
     queue = -(-stack.queue_per_mille * (batch - 1) * slowest_chunk_ns // (PER_MILLE * chunk))
     ttft, tpot = own + wait + queue + stack.overhead_ns, round_ns + share
     return UnderLoad(round_ns, share, own, wait, queue, stack.overhead_ns, ttft, tpot, ttft + (osl - 1) * tpot)

@@ -44,11 +44,16 @@ ENGINE_LIMITS: dict[str, dict[str, float]] = {
     # vLLM V1 defaults on GPUs with at least 70 GiB: --max-num-seqs 1024, --max-num-batched-tokens 8192
     # for the OpenAI server (vllm/engine/arg_utils.py, the usage-context defaults); the process keeps
     # to --gpu-memory-utilization 0.9 of the GPU's memory (its cache configuration's default).
-    "vllm": {"max_batch": 1024, "max_num_tokens": 8192, "usable_memory_fraction": 0.9},
-    # SGLang: --chunked-prefill-size 8192 on 80 GB-class GPUs; --max-running-requests follows memory.
-    "sglang": {"max_batch": 2048, "max_num_tokens": 8192},
-    # TensorRT-LLM trtllm-serve: max_batch_size 2048, max_num_tokens 8192.
-    "trtllm": {"max_batch": 2048, "max_num_tokens": 8192},
+    # V1 always chunks prefill into the decode steps under that budget.
+    "vllm": {"max_batch": 1024, "max_num_tokens": 8192, "usable_memory_fraction": 0.9,
+             "prefill_mixes_with_decode": True},
+    # SGLang: --chunked-prefill-size 8192 under 160 GB of HBM (16,384 above: B200; server_args.py);
+    # --max-running-requests follows memory. Its scheduler runs waiting prompts as a prefill batch of their
+    # own before any decode step (get_next_batch_to_run); --enable-mixed-chunk, off by default, mixes them.
+    "sglang": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": False},
+    # TensorRT-LLM trtllm-serve: max_batch_size 2048, max_num_tokens 8192; in-flight batching runs context
+    # and generation requests in one batch.
+    "trtllm": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": True},
 }
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 

@@ -16,6 +16,10 @@ steps carry and half a step on arrival, plus two terms of the serving stack (``e
   front end, tokenisation, scheduling, the first token's way back); the AIC-SILICON runs measure
   100-450 ms at four requests in flight where the prefill is priced at tens of milliseconds.
 
+An engine whose prefill does not mix with decode (``prefill_mixes_with_decode`` false: SGLang) also
+pays its whole prefill batch, min(p, 1 + k x (C - 1)) prompts (``evaluate.under_load``): TTFT then grows
+with k through the batch as well, piecewise linearly (``TtftRun.core_ms``); the grid handles it alike.
+
 Both are the serving stack's, not the GPU's, so one pair is fitted per engine over all its GPUs
 (two fields per engine), with the step physics (TPOT fields, hardware profile) held fixed. TTFT is
 linear in the two fields, ``ttft = base + k x queue_unit + overhead`` (``TtftRun``), so the fit is an
@@ -50,6 +54,15 @@ class TtftRun:
     measured_ms: float
     model: str
     concurrency: int
+    own_ms: float = 0.0  # the prompt's share of its chunk (prefill / p), which a non-mixing engine multiplies
+    chunk: int = 1  # p, the prompts per chunk: the largest prefill batch
+    mixes: bool = True  # prefill_mixes_with_decode of the profile
+
+    def core_ms(self, share: float) -> float:
+        """TTFT without the fixed cost, at queue share ``share``: where prefill does not mix with decode
+        the prompt's batch holds min(p, 1 + share x (C - 1)) prompts instead of its own share."""
+        extra = 0.0 if self.mixes else self.own_ms * (min(self.chunk, 1 + share * (self.concurrency - 1)) - 1)
+        return self.base_ms + share * self.queue_unit_ms + extra
 
 
 def ttft_run(run: EngineRun, profile: Profile) -> TtftRun:
@@ -58,11 +71,13 @@ def ttft_run(run: EngineRun, profile: Profile) -> TtftRun:
     pred = evaluate(run.problem, run.layout, bare)
     slowest_ms = max(s.prefill_ms + s.send_prefill_ms for s in pred.stages)
     unit = (run.layout.batch - 1) * slowest_ms / pred.prefill_chunk
-    return TtftRun(pred.metrics.ttft_ms, unit, run.ttft_ms, run.model, run.layout.batch)
+    own_ms = sum(s.prefill_ms + s.send_prefill_ms for s in pred.stages) / pred.prefill_chunk
+    return TtftRun(pred.metrics.ttft_ms, unit, run.ttft_ms, run.model, run.layout.batch, own_ms,
+                   pred.prefill_chunk, profile.prefill_mixes_with_decode)
 
 
 def predicted_ms(run: TtftRun, share: float, overhead_ms: float) -> float:
-    return run.base_ms + share * run.queue_unit_ms + overhead_ms
+    return run.core_ms(share) + overhead_ms
 
 
 def _grid(field: str, step: float) -> list[float]:
@@ -76,7 +91,7 @@ def fit_ttft(runs: Sequence[TtftRun]) -> tuple[float, float]:
     logs = [math.log(r.measured_ms) for r in runs]
     best: tuple[float, float, float] | None = None
     for share in _grid("ttft_queue_share", SHARE_STEP * 5):
-        cores = [r.base_ms + share * r.queue_unit_ms for r in runs]
+        cores = [r.core_ms(share) for r in runs]
         for overhead in _grid("request_overhead_ms", OVERHEAD_STEP_MS * 5):
             loss = sum(abs(math.log(c + overhead) - m) for c, m in zip(cores, logs, strict=True))
             if best is None or loss < best[0] - 1e-12:
@@ -87,7 +102,7 @@ def fit_ttft(runs: Sequence[TtftRun]) -> tuple[float, float]:
     for share in (s0 + i * SHARE_STEP for i in range(-5, 6)):
         if not TTFT_BOUNDS["ttft_queue_share"][0] <= share <= TTFT_BOUNDS["ttft_queue_share"][1]:
             continue
-        cores = [r.base_ms + share * r.queue_unit_ms for r in runs]
+        cores = [r.core_ms(share) for r in runs]
         for overhead in (o0 + i * OVERHEAD_STEP_MS for i in range(-5, 6)):
             if not TTFT_BOUNDS["request_overhead_ms"][0] <= overhead <= TTFT_BOUNDS["request_overhead_ms"][1]:
                 continue

@@ -239,6 +239,12 @@ class PlanShape:
         plan's chunked prefill and its TTFT were priced with, the calibration profile's ``max_num_tokens``."""
         return resolve_profile(self.plan.problem).max_num_tokens
 
+    @property
+    def prefill_mixes(self) -> bool:
+        """Whether the plan's TTFT was priced with prefill chunks mixed into decode steps (the calibration
+        profile's ``prefill_mixes_with_decode``): an engine where that is opt-in must be told so."""
+        return resolve_profile(self.plan.problem).prefill_mixes_with_decode
+
     def mem_fraction(self) -> float | None:
         cap = self.plan.problem.mem_cap_gib
         if cap is None:

@@ -50,6 +50,10 @@ def emit_sglang(plan: Plan, expert_location: str = "expert_location.json", first
     if s.moe:
         args += ["--ep-size", str(s.ep)]
     args += ["--max-running-requests", str(s.batch), "--chunked-prefill-size", str(s.token_budget)]
+    if s.prefill_mixes:  # SGLang's engine profiles say false (its default); a profile that mixes needs the flag
+        args.append("--enable-mixed-chunk")
+        s.notes.append("the plan's profile mixes prefill chunks into decode steps: --enable-mixed-chunk (off by "
+                       "default)")
     args += ["--context-length", str(s.max_len)]
     if s.kv_fp8:
         args += ["--kv-cache-dtype", "fp8_e4m3"]
