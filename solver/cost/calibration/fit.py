@@ -10,16 +10,15 @@ What is fitted, and how (DESIGN.md "Cost model": every efficiency is a named, fi
 2. **End to end** (``perf_points.csv``): per GPU type and software generation, a handful of fields
    (``FITTED``) by least squares on the log of predicted over measured, with a robust loss so a few
    odd rows cannot drag the fit and weak priors (``PRIORS``) so a field the rows cannot see stays
-   at a typical value. The default generation (``trtllm``, the tables engine profiles build on) is
-   fitted with the operator terms ``op_terms.py`` reads (KV stream, attention kernel's fixed time,
-   MoE fixed and per-assignment costs, per-rank full-width passes), so its hardware fields carry no
-   share of them. Memory: the engine's reserve in GiB (``runtime_overhead_gib``: CUDA context,
-   CUDA graphs, allocator slack, the share of free memory the engine leaves unused) is fitted; the
-   activation workspace follows the token budget (``memory.activation_bytes``); the whole of HBM is
-   usable (``usable_memory_fraction`` 1, an engine flag such as vLLM's 0.9, not a fitted share).
-   The optimiser starts from fixed values and runs single-threaded
-   arithmetic, and stored values are rounded to ``DIGITS`` significant digits, so a refit rewrites
-   the profile files byte for byte.
+   at a typical value. The operator terms ``op_terms.py`` reads (KV stream, attention kernel's fixed
+   time, MoE costs, per-rank full-width passes) can be fitted with (``TERM_SOFTWARE``); the stored
+   table profiles are not (it made them worse), the engine profiles are. Memory: the engine's
+   reserve in GiB (``runtime_overhead_gib``: CUDA context, CUDA graphs, allocator slack, the share
+   of free memory the engine leaves unused) is fitted; the activation workspace follows the token
+   budget (``memory.activation_bytes``); the whole of HBM is usable (``usable_memory_fraction`` 1,
+   an engine flag such as vLLM's 0.9, not a fitted share). The optimiser starts from fixed values
+   and runs single-threaded arithmetic, and stored values are rounded to ``DIGITS`` significant
+   digits, so a refit rewrites the profile files byte for byte.
 
 scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 """
@@ -265,9 +264,12 @@ def shared_profile(
     return with_op_terms(start, terms)
 
 
-# Generations fitted with the operator terms: the default one, whose hardware fields the engine profiles
-# inherit. Older generations are replay profiles of engines without CUDA graphs, fitted as before.
-TERM_SOFTWARE = ("trtllm",)
+# Generations fitted with the operator terms. None: refit with them, the default generation's tables came out
+# worse (v1.0 8.6 -> 11.2 %, h200-sxm 4.2 -> 7.0 %) with its fixed costs driven to zero, the terms measured on
+# TensorRT-LLM 1.3 kernels pricing the tables' older engines slower than they ran (benchmarks/accuracy/README.md,
+# "Memory reserve, field ranges and the table refit"). Set ("trtllm",) to repeat that experiment; the engine
+# profiles carry the terms either way.
+TERM_SOFTWARE: tuple[str, ...] = ()
 # Passes over a token's 16-bit hidden vector per layer and tensor-parallel rank: two fused residual-add +
 # RMSNorm kernels (vLLM, SGLang and TensorRT-LLM alike), each reading the input and the residual and
 # writing both.
@@ -421,7 +423,8 @@ def calibrate(
         if not points:
             raise SpecError("gpu", f"no usable rows for {name} in {points_csv}")
     ops = op_factors(op_csv) if op_csv else default_op_factors()
-    terms = table_op_terms(op_csv, ops) if op_csv else None  # without operator points, no operator terms
+    # without operator points, or with no generation fitted with them, no operator terms
+    terms = table_op_terms(op_csv, ops) if op_csv and TERM_SOFTWARE else None
     groups = group_points(points)
     newest: dict[str, int] = {}  # newest[gpu]: index in GENERATIONS of its newest software
     for gpu_name, software in groups:
