@@ -142,8 +142,15 @@ class Profile(BaseModel):
         "at the end of its whole prefill batch, and no decode round rides on its steps (evaluate.under_load)",
     )
     # Memory.
-    usable_memory_fraction: PositiveFloat = Field(le=1, description="share of HBM weights + KV + activations may use")
-    runtime_overhead_gib: NonNegativeFloat = Field(description="CUDA context, workspaces, allocator slack per GPU")
+    usable_memory_fraction: PositiveFloat = Field(
+        le=1,
+        description="share of HBM the engine may use at all: 1 unless the engine caps itself (vLLM's "
+        "--gpu-memory-utilization 0.9); not fitted (the reserve below is)",
+    )
+    runtime_overhead_gib: NonNegativeFloat = Field(
+        description="the engine's own reserve per GPU: CUDA context, library workspaces, CUDA graphs, allocator "
+        "slack, memory it leaves free (fitted, 0.5-16 GiB, in the default profiles)"
+    )
     comm_buffer_gib: NonNegativeFloat = Field(description="collective buffers per GPU when it takes part in TP/EP")
     # Scheduler limits of the engine the profile models.
     max_batch: PositiveInt = Field(description="largest number of sequences the engine schedules at once")

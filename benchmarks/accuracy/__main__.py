@@ -27,7 +27,10 @@ from benchmarks.accuracy import (
     source_out,
     summary,
 )
+from shardplan.hardware.profile import list_profiles
+from shardplan.solver.cost.calibration.fit import op_factors
 from shardplan.solver.cost.calibration.points import SKIP_REASONS, THROUGHPUT, load_points
+from shardplan.solver.cost.calibration.ranges import default_profiles, fitted_fields
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     _print_summary(rows)
     _print_rankings(rows)
     _print_user_facing(points, rows)
+    _print_ranges(args.ops)
     _print_skipped(skipped)
     if args.holdout:
         _print_holdouts(points, args)
@@ -183,6 +187,20 @@ def _print_user_facing(points, rows) -> None:
         facing = [user[id(p)] for p in mine if id(p) in user]
         flag = "" if max(median_abs(own), median_abs(facing) if facing else 0.0) <= 0.15 else "  (above 15 %)"
         print(f"    {name:18s} {len(mine):4d} rows  {median_abs(own):6.1%} / {median_abs(facing):6.1%}{flag}")
+
+
+def _print_ranges(ops_csv: Path) -> None:
+    """Each fitted field of every default profile beside its physical range; '*' marks one at an end or outside."""
+    ops = op_factors(ops_csv)
+    print()
+    print("== fitted fields of the default profiles, value [physical range] (* at a bound or outside)")
+    flagged = 0
+    for profile in default_profiles(list_profiles()):
+        fields = fitted_fields(profile, ops)
+        flagged += sum(not f.ok for f in fields)
+        cells = "  ".join(f"{f.field} {f.value:.4g} [{f.low:g}, {f.high:.3g}]{'' if f.ok else '*'}" for f in fields)
+        print(f"    {profile.name:26s} {len(fields)} fitted: {cells}")
+    print(f"fields at a bound or outside their range: {flagged}")
 
 
 def _print_skipped(skipped) -> None:

@@ -30,6 +30,9 @@ from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.stage import StageShape
 
 ACT_BYTES = 2  # activations and collectives travel in 16 bits
+# Hidden size of the MoE layers op_points.csv measured (DeepSeek-V3): moe_routed_token_ns is per assignment
+# of a row this wide (op_terms.py reads it off those points).
+MOE_REFERENCE_HIDDEN = 7168
 
 
 @dataclass(frozen=True)
@@ -266,11 +269,15 @@ class CostContext:
     def _moe_overhead_s(self, assignments: float) -> float:
         """What a MoE block costs beyond its expert GEMMs (``moe_fixed_us``, ``moe_routed_token_ns``):
         routing, permuting tokens to their experts, quantising activations and the weighted combine, a
-        fixed part and a part per token-to-expert assignment the GPU serves (op_points.csv MoE rows)."""
+        fixed part and a part per token-to-expert assignment the GPU serves (op_points.csv MoE rows).
+        The per-assignment part copies, quantises and sums hidden-wide rows, so it scales with the
+        model's hidden size from the one it was measured at (``MOE_REFERENCE_HIDDEN``): ~45 ns per
+        7,168-wide assignment on H100 is ~9 passes over a 16-bit row at the weight stream's rate."""
         if assignments <= 0:
             return 0.0
         p = self.profile
-        return p.moe_fixed_us * 1e-6 + p.moe_routed_token_ns * 1e-9 * assignments
+        width = self.model.hidden_size / MOE_REFERENCE_HIDDEN
+        return p.moe_fixed_us * 1e-6 + p.moe_routed_token_ns * 1e-9 * assignments * width
 
     # --- the ends of the model ---------------------------------------------------------------
     def embedding_ops_s(self, step: Step) -> dict[Op, float]:

@@ -10,9 +10,15 @@ What is fitted, and how (DESIGN.md "Cost model": every efficiency is a named, fi
 2. **End to end** (``perf_points.csv``): per GPU type and software generation, a handful of fields
    (``FITTED``) by least squares on the log of predicted over measured, with a robust loss so a few
    odd rows cannot drag the fit and weak priors (``PRIORS``) so a field the rows cannot see stays
-   at a typical value. The optimiser starts from fixed values and runs single-threaded
-   arithmetic, and stored values are rounded to ``DIGITS`` significant digits, so a refit rewrites
-   the profile files byte for byte.
+   at a typical value. The operator terms ``op_terms.py`` reads (KV stream, attention kernel's fixed
+   time, MoE costs, per-rank full-width passes) can be fitted with (``TERM_SOFTWARE``); the stored
+   table profiles are not (it made them worse), the engine profiles are. Memory: the engine's
+   reserve in GiB (``runtime_overhead_gib``: CUDA context, CUDA graphs, allocator slack, the share
+   of free memory the engine leaves unused) is fitted; the activation workspace follows the token
+   budget (``memory.activation_bytes``); the whole of HBM is usable (``usable_memory_fraction`` 1,
+   an engine flag such as vLLM's 0.9, not a fitted share). The optimiser starts from fixed values
+   and runs single-threaded arithmetic, and stored values are rounded to ``DIGITS`` significant
+   digits, so a refit rewrites the profile files byte for byte.
 
 scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 """
@@ -35,6 +41,7 @@ from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_clu
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
+from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
 
 DIGITS = 4
@@ -45,7 +52,7 @@ FITTED: tuple[str, ...] = (
     "hbm_efficiency",
     "layer_overhead_us",
     "step_overhead_us",
-    "usable_memory_fraction",
+    "runtime_overhead_gib",
     "scaleup_bw_efficiency",
 )
 # Generations that fit other fields than FITTED.
@@ -69,8 +76,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "hbm_efficiency": (0.3, 0.95),
     "layer_overhead_us": (0.0, 500.0),  # kernel launches of a layer without CUDA graphs: tens of us
     "step_overhead_us": (0.0, 5000.0),  # an iteration's scheduling and sampling: a few ms at most
-    "usable_memory_fraction": (0.80, 1.0),
-    "scaleup_bw_efficiency": (0.05, 1.5),
+    # An engine's own reserve per GPU: a CUDA context and library workspaces take ~0.5-1 GiB, captured CUDA
+    # graphs 1-3 GiB, and TensorRT-LLM leaves 10 % of the memory free after weights (its default
+    # free_gpu_memory_fraction 0.9: 4-7 GiB of an 80-141 GB GPU); beyond 16 GiB no engine reserves.
+    "runtime_overhead_gib": (0.5, 16.0),
+    # A ring step cannot move more than the link carries; only an in-switch reduction (NVLink SHARP, NVSwitch 3
+    # and later) sends each byte once instead of 2(n - 1) / n times (scaleup_bw_max).
+    "scaleup_bw_efficiency": (0.05, 1.0),
     "request_overhead_ms": (0.0, 100.0),
     "collective_latency_scale": (0.01, 100.0),
 }
@@ -83,7 +95,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "hbm_efficiency": (0.8, 0.15),
     "layer_overhead_us": (20.0, 100.0),
     "step_overhead_us": (300.0, 2000.0),
-    "usable_memory_fraction": (0.92, 0.05),
+    "runtime_overhead_gib": (3.0, 3.0),
     "scaleup_bw_efficiency": (0.6, 0.5),
     "request_overhead_ms": (5.0, 10.0),
     "collective_latency_scale": (1.0, 5.0),
@@ -215,11 +227,14 @@ def op_factors(path: str | Path) -> OpFactors:
 
 # --- profiles ------------------------------------------------------------------------------------
 
-def shared_profile(ops: OpFactors, gpu: str, software: str, default: bool = True) -> Profile:
+def shared_profile(
+    ops: OpFactors, gpu: str, software: str, default: bool = True, terms: OpTerms | None = None
+) -> Profile:
     """The starting point of a fit: shared factors from the operator points, engine limits, and
-    fixed starting values of the fitted fields (the same for every GPU: determinism)."""
+    fixed starting values of the fitted fields (the same for every GPU: determinism); with ``terms``,
+    the default generation also carries the operator terms (``with_op_terms``)."""
     engine = ENGINES[software]
-    return Profile(
+    start = Profile(
         name=profile_name(gpu, software),
         gpu=gpu,
         software=engine["software"],
@@ -237,25 +252,85 @@ def shared_profile(ops: OpFactors, gpu: str, software: str, default: bool = True
         layer_overhead_us=20.0,
         step_overhead_us=500.0,
         request_overhead_ms=5.0 if software == "trtllm-0.14" else 0.0,
-        usable_memory_fraction=0.92,
-        runtime_overhead_gib=1.5,
+        usable_memory_fraction=1.0,
+        runtime_overhead_gib=PRIORS["runtime_overhead_gib"][0],
         comm_buffer_gib=0.5,
         max_batch=engine["max_batch"],
         max_num_tokens=engine["max_num_tokens"],
         source="starting values",
     )
+    if terms is None or software not in TERM_SOFTWARE:
+        return start
+    return with_op_terms(start, terms)
 
 
-def _bounds(field: str, ops: OpFactors, gpu: str) -> tuple[float, float]:
+# Generations fitted with the operator terms. None: refit with them, the default generation's tables came out
+# worse (v1.0 8.6 -> 11.2 %, h200-sxm 4.2 -> 7.0 %) with its fixed costs driven to zero, the terms measured on
+# TensorRT-LLM 1.3 kernels pricing the tables' older engines slower than they ran (benchmarks/accuracy/README.md,
+# "Memory reserve, field ranges and the table refit"). Set ("trtllm",) to repeat that experiment; the engine
+# profiles carry the terms either way.
+TERM_SOFTWARE: tuple[str, ...] = ()
+# Passes over a token's 16-bit hidden vector per layer and tensor-parallel rank: two fused residual-add +
+# RMSNorm kernels (vLLM, SGLang and TensorRT-LLM alike), each reading the input and the residual and
+# writing both.
+FULL_WIDTH_PASSES = 8.0
+
+
+def with_op_terms(profile: Profile, terms: OpTerms) -> Profile:
+    """``profile`` with the operator-level terms for its GPU: measured on H100/H200, the mean of the two
+    elsewhere (an assumption). The FP8 weight-stream ratio of bare M = 1 GEMMs is measured but not
+    applied: the bare FP8 GEMM quantises its activation in a kernel of its own, which engines fuse into
+    the RMSNorm before it (benchmarks/accuracy/README.md, "Engines: physics terms")."""
+    per_gpu, _ = terms.for_gpu(profile.gpu)
+    del per_gpu["low_precision_stream_ratio"]
+    return profile.model_copy(update={
+        **{field: round(value, 4) for field, value in per_gpu.items()},
+        "moe_fixed_us": round(terms.moe_fixed_us, 2),
+        "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
+        "full_width_passes": FULL_WIDTH_PASSES,
+    })
+
+
+def table_op_terms(op_csv: str | Path, ops: OpFactors) -> OpTerms:
+    """The operator terms for the table fits. The MoE points' expert GEMMs are priced at the bare kernels'
+    own efficiencies (the GEMM curve and the M = 1 weight stream of ``ops``), not at a fitted profile's:
+    the points are bare kernels, and the terms then do not depend on the profiles a refit rewrites."""
+    bare = {
+        gpu: shared_profile(ops, gpu, "trtllm").model_copy(
+            update={"gemm_efficiency": ops.gemm_efficiency, "hbm_efficiency": ops.hbm_efficiency_max}
+        )
+        for gpu in _OP_GPUS
+    }
+    return op_terms(op_csv, bare)
+
+
+def field_bounds(field: str, ops: OpFactors, gpu: str) -> tuple[float, float]:
+    """The physical range of a fitted field on ``gpu``: ``BOUNDS``, narrowed by what the operator points
+    measured and by the GPU's scale-up fabric."""
     lo, hi = BOUNDS[field]
     if field == "hbm_efficiency" and gpu in _OP_GPUS:
         hi = min(hi, max(ops.hbm_efficiency_max, lo + 0.01))  # no better than a bare weight stream
     if field == "gemm_efficiency" and gpu in _OP_GPUS:
         hi = min(hi, ops.gemm_efficiency)  # no better than the bare GEMM kernel
+    if field == "scaleup_bw_efficiency":
+        hi = scaleup_bw_max(gpu)
     return lo, hi
 
 
 _OP_GPUS = ("H100-SXM", "H200-SXM")
+# GPUs whose scale-up switch reduces in the network (NVLink SHARP of NVSwitch 3 and NVLink 5 switches: NVIDIA's
+# HGX H100/H200 and B200, GB200 NVL72 documentation): an all-reduce then sends and receives each byte once, not
+# 2(n - 1) / n times as the ring the alpha-beta model prices, so up to 2(n - 1) / n = 1.75 of the link at n = 8
+# looks like a ring efficiency above 1. Every other GPU's ring cannot beat its link.
+IN_SWITCH_REDUCTION = ("H100-SXM", "H200-SXM", "B200-SXM", "GB200-NVL72")
+IN_SWITCH_GPUS = 8  # the node the tables' all-reduces span
+
+
+def scaleup_bw_max(gpu: str) -> float:
+    """The physical upper end of ``scaleup_bw_efficiency`` on ``gpu``."""
+    if gpu in IN_SWITCH_REDUCTION:
+        return 2 * (IN_SWITCH_GPUS - 1) / IN_SWITCH_GPUS
+    return BOUNDS["scaleup_bw_efficiency"][1]
 
 
 def residual(point: Point, profile: Profile) -> float:
@@ -280,7 +355,7 @@ def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields:
     fields = [f for f in fields if f in BOUNDS]
     lo, hi, x0 = [], [], []
     for f in fields:
-        a, b = _bounds(f, ops, start.gpu)
+        a, b = field_bounds(f, ops, start.gpu)
         lo.append(a)
         hi.append(b)
         x0.append(min(max(getattr(start, f), a), b))
@@ -348,33 +423,44 @@ def calibrate(
         if not points:
             raise SpecError("gpu", f"no usable rows for {name} in {points_csv}")
     ops = op_factors(op_csv) if op_csv else default_op_factors()
+    # without operator points, or with no generation fitted with them, no operator terms
+    terms = table_op_terms(op_csv, ops) if op_csv and TERM_SOFTWARE else None
     groups = group_points(points)
     newest: dict[str, int] = {}  # newest[gpu]: index in GENERATIONS of its newest software
     for gpu_name, software in groups:
         rank = GENERATIONS.index(software)
         newest[gpu_name] = min(rank, newest.get(gpu_name, rank))
-    tasks = [(key, pts, ops, GENERATIONS.index(key[1]) == newest[key[0]]) for key, pts in groups.items()]
+    tasks = [(key, pts, ops, GENERATIONS.index(key[1]) == newest[key[0]], terms) for key, pts in groups.items()]
     if jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_fit_task, tasks))
     else:
         results = [_fit_task(t) for t in tasks]
-    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, _, _) in zip(results, tasks, strict=True)]
+    return [_with_source(r, pts, points_csv, ops) for r, (_, pts, *_) in zip(results, tasks, strict=True)]
 
 
-def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool]) -> FitResult:
-    (gpu, software), pts, ops, default = task
+def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool, OpTerms | None]) -> FitResult:
+    (gpu, software), pts, ops, default, terms = task
     fields = FITTED_BY_SOFTWARE.get(software, FITTED)
-    return fit_profile(pts, shared_profile(ops, gpu, software, default), ops, fields)
+    return fit_profile(pts, shared_profile(ops, gpu, software, default, terms), ops, fields)
 
 
 def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | Path, ops: OpFactors) -> FitResult:
     sources = sorted({p.source for p in points})
+    terms = ""
+    if result.profile.full_width_passes:
+        where = "this GPU's" if result.profile.gpu in _OP_GPUS else "the H100's and H200's mean (an assumption)"
+        terms = (
+            f"; operator terms (op_points.csv): attention_fixed_us and kv_stream_efficiency from {where} "
+            "generation-attention kernels, moe_fixed_us and moe_routed_token_ns from the balanced DeepSeek-V3 MoE "
+            f"points less their expert GEMMs at the bare kernels' efficiencies, full_width_passes {FULL_WIDTH_PASSES:g}"
+        )
     source = (
         f"fitted by shardplan calibrate: least squares on log(predicted/measured) of {result.rows} rows of "
         f"{Path(points_csv).name} ({', '.join(sources)}; rows {_id_ranges(p.row_id for p in points)}), "
         f"fields {', '.join(result.fields)}; median |error| on those rows {result.median_abs_error:.1%}. "
-        f"Shared factors: {ops.note}; attention, MoE, scale-out and memory overheads are engineering defaults"
+        f"Shared factors: {ops.note}{terms}; attention and MoE GEMM efficiencies, scale-out and communication "
+        "buffers are engineering defaults"
     )
     update = {"source": source, "fit_rows": result.rows, "fit_median_abs_error": round(result.median_abs_error, 4)}
     return FitResult(result.profile.model_copy(update=update), result.rows, result.median_abs_error, result.fields)
@@ -468,6 +554,6 @@ def _id_ranges(ids: Iterable[str]) -> str:
 
 
 __all__ = [
-    "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "calibrate", "calibrate_to_file", "fit_profile",
-    "op_factors", "profile_json", "profile_name", "residual", "shared_profile", "write_profile",
+    "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "calibrate", "calibrate_to_file", "field_bounds",
+    "fit_profile", "op_factors", "profile_json", "profile_name", "residual", "shared_profile", "write_profile",
 ]

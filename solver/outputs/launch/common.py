@@ -245,11 +245,32 @@ class PlanShape:
         profile's ``prefill_mixes_with_decode``): an engine where that is opt-in must be told so."""
         return resolve_profile(self.plan.problem).prefill_mixes_with_decode
 
-    def mem_fraction(self) -> float | None:
-        cap = self.plan.problem.mem_cap_gib
-        if cap is None:
-            return None
-        return round(min(cap / self.plan.problem.cluster.gpu.hbm_gib, 0.99), 3)
+    def mem_fraction(self) -> float:
+        """vLLM's --gpu-memory-utilization: the share of HBM the plan let one GPU use (its limit: the cap, or
+        the profile's usable fraction), which the engine keeps everything it allocates within."""
+        return _share(min(m.limit_gib / m.capacity_gib for m in self.plan.prediction.memory))
+
+    def static_fraction(self) -> float:
+        """SGLang's --mem-fraction-static: the share of HBM for weights and the KV pool, what the plan left
+        them after the engine's reserve, communication buffers and activations (the tightest stage's)."""
+        return _share(min(
+            (m.limit_gib - m.runtime_gib - m.comm_buffers_gib - m.activations_gib) / m.capacity_gib
+            for m in self.plan.prediction.memory
+        ))
+
+    def kv_free_fraction(self) -> float:
+        """TensorRT-LLM's kv_cache_config.free_gpu_memory_fraction: the share of the memory free after
+        weights, activations and the engine's reserve that the plan gave the KV cache (the tightest stage's)."""
+        shares = []
+        for m in self.plan.prediction.memory:
+            used = m.weights_gib + m.runtime_gib + m.comm_buffers_gib + m.activations_gib
+            shares.append((m.limit_gib - used) / max(m.capacity_gib - used, 1e-9))
+        return _share(min(shares))
+
+
+def _share(value: float) -> float:
+    """A memory fraction for an engine flag: three decimals, within (0, 0.99] (no engine takes all of it)."""
+    return round(min(max(value, 0.001), 0.99), 3)
 
 
 def per_rank(batch: int, ranks: int) -> int:

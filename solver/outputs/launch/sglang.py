@@ -57,12 +57,8 @@ def emit_sglang(plan: Plan, expert_location: str = "expert_location.json", first
     args += ["--context-length", str(s.max_len)]
     if s.kv_fp8:
         args += ["--kv-cache-dtype", "fp8_e4m3"]
-    fraction = s.mem_fraction()
-    if fraction is not None:
-        args += ["--mem-fraction-static", f"{fraction:g}"]
-        s.notes.append(
-            "--mem-fraction-static is the share of memory for weights and KV cache: the plan's cap, as a fraction"
-        )
+    # weights and KV pool: the plan's limit less the engine reserve, buffers and activations it priced
+    args += ["--mem-fraction-static", f"{s.static_fraction():g}"]
     args += s.weights_note("sglang", "--quantization")
     files: list[tuple[str, str]] = []
     placement = s.placement()

@@ -35,11 +35,6 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml", fi
     if adp:
         s.notes.append(f"--max_batch_size is per attention-DP rank: the plan's batch of {s.batch} over {s.G} ranks")
     args += ["--extra_llm_api_options", options_file]
-    if s.mem_fraction() is not None:
-        s.notes.append(
-            f"the plan's memory cap of {s.plan.problem.mem_cap_gib:g} GiB per GPU is not passed: "
-            "TensorRT-LLM sizes its KV cache from --kv_cache_free_gpu_memory_fraction of the memory left after weights"
-        )
     s.weights_note("trtllm", None)
 
     yaml: list[str] = [f"enable_attention_dp: {'true' if adp else 'false'}"]
@@ -47,8 +42,11 @@ def emit_trtllm(plan: Plan, options_file: str = "extra_llm_api_options.yaml", fi
         yaml += [f"moe_expert_parallel_size: {s.ep}", f"moe_tensor_parallel_size: {s.expert_tp}"]
     if s.pp > 1:
         yaml.append(f"pp_partition: [{', '.join(map(str, s.layers))}]")
+    # TensorRT-LLM sizes its KV cache as a share of the memory left after weights, activations and its reserve:
+    # the share the plan gave it, so the engine holds the KV cache the plan was priced with
+    yaml += ["kv_cache_config:", f"  free_gpu_memory_fraction: {s.kv_free_fraction():g}"]
     if s.kv_fp8:
-        yaml += ["kv_cache_config:", "  dtype: fp8"]
+        yaml.append("  dtype: fp8")
     placement = s.placement()
     if placement is not None:
         balancer = trtllm_initial_assignments(placement)

@@ -63,9 +63,8 @@ def emit_vllm(plan: Plan, first_gpu: int = 0) -> Emitted:
     args += ["--max-num-batched-tokens", str(s.token_budget), "--max-model-len", str(s.max_len)]
     if s.kv_fp8:
         args += ["--kv-cache-dtype", "fp8"]
-    fraction = s.mem_fraction()
-    if fraction is not None:
-        args += ["--gpu-memory-utilization", f"{fraction:g}"]
+    # the share of HBM the plan's memory limit allows: what the plan was priced with, not vLLM's own default
+    args += ["--gpu-memory-utilization", f"{s.mem_fraction():g}"]
     args += s.weights_note("vllm", "--quantization")
     placement = s.placement()
     if placement is not None:

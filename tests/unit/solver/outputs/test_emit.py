@@ -160,8 +160,23 @@ def test_fp8_cache_and_memory_cap():
     assert _arg(emit_vllm(plan).launches[0].argv, "--gpu-memory-utilization") == "0.75"
     assert _arg(emit_sglang(plan).launches[0].argv, "--kv-cache-dtype") == "fp8_e4m3"
     t = emit_trtllm(plan)
-    assert "kv_cache_config:\n  dtype: fp8" in t.files[0][1]
-    assert any("memory cap" in n for n in t.notes)
+    assert "kv_cache_config:\n  free_gpu_memory_fraction: " in t.files[0][1] and "\n  dtype: fp8" in t.files[0][1]
+
+
+def test_launch_memory_fractions_are_what_the_plan_assumed():
+    # One stage of tp 8 with a 60 GiB cap on 80 GiB GPUs: each engine's flag, by hand from the plan's own memory.
+    plan = plan_of("llama-3.1-70b", "8xH100", mem_cap_gib=60, tp=8)
+    (m,) = plan.prediction.memory
+    assert m.capacity_gib == 80 and m.limit_gib == 60
+    reserve = m.runtime_gib + m.comm_buffers_gib + m.activations_gib
+    assert float(_arg(emit_vllm(plan).launches[0].argv, "--gpu-memory-utilization")) == 0.75  # 60 / 80
+    static = float(_arg(emit_sglang(plan).launches[0].argv, "--mem-fraction-static"))
+    assert static == pytest.approx((60 - reserve) / 80, abs=5e-4)  # weights + KV pool
+    line = next(x for x in emit_trtllm(plan).files[0][1].splitlines() if "free_gpu_memory_fraction" in x)
+    free = 80 - m.weights_gib - reserve  # what TensorRT-LLM finds free after loading
+    assert float(line.split(":")[1]) == pytest.approx((60 - m.weights_gib - reserve) / free, abs=5e-4)
+    # the flags leave the plan's KV room: static pool less weights, and the free share, are the same GiB
+    assert static * 80 - m.weights_gib == pytest.approx(float(line.split(":")[1]) * free, abs=0.1)
 
 
 def test_uneven_stages_are_passed():

@@ -116,10 +116,12 @@ def test_trtllm_context_and_generation_servers_and_their_config() -> None:
     assert "disable_overlap_scheduler" not in files["decode_extra_llm_api_options.yaml"]
     for name in ("prefill_extra_llm_api_options.yaml", "decode_extra_llm_api_options.yaml"):
         assert "max_tokens_in_buffer: 4000" in files[name]
+        top = ""
         for line in files[name].splitlines():
             key = line.strip().split(":")[0]
-            parent = "cache_transceiver_config." if line.startswith("  ") else ""
-            assert parent + key in known.TRTLLM_YAML_KEYS | extra.TRTLLM_DISAGG_YAML_KEYS, key
+            parent = f"{top}." if line.startswith("  ") else ""
+            top = top if line.startswith("  ") else key
+            assert parent + key in known.TRTLLM_YAML_KEYS | extra.TRTLLM_DISAGG_YAML_KEYS, parent + key
     config = files["disagg_config.yaml"]
     parents: list[str] = []
     for line in config.splitlines():

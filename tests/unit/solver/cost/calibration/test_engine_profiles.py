@@ -23,12 +23,12 @@ from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.evaluate import evaluate
 
 # Fields the stored fit left at a bound: with the KV stream, the attention kernel's fixed time and the per-rank
-# full-width work priced, the runs of these five still decode faster than a 0.95 weight stream allows (all five
+# full-width work priced, the runs of these four still decode faster than a 0.95 weight stream allows (all four
 # fit MoE runs; benchmarks/accuracy/README.md, "Engines: physics terms"). Listed so that the miss stays visible:
 # any other field at a bound fails this test, and so does one of these leaving its bound unnoticed.
 KNOWN_AT_BOUND = {
     (name, "hbm_efficiency")
-    for name in ("b200-sxm-sglang", "b200-sxm-trtllm", "b200-sxm-vllm", "h100-sxm-trtllm", "h200-sxm-sglang")
+    for name in ("b200-sxm-sglang", "b200-sxm-vllm", "h100-sxm-trtllm", "h200-sxm-sglang")
 }
 METADATA = {"name", "software", "engine", "default", "engine_default", "source", "fit_rows", "fit_median_abs_error"}
 # op_points.csv (and the fused-kernel pass count), not fitted to runs

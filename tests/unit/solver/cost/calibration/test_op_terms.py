@@ -95,6 +95,20 @@ def test_the_moe_overhead_adds_a_fixed_part_and_a_part_per_assignment_to_the_exp
     }
 
 
+def test_the_per_assignment_cost_scales_with_the_hidden_size_it_moves():
+    # Qwen3-30B-A3B's rows are 2,048 wide, DeepSeek-V3's (where the term was measured) 7,168: 2/7 of the cost
+    model, cluster = get_model("qwen3-30b-a3b"), parse_cluster("1xH200")
+    shape = shape_of(model, 1, 1, 1, 1, 1)
+    step = Step(Phase.DECODE, 16, 1, 2048)
+    moe = LayerKind(moe=True, windowed=False)
+    bare = get_profile("h200-sxm").model_copy(update={"moe_fixed_us": 0.0, "moe_routed_token_ns": 0.0})
+    loaded = bare.model_copy(update={"moe_routed_token_ns": 70.0})
+    before = CostContext(model, cluster, bare, shape).layer_ops_s(moe, step)["moe.experts"]
+    after = CostContext(model, cluster, loaded, shape).layer_ops_s(moe, step)["moe.experts"]
+    assert model.hidden_size == 2048
+    assert after - before == pytest.approx(70e-9 * 16 * 8 * 2048 / 7168)  # 16 tokens x top-8 on one GPU
+
+
 def dense_context(update: dict[str, object], weights: str = "bf16") -> CostContext:
     model = get_model("llama-3.1-70b")
     if weights != "bf16":

@@ -1,0 +1,74 @@
+"""Which fields of a stored profile were fitted, and the physical range each must sit inside.
+
+A fitted field at an end of its range is a sign that the fit pushed it there to carry a term the model
+lacks (issue 13: "a fit that cannot hide a missing term"), so the ends count as failures, not only values
+outside. One definition, read by the accuracy benchmarks (which print every field beside its range) and
+by the test that reads every default profile.
+
+- A GPU's default (hardware) profile, and ``generic`` (their medians): the fields ``fit.py`` fits for its
+  software generation, within ``fit.BOUNDS``, narrowed where op_points.csv measured the bare kernel (no
+  weight stream or GEMM faster than it on H100/H200) and by the GPU's scale-up fabric (``scaleup_bw_max``).
+- An engine profile (``engine_default``): those hardware fields as inherited, plus the engine's own
+  (``engine_fit.ENGINE_BOUNDS``) and its TTFT pair (``ttft_fit.TTFT_BOUNDS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardplan.hardware.profile import Profile
+from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
+from shardplan.solver.cost.calibration.fit import FITTED, FITTED_BY_SOFTWARE, OpFactors, field_bounds
+from shardplan.solver.cost.calibration.points import GENERATIONS
+from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
+
+
+@dataclass(frozen=True)
+class FittedField:
+    profile: str
+    field: str
+    value: float
+    low: float
+    high: float
+
+    @property
+    def inside(self) -> bool:
+        return self.low <= self.value <= self.high
+
+    @property
+    def at_bound(self) -> bool:
+        """Within ``AT_BOUND_SHARE`` of the range's width from either end."""
+        margin = AT_BOUND_SHARE * (self.high - self.low)
+        return self.value <= self.low + margin or self.value >= self.high - margin
+
+    @property
+    def ok(self) -> bool:
+        return self.inside and not self.at_bound
+
+
+def generation(profile: Profile) -> str:
+    """The software generation a hardware profile was fitted for, from its name (``fit.profile_name``)."""
+    if profile.gpu == "*":
+        return "trtllm"  # generic: the medians of the default generation's profiles
+    suffix = profile.name.removeprefix(profile.gpu.lower()).removeprefix("-")
+    return suffix if suffix in GENERATIONS else "trtllm"
+
+
+def fitted_fields(profile: Profile, ops: OpFactors) -> list[FittedField]:
+    """Every fitted field of ``profile`` with its physical range (nothing for a profile nobody fitted)."""
+    ranges: dict[str, tuple[float, float]] = {}
+    if profile.default or profile.engine_default:
+        hardware = FITTED if profile.engine_default else FITTED_BY_SOFTWARE.get(generation(profile), FITTED)
+        ranges.update({f: field_bounds(f, ops, profile.gpu) for f in hardware})
+    if profile.engine_default:
+        ranges.update({f: ENGINE_BOUNDS[f] for f in ENGINE_FIELDS})
+        ranges.update({f: TTFT_BOUNDS[f] for f in TTFT_FIELDS})
+    return [FittedField(profile.name, f, float(getattr(profile, f)), lo, hi) for f, (lo, hi) in ranges.items()]
+
+
+def default_profiles(profiles: list[Profile]) -> list[Profile]:
+    """The profiles plans are priced with when the user names none: each GPU's default, each engine's, generic."""
+    return [p for p in profiles if p.default or p.engine_default]
+
+
+__all__ = ["FittedField", "default_profiles", "fitted_fields", "generation"]
