@@ -359,7 +359,8 @@ def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, 
     out = []
     for engine in ENGINES:
         for which, unstated in (("named", False), ("unstated", True)):
-            group = [p for p in priced if p.run.engine == engine and ("unstated" in p.run.engine_version) == unstated]
+            group = [p for p in priced
+                     if p.run.engine == engine and names_its_version(p.run.engine_version) != unstated]
             if group:
                 out.append((engine, which, len(group), _median([abs(p.ttft_error) for p in group]),
                             _median([p.ttft_error for p in group]), _median([abs(p.tpot_error) for p in group])))
@@ -453,14 +454,23 @@ def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[
     return held
 
 
+def names_its_version(version: str) -> bool:
+    """Whether the source names the engine version a run measured (``_engine`` keeps the text after the
+    engine's name; the source writes "(version unstated)" where it does not)."""
+    return "unstated" not in version
+
+
 def ttft_runs(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[str, list[TtftRun]]:
-    """Per engine, its runs on the GPUs that have an engine profile, each priced with that profile
-    less its two TTFT fields (the runs the fields are fitted and checked on)."""
+    """Per engine, its runs on the GPUs that have an engine profile whose engine version the source
+    names, each priced with that profile less its two TTFT fields: the runs the fields are fitted and
+    held out on. An engine profile describes named software (issue 13: "runs under load, named engine
+    versions"); the unstated-version runs, measured months earlier, are priced in every table all the
+    same (README, "TTFT fields fitted on named versions")."""
     out: dict[str, list[TtftRun]] = defaultdict(list)
     for (engine, gpu), runs in groups.items():
         profile = profile_for_gpu(gpu, cast(Engine, engine))
         if profile.engine_default and profile.engine == engine:
-            out[engine] += [ttft_run(r, profile) for r in runs]
+            out[engine] += [ttft_run(r, profile) for r in runs if names_its_version(r.version)]
     return dict(out)
 
 
