@@ -27,6 +27,8 @@ from benchmarks.accuracy import (
     source_out,
     summary,
 )
+from benchmarks.accuracy import disagg as disagg_runs
+from benchmarks.accuracy import serving as serving_runs
 from shardplan.hardware.profile import list_profiles
 from shardplan.solver.cost.calibration.fit import op_factors
 from shardplan.solver.cost.calibration.points import SKIP_REASONS, THROUGHPUT, load_points
@@ -71,10 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     _print_rankings(rows)
     _print_user_facing(points, rows)
     _print_ranges(args.ops)
+    _print_under_load()
     _print_skipped(skipped)
     if args.holdout:
         _print_holdouts(points, args)
     return 0
+
+
+def _print_under_load() -> None:
+    """The runs under load of serving_points.csv per engine, as ``shardplan evaluate`` prices them with the
+    GPU's default (engine) profile: the headline of serving.py and disagg.py, whose own reports say more."""
+    runs, _ = serving_runs.load_runs()
+    print()
+    serving_runs.print_table("== runs under load, one pool (python -m benchmarks.accuracy.serving for more): "
+                             "median |error| per engine", serving_runs.price(runs))
+    split, _ = disagg_runs.load_runs()
+    held = [r for r in split if disagg_runs.holds_a_sequence(r)]
+    disagg_runs.print_table("== runs under load, disaggregated (python -m benchmarks.accuracy.disagg for more): "
+                            "median |error| per engine", disagg_runs.price(held))
 
 
 def _print_rows(rows) -> None:
