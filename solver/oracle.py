@@ -10,7 +10,7 @@ simple, and slow on large spaces: that is what the benchmark compares the solver
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cmp_to_key
 from typing import NamedTuple
@@ -75,6 +75,9 @@ class Oracle:
         self.pins = p.pins
         self.osl = p.workload.osl
         self.stack = ServingStack.of(tables.profile or resolve_profile(p))  # TTFT's queue share and fixed cost
+        # The last front computed, by (shape, microbatch, sequences per GPU, stages): consecutive batches
+        # often share both (the brute force walks every integer batch), and so the same front.
+        self._last_front: tuple[tuple[Shape, int, int, int], list[SplitPoint]] | None = None
 
     # --- the space --------------------------------------------------------------------------
     def shapes(self) -> Iterator[Shape]:
@@ -97,17 +100,20 @@ class Oracle:
                 yield S
 
     def options(self, o: Shape, S: int, exhaustive: bool = True) -> Iterator[BatchOption]:
-        """Exactly priced batch options of (o, S). A decided batch: every q with S x q within the
-        engine's limit (``exhaustive``, the brute force), or the space's priced points, the smallest
-        q of each range (a seed, which the search's own space must be able to represent)."""
+        """Exactly priced batch options of (o, S). A decided batch: every batch B = 1 .. attn_dp x the
+        engine's limit, priced as ``evaluate`` prices B (``exhaustive``, the brute force), or the space's
+        priced points B = S x attn_dp x q, the smallest q of each range (a seed)."""
         space = self.space
         if not space.decides_batch:
             yield from (opt for opt in space.batch_options(o) if opt.micro == space.micro_for_stages(S))
             return
-        top = space.batch_limit // S
-        qs = range(1, top + 1) if exhaustive else (opt.q for opt in space.batch_options(o) if opt.q <= top)
-        for q in qs:
-            yield BatchOption.at(o.attn_dp, q)
+        top = space.replica_batch_limit(o.attn_dp)
+        if exhaustive:
+            batches: Iterable[int] = range(1, top + 1)
+        else:
+            batches = (S * o.attn_dp * opt.q for opt in space.batch_options(o) if S * o.attn_dp * opt.q <= top)
+        for b in batches:
+            yield BatchOption.for_batch(S, o.attn_dp, b)
 
     def replicas(self, o: Shape, S: int) -> list[int]:
         top = self.space.num_gpus // (S * o.gpus)
@@ -117,10 +123,11 @@ class Oracle:
 
     # --- one combination ----------------------------------------------------------------------
     def batch_of(self, o: Shape, opt: BatchOption, S: int) -> int:
-        return S * opt.micro if self.space.decides_batch else self.space.fixed_batch
+        return opt.batch if self.space.decides_batch else self.space.fixed_batch
 
     def seqs_per_gpu(self, o: Shape, opt: BatchOption, S: int) -> int:
-        return S * opt.q if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
+        """Sequences whose KV cache one GPU holds: its attention group's share of the batch, the fullest."""
+        return -(-opt.batch // o.attn_dp) if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
 
     def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int) -> tuple[int, int, int]:
         """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
@@ -141,10 +148,18 @@ class Oracle:
         """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
         memory-feasible split of the layers into S contiguous non-empty stages (``stage_cost`` of
         each stage, read from per-layer prefix sums: the proof calls this many times)."""
+        seqs = self.seqs_per_gpu(o, opt, S)
+        key = (o, opt.micro, seqs, S)
+        if self._last_front is not None and self._last_front[0] == key:
+            return self._last_front[1]
+        front = self._front(o, opt, S, seqs)
+        self._last_front = (key, front)
+        return front
+
+    def _front(self, o: Shape, opt: BatchOption, S: int, seqs: int) -> list[SplitPoint]:
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
         dec, pre, mem = self._layer_prefixes(o, opt, S)
         e, m = self.t.price(o, opt), self.t.memory[o]
-        seqs = self.seqs_per_gpu(o, opt, S)
         per_stage_bytes = seqs * m.logits_per_seq + self.t.chunk_activation[(o, opt)] + m.fixed
         # front[j]: splits of layers [0, j) into the stages placed so far.
         front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
