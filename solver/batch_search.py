@@ -21,15 +21,20 @@ priced at some batch B0 <= a (microbatch m0 <= m(a)):
 - a round is at least the decode sum, and at least min(S, a) x the slowest stage, which is at least
   the split's (``Oracle.fronts`` at B0: any split that fits memory at B fits it at B0, slowest stages
   only grow) or, before that is computed, the slowest prefill stage at least the prefill sum over S;
+  that slowest stage holds at least (its time - both ends - a send) / the longest layer layers, each
+  grown by the KV stream of the further sequences;
 - ``under_load`` grows with every time, the concurrency and the chunk steps, so its e2e at these
   floors is a floor, and a floor that breaks a TTFT or TPOT limit empties the node;
+- at the same floors a batch B above a adds at least (B - a) x the per-request TPOT prefill share and
+  queue (less osl ns for the ceilings), so B / e2e is bounded by a line's ratio, largest at a or b;
 - memory over the S stages together grows with B: past the B where it passes S x the limit, nothing
   fits (bound.py ``_may_fit``'s necessary condition, solved for B by bisection).
 Throughput need not grow with B even inside one microbatch size (the other requests' prefill grows
 with B while the step stays), so no batch is assumed best: the node with the highest bound is refined
 first, priced at its own a, then its splits computed there, which score exactly every batch from a on
 that shares a's microbatch and sequences per GPU (one front serves them all), then the rest of its
-range halved. A node whose bound is below the best plan's ratio (compared exactly, by cross-
+range halved (a wide range is halved before its splits are computed; a short one is priced at its own
+a first). A node whose bound is below the best plan's ratio (compared exactly, by cross-
 multiplication) is dropped; when none is left the best plan is proven optimal. Equal ratios are kept
 and tie-broken as the CP-SAT search does: fewest GPUs, fewest stages, smallest shape, then the
 smallest batch and boundaries.
@@ -43,11 +48,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from shardplan.rules.problem import Objective
-from shardplan.solver.cost.evaluate import UnderLoad, microbatching, prefill_chunk, under_load
+from shardplan.solver.cost.evaluate import PER_MILLE, UnderLoad, microbatching, prefill_chunk, under_load
 from shardplan.solver.oracle import Candidate, Oracle, SplitPoint
 from shardplan.solver.space import BatchOption, Shape
 
 NARROW = 16  # a range is split before its splits are computed while hi - lo > lo / NARROW
+# A range of fewer batches is priced at its own smallest batch before it is halved further: halving it
+# under floors from far below would leave every batch near the top to be scored on its own.
+SHORT = 16
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,9 @@ class Floors:
     steps: int  # chunk steps per prompt at b0 (they only grow with the batch)
     decode_sum_ns: int  # every layer's decode step, both ends and the sends: the round's floor
     slope_ns: int  # ns every further sequence per attention group adds to the decode sum, at least
+    layer_slope_ns: int  # ... and to any one layer's decode step (the least over the kinds)
+    layer_max_ns: int  # the longest decode step of one layer
+    ends_ns: int  # what a stage's decode step carries beyond its layers, at most: both ends and a send
     prefill_ns: int  # the prompt's chunk through every stage (TTFT's bare prefill)
     activation_bytes: int  # the chunk's activations on one GPU
     # (slowest decode stage, slowest prefill stage) floors: the prefill sum's share of one stage, or
@@ -78,8 +89,8 @@ class _Node:
     lo: int = field(compare=False)
     hi: int = field(compare=False)
     floors: Floors = field(compare=False)
-    tokens_hi: int = field(compare=False)  # tokens at hi, every replica
-    e2e_lo: int = field(compare=False)  # the least e2e of any plan in the node
+    bound_tokens: int = field(compare=False)  # no plan in the node beats bound_tokens / bound_e2e
+    bound_e2e: int = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class _Branching:
         self.heap: list[_Node] = []
         self.layers = oracle.problem.model.num_layers
         self.limits = oracle.problem.workload
+        self._replica_bytes: dict[tuple[Shape, int], tuple[int, int]] = {}  # replica_bytes, memoised
 
     # --- floors ------------------------------------------------------------------------------
     def floors_at(self, o: Shape, S: int, b: int, inherit: Floors | None) -> Floors:
@@ -122,6 +134,8 @@ class _Branching:
         return Floors(
             b0=b, group0=opt.q, chunk=e.chunk, steps=e.steps, decode_sum_ns=decode,
             slope_ns=sum(L[k] * e.kv_slope.get(k, 0) for k in t.kinds), prefill_ns=prefill,
+            layer_slope_ns=min(e.kv_slope.get(k, 0) for k in t.kinds), layer_max_ns=max(e.decode.values()),
+            ends_ns=e.first_decode + e.last_decode + max(e.send_decode[: S - 1], default=0),
             activation_bytes=t.chunk_activation[(o, opt)], points=points, level=0,
         )
 
@@ -153,61 +167,101 @@ class _Branching:
         points = tuple(sorted({(max(d, dmin), max(p, pmin)) for d, p in floors.points}))
         return replace(floors, points=points, level=1)
 
-    def e2e_floor(self, o: Shape, S: int, f: Floors, b: int, chunk: int) -> int | None:
-        """The least e2e of any plan of (o, S) at batch b (>= f.b0) or more with prompts ``chunk`` at a
-        time, or None when even the floors break memory, a TTFT or a TPOT limit."""
-        if not self.may_fit(o, S, f, b, chunk):
+    def node_bound(self, o: Shape, S: int, f: Floors, lo: int, hi: int, chunk: int, dp: int) -> tuple[int, int] | None:
+        """(tokens, e2e ns) whose ratio no plan of (o, S) at a batch in [lo, hi] (lo >= f.b0) with prompts
+        ``chunk`` at a time beats, or None when even the floors at lo break memory, a TTFT or a TPOT limit.
+
+        Per point of the floors, e2e at lo is under_load of the floor times at concurrency lo; at any
+        batch B above it the same times give at least e2e(lo) - osl + (B - lo) x delta, where delta is
+        what each further request adds to (osl - 1) TPOT prefill shares and to the queue (the ceilings
+        lose less than 1 ns each, osl in all). B / (e2e(lo) - osl + (B - lo) delta) is monotone in B, so
+        its largest value over the range is at lo or hi; and never above hi tokens over e2e(lo)."""
+        if not self.may_fit(o, S, f, lo, chunk):
             return None
-        group = -(-microbatching(S, b)[1] // o.attn_dp)
+        group = -(-microbatching(S, lo)[1] // o.attn_dp)
         grown = f.decode_sum_ns - self.layers + f.slope_ns * (group - f.group0)
         round_floor = max(f.decode_sum_ns, grown)
-        in_flight = min(S, b)  # microbatches: a round is at least this many slowest stages
-        best: int | None = None
+        in_flight = min(S, lo)  # microbatches: a round is at least this many slowest stages
+        per_layer = max(0, f.layer_slope_ns * (group - f.group0) - 1)  # growth of each layer's step, at least
+        osl, stack = self.osl, self.oracle.stack
+        best: tuple[int, int] | None = None
         for dmax, pmax in f.points:
             # Another chunk's slowest prefill stage per prompt may be shorter: its share (TPOT) and queue (TTFT)
             # are then unbounded below. The own-prompt share ceil(prefill / chunk) stays a floor at the node's
             # chunk: a larger chunk's prefill is at least b0's (f.prefill_ns), divided by the same chunk.
             share_stage = pmax if chunk == f.chunk else 0
             load: UnderLoad = under_load(
-                f.prefill_ns, max(round_floor, in_flight * dmax), share_stage, b, self.osl, chunk, f.steps,
-                self.oracle.stack,
+                f.prefill_ns, max(round_floor, in_flight * self.slowest_floor(f, dmax, per_layer)), share_stage, lo,
+                osl, chunk, f.steps, stack,
             )
-            if self.oracle.within_limits(load) and (best is None or load.e2e_ns < best):
-                best = load.e2e_ns
+            if not self.oracle.within_limits(load):
+                continue
+            e_lo = load.e2e_ns
+            bound = (dp * hi, e_lo)
+            start = e_lo - osl  # the linear floor at lo
+            if hi > lo and start > 0:
+                # delta = share_stage x (1000 (osl - 1) + k osl) / (1000 osl chunk), k the queue share per mille
+                num = (hi - lo) * share_stage * (PER_MILLE * (osl - 1) + stack.queue_per_mille * osl)
+                at_hi = max(e_lo, start + num // (PER_MILLE * osl * chunk))
+                ends = max((dp * lo, start), (dp * hi, at_hi), key=_Ratio)
+                bound = min(bound, ends, key=_Ratio)
+            if best is None or _Ratio(bound) > _Ratio(best):
+                best = bound
         return best
+
+    @staticmethod
+    def slowest_floor(f: Floors, dmax: int, per_layer: int) -> int:
+        """The slowest decode stage at a larger microbatch, of any split whose slowest stage was at least
+        ``dmax`` at b0: that stage holds at least (dmax - ends) / the longest layer of them, and each
+        layer's step grew by ``per_layer`` at least (the ends and sends only grow)."""
+        if per_layer == 0 or f.layer_max_ns == 0:
+            return dmax
+        layers = max(0, -(-(dmax - f.ends_ns) // f.layer_max_ns))
+        return dmax + layers * per_layer
 
     def may_fit(self, o: Shape, S: int, f: Floors, b: int, chunk: int) -> bool:
         """Every stage's bytes together within S GPUs' limits at batch b (the chunk's activations when known)."""
-        t, m = self.t, self.t.memory[o]
-        seqs = -(-b // o.attn_dp)  # the fullest attention group's sequences, on each of its GPUs
-        weights = sum(t.layers_of(k) * m.weights[k] for k in t.kinds)
-        kv = sum(t.layers_of(k) * m.kv_per_seq[k] for k in t.kinds)
+        return b <= self.most_fitting(o, S, f, chunk)
+
+    def most_fitting(self, o: Shape, S: int, f: Floors, chunk: int) -> int:
+        """The largest batch whose bytes over the S stages together fit S GPUs' limits (0: none): the
+        bytes are fixed + seqs x per_seq with seqs = ceil(b / attn_dp), solved for seqs."""
+        fixed_bytes, per_seq_bytes = self.replica_bytes(o, S)
         activation = f.activation_bytes if chunk == f.chunk else 0
-        total = weights + kv * seqs + m.first + (m.last_with_first if S == 1 else m.last)
-        total += S * (seqs * m.logits_per_seq + activation + m.fixed)
-        return total <= S * t.limit_bytes
+        room = S * (self.t.limit_bytes - activation) - fixed_bytes
+        if room < 0:
+            return 0
+        return o.attn_dp * (room // per_seq_bytes) if per_seq_bytes else self.space.replica_batch_limit(o.attn_dp)
+
+    def replica_bytes(self, o: Shape, S: int) -> tuple[int, int]:
+        """(bytes that do not grow with the batch, bytes per sequence of the fullest attention group),
+        summed over one GPU of each of the S stages, the chunk's activations left out."""
+        key = (o, S)
+        found = self._replica_bytes.get(key)
+        if found is None:
+            t, m = self.t, self.t.memory[o]
+            weights = sum(t.layers_of(k) * m.weights[k] for k in t.kinds)
+            kv = sum(t.layers_of(k) * m.kv_per_seq[k] for k in t.kinds)
+            fixed = weights + m.first + (m.last_with_first if S == 1 else m.last) + S * m.fixed
+            found = self._replica_bytes[key] = (fixed, kv + S * m.logits_per_seq)
+        return found
 
     # --- the heap -----------------------------------------------------------------------------
     def push(self, o: Shape, S: int, lo: int, hi: int, f: Floors, chunk: int, dp: int) -> None:
         """The node (o, S, [lo, hi]) unless it is empty or provably worse than the best plan."""
         if lo > hi:
             return
-        e2e = self.e2e_floor(o, S, f, lo, chunk)
-        if e2e is None:
-            return
         hi = self.largest_fitting(o, S, f, lo, hi, chunk)
-        tokens = dp * hi
-        if self.beaten(tokens, e2e):
+        bound = self.node_bound(o, S, f, lo, hi, chunk, dp)
+        if bound is None or self.beaten(*bound):
             return
+        tokens, e2e = bound
         key = (-tokens / e2e, (o.tp, o.sp, o.attn_dp, o.expert_tp), S, lo)
         heapq.heappush(self.heap, _Node(key, o, S, lo, hi, f, tokens, e2e))
 
     def largest_fitting(self, o: Shape, S: int, f: Floors, lo: int, hi: int, chunk: int) -> int:
-        """The largest batch in [lo, hi] that passes ``may_fit`` (lo does): a bisection, memory grows with it."""
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self.may_fit(o, S, f, mid, chunk) else (lo, mid - 1)
-        return lo
+        """The largest batch in [lo, hi] that passes ``may_fit`` (lo does)."""
+        return min(hi, self.most_fitting(o, S, f, chunk))
 
     def beaten(self, tokens: int, e2e: int) -> bool:
         """Whether tokens / e2e is below the best plan's ratio (equal is not: it may win the tie-break)."""
@@ -252,7 +306,7 @@ class _Branching:
             elif self.passed():
                 return BatchSearch(self.best, self.open_bound())
             node = heapq.heappop(self.heap)
-            if self.beaten(node.tokens_hi, node.e2e_lo):
+            if self.beaten(node.bound_tokens, node.bound_e2e):
                 continue
             self.refine(node)
         return BatchSearch(self.best, None)
@@ -262,7 +316,7 @@ class _Branching:
         dp = self.oracle.replicas(o, S)[-1]
         chunk = _chunk(self.oracle, S, lo)
         wide = hi - lo > lo // NARROW
-        if f.chunk != chunk or (f.b0 < lo and (wide or hi == lo or f.level < 2)):
+        if f.chunk != chunk or (f.b0 < lo and (wide or hi - lo < SHORT or f.level < 2)):
             self.push(o, S, lo, hi, self.floors_at(o, S, lo, f), chunk, dp)
         elif wide or f.b0 < lo:
             # A wide range's bound is loose by its tokens at hi over those at lo: halve it before
@@ -289,8 +343,8 @@ class _Branching:
         """The highest (tokens, e2e) bound among the nodes left (and the best plan's own ratio)."""
         top: tuple[int, int] | None = None
         for node in self.heap:
-            if top is None or node.tokens_hi * top[1] > top[0] * node.e2e_lo:
-                top = (node.tokens_hi, node.e2e_lo)
+            if top is None or node.bound_tokens * top[1] > top[0] * node.bound_e2e:
+                top = (node.bound_tokens, node.bound_e2e)
         if self.best is not None and (top is None or self.best.tokens * top[1] > top[0] * self.best.e2e_ns):
             top = (self.best.tokens, self.best.e2e_ns)
         return top
@@ -335,6 +389,19 @@ def _same_front_until(S: int, attn_dp: int, batch: int, hi: int) -> int:
     micro_end = S if batch <= S else S * microbatching(S, batch)[1]
     seqs_end = attn_dp * -(-batch // attn_dp)
     return min(hi, micro_end, seqs_end)
+
+
+class _Ratio:
+    """A (tokens, e2e ns) pair ordered by tokens / e2e, exactly (cross-multiplied)."""
+
+    def __init__(self, pair: tuple[int, int]):
+        self.tokens, self.e2e = pair
+
+    def __lt__(self, other: _Ratio) -> bool:
+        return self.tokens * other.e2e < other.tokens * self.e2e
+
+    def __gt__(self, other: _Ratio) -> bool:
+        return other < self
 
 
 def _tie_key(cand: Candidate) -> tuple[int, int, tuple[int, int, int, int], int, tuple[tuple[int, int], ...]]:
