@@ -21,7 +21,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import ServingStack, UnderLoad, resolve_profile, under_load
 from shardplan.solver.space import BatchOption, Shape
-from shardplan.solver.tables import Tables
+from shardplan.solver.tables import Tables, TimeEntry
 
 
 @dataclass(frozen=True)
@@ -171,8 +171,7 @@ class Oracle:
         front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
         for s in range(S):
             first, last = s == 0, s == S - 1
-            d_extra = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
-            p_extra = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+            d_extra, p_extra = _stage_extras(e, s, S)
             m_extra = per_stage_bytes + first * m.first + last * (m.last_with_first if S == 1 else m.last)
             nxt: dict[int, list[SplitPoint]] = {}
             ends = [L] if last else range(s + 1, L - (S - 1 - s) + 1)
@@ -210,8 +209,7 @@ class Oracle:
         front: dict[int, list[CapacityPoint]] = {0: [(0, 0, _UNBOUNDED, (0,))]}
         for s in range(S):
             first, last = s == 0, s == S - 1
-            d_extra = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
-            p_extra = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+            d_extra, p_extra = _stage_extras(e, s, S)
             room = limit - fixed_bytes - first * m.first - last * (m.last_with_first if S == 1 else m.last)
             nxt: dict[int, list[CapacityPoint]] = {}
             for j in [L] if last else range(s + 1, L - (S - 1 - s) + 1):
@@ -462,6 +460,14 @@ def _pareto(points: list[SplitPoint]) -> list[SplitPoint]:
             out.append((a, b, bounds))
             best_b = b
     return out
+
+
+def _stage_extras(e: TimeEntry, s: int, S: int) -> tuple[int, int]:
+    """(decode ns, prefill ns) slot s of S carries beyond its layers: the ends it holds, the send after it."""
+    first, last = s == 0, s == S - 1
+    d = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
+    p = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+    return d, p
 
 
 def _pareto3(points: list[CapacityPoint]) -> list[CapacityPoint]:
