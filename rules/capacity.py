@@ -1,11 +1,11 @@
-"""Rules about resources and service limits: memory per GPU, TTFT and TPOT limits."""
+"""Rules about resources and service limits: memory per GPU, the engine's batch limit, TTFT and TPOT limits."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from shardplan.models.derived import weight_bytes_total
-from shardplan.rules.base import Diagnostic, Rule
+from shardplan.rules.base import Diagnostic, Rule, ShapeRule, StageDegrees
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics
 from shardplan.rules.problem import Problem, memory_limit_gib, resolve_profile
@@ -54,6 +54,47 @@ class MemoryFits(Rule):
             f"needs at least {need:.1f} GiB per GPU (weights {weights:.1f} spread over all {n} GPUs + "
             f"{fixed:.1f} runtime and buffers, before any KV cache), has {limit:.1f}{short}"
         )
+
+
+def engine_batch_limit(problem: Problem) -> int:
+    """Sequences one attention group may run at once: --max-batch, else the profile's."""
+    return problem.max_batch or resolve_profile(problem).max_batch
+
+
+class EngineBatchLimit(ShapeRule):
+    id = "BAT-001"
+    name = "batch-over-engine-limit"
+    statement = (
+        "the sequences one attention group runs at once, ceil(batch / attn_dp), stay within the engine's "
+        "limit (--max-batch; default the calibration profile's)"
+    )
+    source = "vLLM --max-num-seqs, SGLang --max-running-requests, TensorRT-LLM max_batch_size (per scheduler)"
+    example_bad = "--batch 100 --max-batch 64 with attn_dp=1"
+    example_good = "--batch 100 --max-batch 64 with attn_dp=2 (50 per attention group)"
+
+    def forbids(self, problem: Problem, shape: StageDegrees) -> bool:
+        """A fixed batch (latency's default is 1) fills ceil(b / attn_dp) sequences per attention group,
+        so a shape with too few groups cannot run it; a decided batch never passes the limit (the
+        search's batches stop at attn_dp x the limit)."""
+        return -(-(problem.workload.batch or 1) // shape.attn_dp) > engine_batch_limit(problem)
+
+    def check(self, plan: Plan) -> list[Diagnostic]:
+        """The plan's own batch (evaluate's --batch, or the batch the search decided)."""
+        limit = engine_batch_limit(plan.problem)
+        layout = plan.layout
+        group = -(-layout.batch // layout.attn_dp)
+        if group > limit:
+            return [self.error(
+                f"batch {layout.batch} puts {group} sequences in an attention group (attn_dp {layout.attn_dp}); "
+                f"the engine runs at most {limit}"
+            )]
+        return []
+
+    def conflict_message(self, problem: Problem) -> str:
+        limit = engine_batch_limit(problem)
+        batch = problem.workload.batch or 1
+        return (f"the engine runs at most {limit} sequences per attention group: batch {batch} needs "
+                f"attn_dp >= {-(-batch // limit)}")
 
 
 class TtftLimit(Rule):

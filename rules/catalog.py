@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
-from shardplan.rules.capacity import MemoryFits, TpotLimit, TtftLimit
+from shardplan.rules.capacity import EngineBatchLimit, MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.dag.catalog import DAG_RULES
 from shardplan.rules.dag.disagg import DISAGG_DAG_RULES
 from shardplan.rules.disagg import DISAGG_RULES
@@ -48,6 +48,7 @@ CATALOG: tuple[Rule, ...] = (
     NoTpInsideExperts(),
     ExpertsPerRank(),
     MemoryFits(),
+    EngineBatchLimit(),
     TtftLimit(),
     TpotLimit(),
 )

@@ -16,14 +16,13 @@ when a search step ran out of time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import NS_PER_S, under_load
 from shardplan.solver.oracle import Oracle
-from shardplan.solver.space import BatchOption, SearchSpace, Shape
+from shardplan.solver.space import BatchOption, Shape
 
 
 @dataclass(frozen=True)
@@ -49,49 +48,33 @@ def relative_gap(value: float, bound: float, objective: Objective) -> float:
 def table_bound(oracle: Oracle) -> TableBound:
     """The relaxation's best objective over every combination the oracle would visit (see the module)."""
     throughput = oracle.problem.objective is Objective.THROUGHPUT
-    space = oracle.space
-    # A decided batch: every integer q, as ranges each relaxed to its smallest q's memory and times and
-    # its largest q's tokens (the search's own space may hold only priced points).
-    covering = SearchSpace(oracle.problem, space.profile, only_pins=space.only_pins, refined=space.refined)
     best: float | None = None
     floor: int | None = None
     for o in oracle.shapes():
         weights_bytes, kv_bytes_per_seq = _whole_model_bytes(oracle, o)
-        sums: dict[BatchOption, _Sums] = {}
+        sums: dict[int, _Sums] = {}  # per microbatch: options of the same micro share their step
         for S in oracle.stage_counts(o):
             replicas = oracle.replicas(o, S)
             if not replicas:
                 continue
-            for opt, top_batch in _covering_options(oracle, covering, o, S):
+            # A decided batch: every integer batch exactly (the CP-SAT search, the only caller, runs
+            # this for a fixed batch; a decided one is the branch and bound's, which bounds itself).
+            for opt in oracle.options(o, S):
                 if not _may_fit(oracle, o, opt, S, weights_bytes, kv_bytes_per_seq):
                     continue
-                if opt not in sums:
-                    sums[opt] = _Sums.of(oracle, o, opt)
+                if opt.micro not in sums:
+                    sums[opt.micro] = _Sums.of(oracle, o, opt)
                 batch = oracle.batch_of(o, opt, S)
-                e2e_ns = sums[opt].e2e_floor_ns(oracle, S, batch)
+                e2e_ns = sums[opt.micro].e2e_floor_ns(oracle, S, batch)
                 if e2e_ns is None:
                     continue
                 floor = e2e_ns if floor is None else min(floor, e2e_ns)
                 if throughput:
-                    value = replicas[-1] * top_batch * oracle.osl * NS_PER_S / e2e_ns
+                    value = replicas[-1] * batch * oracle.osl * NS_PER_S / e2e_ns
                     best = value if best is None else max(best, value)
                 else:
                     best = e2e_ns if best is None else min(best, e2e_ns)
     return TableBound(best, floor)
-
-
-def _covering_options(
-    oracle: Oracle, covering: SearchSpace, o: Shape, S: int
-) -> Iterator[tuple[BatchOption, int]]:
-    """(exactly priced option, the most sequences in flight per replica it stands for) of (o, S)."""
-    if not covering.decides_batch:
-        for opt in oracle.options(o, S):
-            yield opt, oracle.batch_of(o, opt, S)
-        return
-    top_q = covering.batch_limit // S
-    for opt in covering.batch_options(o):
-        if opt.q <= top_q:
-            yield BatchOption.at(o.attn_dp, opt.q), S * o.attn_dp * min(opt.q_hi, top_q)
 
 
 def _whole_model_bytes(oracle: Oracle, o: Shape) -> tuple[int, int]:

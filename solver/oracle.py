@@ -10,7 +10,7 @@ simple, and slow on large spaces: that is what the benchmark compares the solver
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cmp_to_key
 from typing import NamedTuple
@@ -21,7 +21,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import ServingStack, UnderLoad, resolve_profile, under_load
 from shardplan.solver.space import BatchOption, Shape
-from shardplan.solver.tables import Tables
+from shardplan.solver.tables import Tables, TimeEntry
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,21 @@ class Candidate:
     tokens: int
 
     def better_than(self, other: Candidate | None, objective: Objective) -> bool:
-        if other is None:
-            return True
-        if objective is Objective.LATENCY:
-            return self.e2e_ns < other.e2e_ns
-        return self.tokens * other.e2e_ns > other.tokens * self.e2e_ns
+        return other is None or _better((self.e2e_ns, self.tokens), (other.e2e_ns, other.tokens), objective)
+
+
+def _better(a: tuple[int, int], b: tuple[int, int], objective: Objective) -> bool:
+    """Whether (e2e ns, tokens) ``a`` beats ``b``: latency by e2e, throughput by tokens / e2e exactly."""
+    if objective is Objective.LATENCY:
+        return a[0] < b[0]
+    return a[1] * b[0] > b[1] * a[0]
 
 
 # (slowest decode stage ns, slowest prefill stage ns, stage boundaries) of one split of the layers.
 SplitPoint = tuple[int, int, tuple[int, ...]]
+# ... and the most sequences per GPU every stage of it holds: (decode, prefill, sequences, boundaries).
+CapacityPoint = tuple[int, int, int, tuple[int, ...]]
+_UNBOUNDED = 2**62  # sequences a stage holds when they cost it no bytes
 
 
 class Split(NamedTuple):
@@ -75,6 +81,9 @@ class Oracle:
         self.pins = p.pins
         self.osl = p.workload.osl
         self.stack = ServingStack.of(tables.profile or resolve_profile(p))  # TTFT's queue share and fixed cost
+        # The last front computed, by (shape, microbatch, sequences per GPU, stages): consecutive batches
+        # often share both (the brute force walks every integer batch), and so the same front.
+        self._last_front: tuple[tuple[Shape, int, int, int], list[SplitPoint]] | None = None
 
     # --- the space --------------------------------------------------------------------------
     def shapes(self) -> Iterator[Shape]:
@@ -97,17 +106,20 @@ class Oracle:
                 yield S
 
     def options(self, o: Shape, S: int, exhaustive: bool = True) -> Iterator[BatchOption]:
-        """Exactly priced batch options of (o, S). A decided batch: every q with S x q within the
-        engine's limit (``exhaustive``, the brute force), or the space's priced points, the smallest
-        q of each range (a seed, which the search's own space must be able to represent)."""
+        """Exactly priced batch options of (o, S). A decided batch: every batch B = 1 .. attn_dp x the
+        engine's limit, priced as ``evaluate`` prices B (``exhaustive``, the brute force), or the space's
+        priced points B = S x attn_dp x q, the smallest q of each range (a seed)."""
         space = self.space
         if not space.decides_batch:
             yield from (opt for opt in space.batch_options(o) if opt.micro == space.micro_for_stages(S))
             return
-        top = space.batch_limit // S
-        qs = range(1, top + 1) if exhaustive else (opt.q for opt in space.batch_options(o) if opt.q <= top)
-        for q in qs:
-            yield BatchOption.at(o.attn_dp, q)
+        top = space.replica_batch_limit(o.attn_dp)
+        if exhaustive:
+            batches: Iterable[int] = range(1, top + 1)
+        else:
+            batches = (S * o.attn_dp * opt.q for opt in space.batch_options(o) if S * o.attn_dp * opt.q <= top)
+        for b in batches:
+            yield BatchOption.for_batch(S, o.attn_dp, b)
 
     def replicas(self, o: Shape, S: int) -> list[int]:
         top = self.space.num_gpus // (S * o.gpus)
@@ -117,10 +129,11 @@ class Oracle:
 
     # --- one combination ----------------------------------------------------------------------
     def batch_of(self, o: Shape, opt: BatchOption, S: int) -> int:
-        return S * opt.micro if self.space.decides_batch else self.space.fixed_batch
+        return opt.batch if self.space.decides_batch else self.space.fixed_batch
 
     def seqs_per_gpu(self, o: Shape, opt: BatchOption, S: int) -> int:
-        return S * opt.q if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
+        """Sequences whose KV cache one GPU holds: its attention group's share of the batch, the fullest."""
+        return -(-opt.batch // o.attn_dp) if self.space.decides_batch else self.space.fixed_seqs_per_gpu(o)
 
     def stage_cost(self, o: Shape, opt: BatchOption, S: int, s: int, i: int, j: int) -> tuple[int, int, int]:
         """(decode ns, prefill ns, bytes per GPU) of slot s holding layers [i, j)."""
@@ -141,17 +154,24 @@ class Oracle:
         """Pareto front of (slowest decode stage, slowest prefill stage, boundaries) over every
         memory-feasible split of the layers into S contiguous non-empty stages (``stage_cost`` of
         each stage, read from per-layer prefix sums: the proof calls this many times)."""
+        seqs = self.seqs_per_gpu(o, opt, S)
+        key = (o, opt.micro, seqs, S)
+        if self._last_front is not None and self._last_front[0] == key:
+            return self._last_front[1]
+        front = self._front(o, opt, S, seqs)
+        self._last_front = (key, front)
+        return front
+
+    def _front(self, o: Shape, opt: BatchOption, S: int, seqs: int) -> list[SplitPoint]:
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
         dec, pre, mem = self._layer_prefixes(o, opt, S)
         e, m = self.t.price(o, opt), self.t.memory[o]
-        seqs = self.seqs_per_gpu(o, opt, S)
         per_stage_bytes = seqs * m.logits_per_seq + self.t.chunk_activation[(o, opt)] + m.fixed
         # front[j]: splits of layers [0, j) into the stages placed so far.
         front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
         for s in range(S):
             first, last = s == 0, s == S - 1
-            d_extra = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
-            p_extra = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+            d_extra, p_extra = _stage_extras(e, s, S)
             m_extra = per_stage_bytes + first * m.first + last * (m.last_with_first if S == 1 else m.last)
             nxt: dict[int, list[SplitPoint]] = {}
             ends = [L] if last else range(s + 1, L - (S - 1 - s) + 1)
@@ -171,6 +191,46 @@ class Oracle:
                 return []
         return front.get(L, [])
 
+    def capacity_front(self, o: Shape, opt: BatchOption, S: int, seqs: int) -> list[CapacityPoint]:
+        """Every split into S stages at ``opt``'s microbatch that holds at least ``seqs`` sequences per GPU,
+        as the Pareto front of (slowest decode stage, slowest prefill stage, least) and (most sequences
+        per GPU every stage holds: more). One front serves every batch of that microbatch: at a batch
+        putting n sequences on a GPU, the splits that fit are those holding n, and each is dominated by a
+        point of this front that holds n too, so scoring the points that hold n is exact."""
+        L, limit = self.problem.model.num_layers, self.t.limit_bytes
+        t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
+        dec, pre, wts, kvs = [0], [0], [0], [0]
+        for k in t.kind_of_layer:
+            dec.append(dec[-1] + e.decode[k])
+            pre.append(pre[-1] + e.prefill[k])
+            wts.append(wts[-1] + m.weights[k])
+            kvs.append(kvs[-1] + m.kv_per_seq[k])
+        fixed_bytes = self.t.chunk_activation[(o, opt)] + m.fixed
+        front: dict[int, list[CapacityPoint]] = {0: [(0, 0, _UNBOUNDED, (0,))]}
+        for s in range(S):
+            first, last = s == 0, s == S - 1
+            d_extra, p_extra = _stage_extras(e, s, S)
+            room = limit - fixed_bytes - first * m.first - last * (m.last_with_first if S == 1 else m.last)
+            nxt: dict[int, list[CapacityPoint]] = {}
+            for j in [L] if last else range(s + 1, L - (S - 1 - s) + 1):
+                cands: list[CapacityPoint] = []
+                for i, entries in front.items():
+                    if i >= j:
+                        continue
+                    free, per_seq = room - (wts[j] - wts[i]), kvs[j] - kvs[i] + m.logits_per_seq
+                    held = _UNBOUNDED if per_seq == 0 else (free // per_seq if free >= 0 else -1)
+                    if held < seqs:
+                        continue
+                    d, p = dec[j] - dec[i] + d_extra, pre[j] - pre[i] + p_extra
+                    for dmax, pmax, cap, bounds in entries:
+                        cands.append((max(dmax, d), max(pmax, p), min(cap, held), bounds + (j,)))
+                if cands:
+                    nxt[j] = _pareto3(cands)
+            front = nxt
+            if not front:
+                return []
+        return front.get(L, [])
+
     def _layer_prefixes(self, o: Shape, opt: BatchOption, S: int) -> tuple[list[int], list[int], list[int]]:
         """Decode ns, prefill ns and bytes per GPU of the first i layers, for i = 0 .. L."""
         t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
@@ -182,10 +242,8 @@ class Oracle:
             mem.append(mem[-1] + m.weights[k] + m.kv_per_seq[k] * seqs)
         return dec, pre, mem
 
-    def evaluate_combo(
-        self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
-    ) -> tuple[Candidate, UnderLoad]:
-        """The candidate and its latencies as users measure them (``evaluate``'s ``under_load``)."""
+    def _load(self, o: Shape, opt: BatchOption, S: int, dmax: int, pmax: int) -> tuple[UnderLoad, int]:
+        """(latencies as users measure them, batch) of a split with these slowest stages, one replica."""
         t, e = self.t, self.t.price(o, opt)
         L_k = {k: t.layers_of(k) for k in t.kinds}
         sends_d = sum(e.send_decode[: S - 1])
@@ -194,7 +252,13 @@ class Oracle:
         dsum = sum(L_k[k] * e.decode[k] for k in t.kinds) + e.first_decode + e.last_decode + sends_d
         b = self.batch_of(o, opt, S)
         rnd = max(dsum, min(S, b) * dmax)
-        load = under_load(prefill, rnd, pmax, b, self.osl, e.chunk, e.steps, self.stack)
+        return under_load(prefill, rnd, pmax, b, self.osl, e.chunk, e.steps, self.stack), b
+
+    def evaluate_combo(
+        self, o: Shape, opt: BatchOption, S: int, dp: int, bounds: tuple[int, ...], dmax: int, pmax: int
+    ) -> tuple[Candidate, UnderLoad]:
+        """The candidate and its latencies as users measure them (``evaluate``'s ``under_load``)."""
+        load, b = self._load(o, opt, S, dmax, pmax)
         layout = Layout(
             dp=dp, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp,
             stages=tuple((bounds[i], bounds[i + 1]) for i in range(S)), batch=b,
@@ -215,10 +279,15 @@ class Oracle:
         for o in self.shapes():
             for S in self.stage_counts(o):
                 best: Split | None = None
-                for opt in self.options(o, S, exhaustive=exact):
+                options = self.options(o, S, exhaustive=exact)
+                if exact and self.space.decides_batch and self.pins.stages is None:
+                    best, options = self._best_batch(o, S), iter(())
+                for opt in options:
                     split = self._best_split(o, opt, S, exact)
                     if split is not None and (best is None or split.candidate.better_than(best.candidate, objective)):
                         best = split
+                    if split is None and not self._fits_any(o, opt, S, exact):
+                        break  # memory only grows with the batch: no larger one fits either
                 if best is None:
                     continue
                 for dp in self.replicas(o, S):
@@ -230,16 +299,65 @@ class Oracle:
             entries = self.splits(o, opt, S)
         else:
             entries = self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S))
-        best: Split | None = None
+        # Scored as integers first (e2e depends on the split only through its slowest stages); the
+        # candidate, a Layout, is built for the winner alone: the brute force scores every integer batch.
+        objective = self.problem.objective
+        best: tuple[tuple[int, int], SplitPoint] | None = None
         for dmax, pmax, bounds in entries:
-            cand, load = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
+            load, batch = self._load(o, opt, S, dmax, pmax)
             if not self.within_limits(load):
                 continue
-            if best is None or cand.better_than(best.candidate, self.problem.objective) or (
-                not best.candidate.better_than(cand, self.problem.objective) and bounds < best.bounds
+            score = (load.e2e_ns, batch)
+            if best is None or _better(score, best[0], objective) or (
+                not _better(best[0], score, objective) and bounds < best[1][2]
             ):
-                best = Split(cand, bounds, dmax, pmax, o, opt, S)
-        return best
+                best = (score, (dmax, pmax, bounds))
+        if best is None:
+            return None
+        dmax, pmax, bounds = best[1]
+        cand = self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)[0]
+        return Split(cand, bounds, dmax, pmax, o, opt, S)
+
+    def _best_batch(self, o: Shape, S: int) -> Split | None:
+        """The best (batch, split) of (o, S) over every integer batch (the first of equals): the batches
+        of one microbatch share one ``capacity_front``, each scored on the points that hold its share."""
+        objective = self.problem.objective
+        best: tuple[tuple[int, int], tuple[BatchOption, int, int, tuple[int, ...]]] | None = None
+        front: list[CapacityPoint] = []
+        micro = 0
+        last_chunk = self.space.profile.max_num_tokens // self.problem.workload.isl  # chunk = min(micro, this)
+        for opt in self.options(o, S):
+            seqs = self.seqs_per_gpu(o, opt, S)
+            if opt.micro != micro:
+                micro, front = opt.micro, self.capacity_front(o, opt, S, seqs)
+            holding = [point for point in front if point[2] >= seqs]
+            if not holding:
+                break  # memory only grows with the batch: no larger one fits either
+            within = False
+            for dmax, pmax, _, bounds in holding:
+                load, batch = self._load(o, opt, S, dmax, pmax)
+                if not self.within_limits(load):
+                    continue
+                within = True
+                score = (load.e2e_ns, batch)
+                if best is None or _better(score, best[0], objective) or (
+                    not _better(best[0], score, objective) and (batch, bounds) < (best[1][0].batch, best[1][3])
+                ):
+                    best = (score, (opt, dmax, pmax, bounds))
+            if not within and opt.micro >= last_chunk:
+                # The chunk no longer grows: every time and the concurrency only grow from here, so a
+                # TTFT or TPOT limit no split keeps at this batch stays broken at every larger one.
+                break
+        if best is None:
+            return None
+        opt, dmax, pmax, bounds = best[1]
+        return Split(self.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)[0], bounds, dmax, pmax, o, opt, S)
+
+    def _fits_any(self, o: Shape, opt: BatchOption, S: int, exact: bool) -> bool:
+        """Whether some split of (o, opt, S) the search would score fits in memory."""
+        if exact or self.pins.stages is not None:
+            return bool(self.splits(o, opt, S))
+        return bool(self._score_fixed(o, opt, S, _even_bounds(self.problem.model.num_layers, S)))
 
     def splits(self, o: Shape, opt: BatchOption, S: int) -> list[SplitPoint]:
         """Every split of (o, opt, S) worth scoring: the pinned boundaries, or the Pareto front of all."""
@@ -299,12 +417,30 @@ class Oracle:
                 options = list(self.options(o, S, exhaustive=exact))
                 if largest_batch_only:
                     options.reverse()
+                if exact and self.space.decides_batch and self.pins.stages is None:
+                    kept_split = self._best_batch(o, S)
+                    if kept_split is not None:
+                        found.extend((cand, (o, kept_split.option, S, dp)) for cand in self._with_dp(kept_split, dp))
+                    continue
+                # A decided batch scored exactly: only the pair's best batch can be the optimum (the first of
+                # equals, as the stable sort below would keep it), and no batch past one that fits no split.
+                per_pair = exact and self.space.decides_batch and not largest_batch_only
+                kept: Split | None = None
                 for opt in options:
                     split = self._best_split(o, opt, S, exact)
-                    if split is not None:
-                        found.extend((cand, (o, opt, S, dp)) for cand in self._with_dp(split, dp))
-                        if largest_batch_only:
+                    if split is None:
+                        if per_pair and not self._fits_any(o, opt, S, exact):
                             break
+                        continue
+                    if per_pair:
+                        if kept is None or split.candidate.better_than(kept.candidate, self.problem.objective):
+                            kept = split
+                        continue
+                    found.extend((cand, (o, opt, S, dp)) for cand in self._with_dp(split, dp))
+                    if largest_batch_only:
+                        break
+                if kept is not None:
+                    found.extend((cand, (o, kept.option, S, dp)) for cand in self._with_dp(kept, dp))
         objective = self.problem.objective
 
         def order(x: Ranked, y: Ranked) -> int:  # exact: throughput ratios compared by cross-multiplication
@@ -323,6 +459,25 @@ def _pareto(points: list[SplitPoint]) -> list[SplitPoint]:
         if b < best_b:
             out.append((a, b, bounds))
             best_b = b
+    return out
+
+
+def _stage_extras(e: TimeEntry, s: int, S: int) -> tuple[int, int]:
+    """(decode ns, prefill ns) slot s of S carries beyond its layers: the ends it holds, the send after it."""
+    first, last = s == 0, s == S - 1
+    d = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
+    p = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
+    return d, p
+
+
+def _pareto3(points: list[CapacityPoint]) -> list[CapacityPoint]:
+    """Points no other beats on all three (less decode, less prefill, more sequences held), each kept
+    with its lexicographically smallest boundaries."""
+    points.sort(key=lambda x: (x[0], x[1], -x[2], x[3]))
+    out: list[CapacityPoint] = []
+    for point in points:
+        if not any(k[1] <= point[1] and k[2] >= point[2] for k in out):
+            out.append(point)
     return out
 
 

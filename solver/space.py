@@ -50,6 +50,9 @@ class BatchOption:
     micro: int
     q: int = 0  # 0: the batch is fixed by the workload
     q_hi: int = 0  # the range's largest q; equal to q (or 0 for a fixed batch) when exact
+    # A decided batch priced for one batch exactly (``for_batch``): its sequences per replica, any
+    # integer, not only S x attn_dp x q; 0 for the encoding's options, whose batch the model decides.
+    batch: int = 0
 
     @property
     def exact(self) -> bool:
@@ -59,6 +62,15 @@ class BatchOption:
     def at(attn_dp: int, q: int) -> BatchOption:
         """The exactly priced option of q sequences per attention group per microbatch."""
         return BatchOption(micro=attn_dp * q, q=q, q_hi=q)
+
+    @staticmethod
+    def for_batch(stages: int, attn_dp: int, batch: int) -> BatchOption:
+        """The option of exactly ``batch`` sequences per replica, as ``evaluate`` runs them: microbatches
+        of ceil(batch / min(stages, batch)) sequences (the largest one prices every step), each attention
+        group holding at most ceil(micro / attn_dp) of them."""
+        micro = microbatching(stages, batch)[1]
+        q = -(-micro // attn_dp)
+        return BatchOption(micro=micro, q=q, q_hi=q, batch=batch)
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -172,6 +184,11 @@ class SearchSpace:
         """Sequences one attention group may hold at once (over its microbatches): the engine's limit,
         --max-batch or the profile's."""
         return self.problem.max_batch or self.profile.max_batch
+
+    def replica_batch_limit(self, attn_dp: int) -> int:
+        """Sequences one replica may hold at once: the limit in each of its ``attn_dp`` attention groups
+        (a batch B puts ceil(B / attn_dp) in the fullest group)."""
+        return attn_dp * self.batch_limit
 
     def micro_for_stages(self, stages: int) -> int:
         """Fixed batch: sequences per microbatch with ``stages`` stages."""

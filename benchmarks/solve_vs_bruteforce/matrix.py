@@ -4,7 +4,8 @@ without TTFT/TPOT limits and memory caps.
 Two checks per scenario, each against something the solver does not share:
 
 - ``agreement``: ``solve`` against the brute force (``Oracle.optimum``: every layout the rules allow x
-  every integer batch, boundaries by an exact programme over layer prefixes). Exact: integer ns for
+  every integer batch 1 .. attn_dp x the engine's limit, priced as evaluate prices it, boundaries by an
+  exact programme over layer prefixes). Exact: integer ns for
   latency, the tokens/e2e ratio cross-multiplied for throughput. Brute force has to finish at 4,096
   GPUs, so the spaces are honest but bounded: small models, or an engine batch limit (``max_batch``)
   that keeps the integer batches few. No degree is pinned here.
@@ -117,20 +118,21 @@ def same_optimum(oracle: Oracle, plan: Plan, best: Candidate) -> bool:
 
 
 def oracle_score(oracle: Oracle, layout: Layout) -> Candidate | None:
-    """The oracle's candidate for exactly ``layout`` (a decided batch: S x attn_dp x q per replica);
+    """The oracle's candidate for exactly ``layout`` (a decided batch: any integer, as evaluate runs it);
     None when the layout is outside its space or breaks memory or a limit there."""
     S = layout.pp
-    q, rest = divmod(layout.batch, S * layout.attn_dp)
     shape = next((o for o in oracle.shapes() if (o.tp, o.sp, o.attn_dp, o.expert_tp)
                   == (layout.tp, layout.sp, layout.attn_dp, layout.expert_tp)), None)
-    if rest or q < 1 or shape is None:
+    if shape is None or not 1 <= layout.batch <= oracle.space.replica_batch_limit(layout.attn_dp):
         return None
+    option = next(oracle.options(shape, S)) if not oracle.space.decides_batch else (
+        BatchOption.for_batch(S, layout.attn_dp, layout.batch))
     bounds = tuple(a for a, _ in layout.stages) + (layout.stages[-1][1],)
-    scored = oracle._score_fixed(shape, BatchOption.at(layout.attn_dp, q), S, bounds)
+    scored = oracle._score_fixed(shape, option, S, bounds)
     if not scored:
         return None
     dmax, pmax, _ = scored[0]
-    cand, load = oracle.evaluate_combo(shape, BatchOption.at(layout.attn_dp, q), S, layout.dp, bounds, dmax, pmax)
+    cand, load = oracle.evaluate_combo(shape, option, S, layout.dp, bounds, dmax, pmax)
     return cand if oracle.within_limits(load) else None
 
 

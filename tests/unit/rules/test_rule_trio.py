@@ -28,6 +28,7 @@ TRIOS = {
     ),
     "EP-003": (dict(model="mixtral-8x7b", cluster="2x8xH100"), dict(ep=16), dict(ep=16, allow=["expert-replication"])),
     "MEM-001": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(mem_cap_gib=5.0), dict(mem_cap_gib=40.0)),
+    "BAT-001": (dict(model="llama-3.1-8b", cluster="4xH100", batch=8), dict(max_batch=4), dict(max_batch=8)),
     "SLA-001": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(ttft_ms=0.001), dict(ttft_ms=100000.0)),
     "SLA-002": (dict(model="llama-3.1-8b", cluster="4xH100"), dict(tpot_ms=0.001), dict(tpot_ms=100000.0)),
 }

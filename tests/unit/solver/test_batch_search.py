@@ -8,7 +8,7 @@ import random
 import pytest
 
 from shardplan.solver.batch_search import _least_slowest, best_integer_batch, tokens_per_s
-from shardplan.solver.cost.evaluate import resolve_profile
+from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import BatchOption, SearchSpace
 from shardplan.solver.tables import build_tables
@@ -89,3 +89,39 @@ def test_cut_short_it_keeps_a_bound_above_the_optimum():
     assert tokens_per_s(found.open_bound, p.workload.osl) >= optimum * (1 - 1e-12)
     if found.best is not None:
         assert not found.best.better_than(truth, p.objective)
+
+
+@pytest.mark.parametrize("scenario, uneven", [
+    (dict(model="llama-3.1-70b", cluster="8xH100", max_batch=63, pp=2, tp=4), 63),
+    (dict(model="mixtral-8x7b", cluster="8xH100", max_batch=21, tpot_ms=40.0, pp=2, attn_dp=4), 84),
+], ids=["pp2-limit63", "pp2-attn_dp4-tpot40"])
+def test_the_best_batch_need_not_be_a_multiple_of_stages_x_groups(scenario, uneven):
+    # Both the brute force and the search find the batch evaluate finds best (matrix.py PROBES), which
+    # no pp x attn_dp multiple reaches: the search space is every integer batch.
+    p = problem(objective="throughput", dp=1, **scenario)
+    truth = _oracle(p).optimum()
+    found = best_integer_batch(_oracle(p, lazy=True))
+    assert truth is not None and found.best is not None and found.open_bound is None
+    assert truth.layout.batch == found.best.layout.batch == uneven
+    assert found.best.tokens * truth.e2e_ns == truth.tokens * found.best.e2e_ns
+
+
+@pytest.mark.parametrize("scenario", [
+    dict(model="llama-3.1-8b", cluster="4xH100", max_batch=11, pp=3, tp=1, sp=1, stages="0:10,10:21,21:32"),
+    dict(model="mixtral-8x7b", cluster="8xH100", max_batch=5, pp=2, tp=1, sp=1, attn_dp=4, stages="0:16,16:32"),
+], ids=["pp3", "pp2-attn_dp4"])
+def test_the_oracle_prices_every_integer_batch_as_evaluate_does(scenario):
+    # Every batch 1 .. attn_dp x the limit is in the brute force's space, each priced to the ns as
+    # evaluate prices that batch (microbatches of ceil(B / min(S, B)), KV of ceil(B / attn_dp)).
+    p = problem(objective="throughput", dp=1, **scenario)
+    oracle = _oracle(p)
+    (o,) = list(oracle.shapes())
+    S = p.pins.pp
+    options = list(oracle.options(o, S))
+    assert [opt.batch for opt in options] == list(range(1, o.attn_dp * p.max_batch + 1))
+    bounds = tuple(a for a, _ in p.pins.stages) + (p.pins.stages[-1][1],)
+    for opt in options:
+        (dmax, pmax, _), = oracle._score_fixed(o, opt, S, bounds)
+        cand, _ = oracle.evaluate_combo(o, opt, S, 1, bounds, dmax, pmax)
+        truth = evaluate(p, cand.layout).metrics
+        assert cand.e2e_ns == round(truth.e2e_ms * 1e6), opt.batch
