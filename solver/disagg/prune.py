@@ -35,7 +35,13 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import Accepted, seed
-from shardplan.solver.disagg.workers import DecodeSearch, PrefillWorker, decode_searches, prefill_workers
+from shardplan.solver.disagg.workers import (
+    DecodeSearch,
+    PrefillPriced,
+    PrefillWorker,
+    decode_searches,
+    prefill_priced,
+)
 
 
 def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
@@ -45,7 +51,7 @@ def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
     return 1 / (1 / prefill_per_gpu + 1 / decode_per_gpu)
 
 
-def prefill_per_gpu(w: PrefillWorker) -> Fraction:
+def per_gpu(w: PrefillPriced | PrefillWorker) -> Fraction:
     return Fraction(w.capacity_units, w.gpus)
 
 
@@ -72,25 +78,55 @@ def best_decode(searches: list[DecodeSearch]) -> DecodeSearch:
 def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | None]:
     """The pools of every candidate that may be in a deployment at least as good per GPU as the seed,
     and the seed (its choice indexing these pools); every candidate when there is no seed."""
-    prefill = prefill_workers(problem, profile)
+    prefill = PrefillJudged(problem, profile)
     searches = decode_searches(problem, profile)
-    if not prefill or not searches:
-        return Pools(problem, profile, prefill, [s.worker() for s in searches]), None
-    i = max(range(len(prefill)), key=lambda j: prefill_per_gpu(prefill[j]))  # the first of the most per GPU
+    i = prefill.best()
+    if i is None or not searches:
+        return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
     k = searches.index(best_decode(searches))
-    pair = Pools(problem, profile, [prefill[i]], [searches[k].worker()])
+    pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
     first = seed(pair)
     if first is None:  # every candidate, and why the seed was refused (as seed(pools) records it)
-        pools = Pools(problem, profile, prefill, [s.worker() for s in searches])
+        pools = Pools(problem, profile, prefill.all(), [s.worker() for s in searches])
         pools.refused.update(pair.refused)
         return pools, None
     floor = Fraction(first.rate_units, first.gpus)
-    best_p, best_d = prefill_per_gpu(prefill[i]), decode_bound_per_gpu(searches[k])
-    kept_p = [j for j, w in enumerate(prefill) if pair_bound(prefill_per_gpu(w), best_d) >= floor]
+    best_p, best_d = per_gpu(prefill.priced[i]), decode_bound_per_gpu(searches[k])
+    kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
+              and prefill.admitted(j) is not None]
     kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
-    pools = Pools(problem, profile, [prefill[j] for j in kept_p], [searches[j].worker() for j in kept_d])
+    pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
     choice = Choice(kept_p.index(i), kept_d.index(k), first.choice.x, first.choice.y)
     return pools, Accepted(choice, first.plan, first.rate_units, first.gpus)
+
+
+class PrefillJudged:
+    """The prefill layouts priced at their largest chunk, each judged against the TTFT limit (one
+    ``evaluate`` more) only when asked: the candidates are those it admits."""
+
+    def __init__(self, problem: Problem, profile: Profile):
+        self.problem, self.profile = problem, profile
+        self.priced = prefill_priced(problem, profile)
+        self._workers: dict[int, PrefillWorker | None] = {}  # _workers[j]: priced[j]'s candidate, if admitted
+
+    def admitted(self, j: int) -> PrefillWorker | None:
+        if j not in self._workers:
+            self._workers[j] = self.priced[j].worker(self.problem, self.profile)
+        return self._workers[j]
+
+    def worker(self, j: int) -> PrefillWorker:
+        w = self.admitted(j)
+        assert w is not None, "asked for a prefill layout the TTFT limit refused"
+        return w
+
+    def all(self) -> list[PrefillWorker]:
+        """Every candidate (``prefill_workers``)."""
+        return [w for j in range(len(self.priced)) if (w := self.admitted(j)) is not None]
+
+    def best(self) -> int | None:
+        """The index of the first candidate of the most rate per GPU (None if none is admitted)."""
+        ranked = sorted(range(len(self.priced)), key=lambda j: (-per_gpu(self.priced[j]), j))
+        return next((j for j in ranked if self.admitted(j) is not None), None)
 
 
 def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:

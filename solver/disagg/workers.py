@@ -28,7 +28,7 @@ from shardplan.rules.catalog import rules_for
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step, role_problem
+from shardplan.solver.cost.disagg import PrefillStep, decode_step, largest_chunk, prefill_step, role_problem
 from shardplan.solver.cost.evaluate import NS_PER_S, max_batch
 from shardplan.solver.space import SearchSpace
 
@@ -83,22 +83,45 @@ def worker_layouts(problem: Problem, role: str, profile: Profile) -> Iterator[La
             yield Layout.even(layers, stages, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp, batch=1)
 
 
-def prefill_workers(problem: Problem, profile: Profile) -> list[PrefillWorker]:
-    """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
-    a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
-    ttft_ns = _limit_ns(problem.workload.ttft_ms)
+@dataclass(frozen=True)
+class PrefillPriced:
+    """A prefill layout that holds its largest chunk, priced there: its capacity, not yet its TTFT."""
+
+    layout: Layout
+    step: PrefillStep
+    capacity_units: int
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus_per_replica
+
+    def worker(self, problem: Problem, profile: Profile) -> PrefillWorker | None:
+        """The candidate, or None when its lone prompt already passes the TTFT limit (no load makes it
+        faster)."""
+        first = prefill_step(problem, self.layout, 1, profile)
+        ttft_ns = _limit_ns(problem.workload.ttft_ms)
+        if ttft_ns is not None and first.pass_ns > ttft_ns:
+            return None
+        return PrefillWorker(self.layout, self.step.chunk, self.step.pass_ns, first.pass_ns, self.capacity_units)
+
+
+def prefill_priced(problem: Problem, profile: Profile) -> list[PrefillPriced]:
+    """Each prefill layout that holds its largest chunk (its memory priced at that chunk), in
+    ``worker_layouts`` order, with the rate a pool of them reaches."""
     top = min(largest_chunk(problem, profile), profile.max_batch)
     out = []
     for layout in worker_layouts(problem, "prefill", profile):
         step = prefill_step(problem, layout, top, profile)
-        if not step.prediction.fits:  # its memory, priced at that chunk
-            continue
-        first = prefill_step(problem, layout, 1, profile)
-        if ttft_ns is not None and first.pass_ns > ttft_ns:
-            continue
-        out.append(PrefillWorker(layout, step.chunk, step.pass_ns, first.pass_ns,
-                                 rate_units(step.capacity_rps(1))))
+        if step.prediction.fits:
+            out.append(PrefillPriced(layout, step, rate_units(step.capacity_rps(1))))
     return out
+
+
+def prefill_workers(problem: Problem, profile: Profile) -> list[PrefillWorker]:
+    """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
+    a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
+    workers = (priced.worker(problem, profile) for priced in prefill_priced(problem, profile))
+    return [w for w in workers if w is not None]
 
 
 def largest_batch_steps(top: int, keeps: Callable[[int], bool], guess: Callable[[], int]) -> Iterator[tuple[int, int]]:
@@ -234,7 +257,7 @@ def _limit_ns(ms: float | None) -> int | None:
 
 
 __all__ = [
-    "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillWorker", "alignment",
-    "capacity_units", "decode_searches", "decode_workers", "largest_batch_steps", "prefill_workers",
-    "rate_units", "worker_layouts",
+    "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
+    "alignment", "capacity_units", "decode_searches", "decode_workers", "largest_batch_steps", "prefill_priced",
+    "prefill_workers", "rate_units", "worker_layouts",
 ]
