@@ -3,10 +3,13 @@
 - speed (acceptance 5, whole process): ``shardplan solve --serving auto`` on 16 and 512 GPUs, and
   ``shardplan validate`` of the DAG of a 64-GPU disaggregated plan, each a fresh process timed by wall
   clock (CPU time of the children printed too: other sessions share the two cores);
+- parts: where the time of the disaggregated half goes, in one process (CPU time per phase): the
+  candidates priced as far as the pruning needs and the search on those left (what ``solve`` runs),
+  against every candidate priced and the search on all of them (what it ran before the pruning);
 - rate (acceptance 3): ``--rate 20 --ttft-ms 2000 --tpot-ms 50`` for Llama-3.1-70B on 8x8xH200, the
   disaggregated search against brute force over the same candidates.
 
-Run: ``python -m benchmarks.disagg_solve [speed|rate]``.
+Run: ``python -m benchmarks.disagg_solve [speed|parts|rate]``.
 """
 
 from __future__ import annotations
@@ -17,13 +20,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
-from shardplan.solver.cost.disagg import resolve_profile
+from shardplan.solver.cost import evaluate as cost_evaluate
+from shardplan.solver.cost.disagg import decode_step, prefill_step, resolve_profile
 from shardplan.solver.disagg import brute
-from shardplan.solver.disagg.search import build_pools, fewest_gpus, target_units
+from shardplan.solver.disagg.prune import pruned_pools
+from shardplan.solver.disagg.search import build_pools, fewest_gpus, max_throughput, max_throughput_from, target_units
+from shardplan.solver.disagg.serving import colocated_throughput, throughput_problem
 from shardplan.solver.optimise import Deadline
 
+T = TypeVar("T")
 ASKED = ["--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]
 
 
@@ -55,6 +65,46 @@ def speed() -> None:
         print(f"validate the DAG of a 64-GPU disaggregated plan: {wall:.1f} s wall, {cpu:.1f} s CPU, exit {code}")
 
 
+def _cpu(run: Callable[[], T]) -> tuple[float, T]:
+    """(CPU s, result) of ``run()``."""
+    start = time.process_time()
+    out = run()
+    return time.process_time() - start, out
+
+
+def _clear_prices() -> None:
+    """Forget memoised worker prices and memory limits, so each phase pays for its own."""
+    prefill_step.cache_clear()
+    decode_step.cache_clear()
+    cost_evaluate._MAX_BATCH.clear()  # max_batch's memo has no public clear
+
+
+def _parts(cluster: str) -> None:
+    problem = throughput_problem(build_problem(ProblemArgs(
+        model="qwen3-235b-a22b", cluster=cluster, isl=4000, osl=500, ttft_ms=2000, tpot_ms=50)))
+    profile = resolve_profile(problem)
+    colocated_s, _ = _cpu(partial(colocated_throughput, problem, None))
+    _clear_prices()
+    pruned_s, (pools, first) = _cpu(partial(pruned_pools, problem, profile))
+    search_s, found = _cpu(partial(max_throughput_from, pools, first, Deadline(None)))
+    _clear_prices()
+    full_s, full = _cpu(partial(build_pools, problem, profile))
+    full_search_s, again = _cpu(partial(max_throughput, full, Deadline(None)))
+    assert found.choice is not None and again.choice is not None
+    same = (pools.prefill[found.choice.prefill], pools.decode[found.choice.decode], found.choice.x, found.choice.y) \
+        == (full.prefill[again.choice.prefill], full.decode[again.choice.decode], again.choice.x, again.choice.y)
+    print(f"{cluster}: colocated solve {colocated_s:.2f} s CPU")
+    print(f"  pruned: candidates {pruned_s:.2f} s (kept {len(pools.prefill)} prefill of {len(full.prefill)}, "
+          f"{len(pools.decode)} decode of {len(full.decode)}), search {search_s:.2f} s, {found.proposals} proposals")
+    print(f"  every candidate: pricing {full_s:.2f} s, search {full_search_s:.2f} s, {again.proposals} proposals; "
+          f"same deployment: {same}")
+
+
+def parts() -> None:
+    for cluster in ("2x8xH200", "64x8xH200"):
+        _parts(cluster)
+
+
 def rate() -> None:
     problem = build_problem(ProblemArgs(model="llama-3.1-70b", cluster="8x8xH200", isl=4000, osl=500,
                                         ttft_ms=2000, tpot_ms=50, objective="throughput"))
@@ -72,4 +122,4 @@ def rate() -> None:
 
 
 if __name__ == "__main__":
-    {"speed": speed, "rate": rate}[sys.argv[1] if len(sys.argv) > 1 else "speed"]()
+    {"speed": speed, "parts": parts, "rate": rate}[sys.argv[1] if len(sys.argv) > 1 else "speed"]()

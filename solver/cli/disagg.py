@@ -22,8 +22,6 @@ from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
 from shardplan.solver.cost.disagg import evaluate_disagg
-from shardplan.solver.dag.disagg import build_disagg_dag
-from shardplan.solver.dag.export import write_graph, writer_for
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
 from shardplan.solver.outputs.launch.disagg import emit_disagg
@@ -55,6 +53,10 @@ def evaluated_disagg(args: ProblemArgs, prefill: str | None, decode: str | None,
     ``violations``, the launch under ``launch``; the DAG written (beside its target, renamed once all is
     done). The engine is ``--emit``'s, as in ``solve``."""
     refuse_single_pool_options(args, out.experts_out)
+    # networkx loaded lazily on purpose: solve --serving imports this module and may write no DAG.
+    from shardplan.solver.dag.disagg import build_disagg_dag
+    from shardplan.solver.dag.export import write_graph, writer_for
+
     with OutputFiles(inputs) as outputs:
         outputs.add("dag", out.dag_path)
         if out.dag_path:

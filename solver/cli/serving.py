@@ -29,8 +29,6 @@ from shardplan.solver.cli.disagg import print_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
-from shardplan.solver.dag.disagg import serving_dag
-from shardplan.solver.dag.export import write_graph, writer_for
 from shardplan.solver.disagg.frontier import DisaggEnumeration
 from shardplan.solver.disagg.search import DisaggResult
 from shardplan.solver.disagg.serving import (
@@ -159,6 +157,9 @@ class ServingOutputs:
         outputs.add("report", self.report_path)
         outputs.add("experts-out", self.experts_out)
         if self.dag_path:
+            # networkx (about 0.1 s of CPU to import) loaded lazily on purpose: only a DAG needs it.
+            from shardplan.solver.dag.export import writer_for
+
             writer_for(self.dag_path)
 
     def write(self, result: ServingResult, outputs: OutputFiles) -> None:
@@ -167,6 +168,9 @@ class ServingOutputs:
         if plan is None:
             return
         if self.dag_path:
+            from shardplan.solver.dag.disagg import serving_dag  # lazily, as in check
+            from shardplan.solver.dag.export import write_graph
+
             write_graph(serving_dag(plan, self.detail), outputs.temp("dag"))
         if self.experts_out and isinstance(plan, Plan):
             write_experts(outputs.temp("experts-out"), plan.experts)

@@ -3,6 +3,7 @@ each, and the decode batch, chosen together by CP-SAT.
 
 ``workers.py`` the candidates of each role, priced by ``solver/cost/disagg.py``; ``deploy.py`` a choice
 made into a placed, priced, checked deployment; ``model.py`` the CP-SAT model; ``search.py`` the
-objectives (tokens/s per GPU, the fewest GPUs for ``--rate``); ``serving.py`` both serving modes side
+objectives (tokens/s per GPU, the fewest GPUs for ``--rate``); ``prune.py`` the candidates that can beat
+the per-GPU search's seed, priced no further than that needs; ``serving.py`` both serving modes side
 by side; ``brute.py`` the brute force the tests hold the search to.
 """

@@ -14,6 +14,9 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
   ends inside the cluster (DIS-001 and DIS-002);
 - forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes.
 
+``order`` ranks choices as brute force lists them (prefill candidate, decode candidate, x, y): the search's
+last question asks for the first among the equally good (``search.py``).
+
 The TTFT and TPOT limits and the per-pool catalog are judged exactly on each deployment the model
 proposes (``deploy.Pools.feasible_plan``); a refused one is forbidden and the model solved again. The
 objective is set by the search (``search.py``).
@@ -53,6 +56,12 @@ class PoolModel:
         cp.add(self.rate <= sum(w.capacity_units * v for w, v in zip(D, self.ys, strict=True)))
         inside = self._placement(prefill_gpus)
         self._links(inside)
+        # order: a choice's place in brute force's order (prefill index, decode index, x, y), so that
+        # among equally good deployments the search returns the one brute force does, whatever
+        # candidates the lists hold (pruned lists keep the order).
+        self.order_span = len(P) * len(D) * (n + 1) ** 2
+        self.order = (sum(i * lit for i, lit in enumerate(self.p)) * len(D) * (n + 1) ** 2
+                      + sum(k * lit for k, lit in enumerate(self.d)) * (n + 1) ** 2 + self.x * (n + 1) + self.y)
 
     def _count(self, name: str, top: int, chosen: cp_model.IntVar) -> cp_model.IntVar:
         v = self.cp.new_int_var(0, top, name)
@@ -113,6 +122,10 @@ class PoolModel:
             cp.add(var != value).only_enforce_if(~eq)
             lits.append(eq)
         cp.add_bool_or([~lit for lit in lits])
+
+    def order_of(self, c: Choice) -> int:
+        n = self.pools.problem.cluster.num_gpus
+        return ((c.prefill * len(self.d) + c.decode) * (n + 1) + c.x) * (n + 1) + c.y
 
     def read(self, solver: cp_model.CpSolver) -> Choice:
         i = next(i for i, lit in enumerate(self.p) if solver.boolean_value(lit))

@@ -6,7 +6,8 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
   maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
   solved again; when the model has no better deployment the incumbent is optimal. Ties (an equal
-  ratio) are then broken toward fewer GPUs.
+  ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
+  answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
 - **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
   refused proposal forbidden, until a proposal is accepted (then no deployment with fewer GPUs keeps
   the rules: every one the model could still propose was refused or costs more).
@@ -97,12 +98,14 @@ def _better_than(m: PoolModel, r0: int, g0: int) -> cp_model.CpModel:
     return cp
 
 
-def _as_good_on_fewer(m: PoolModel, best: Accepted) -> cp_model.CpModel:
-    """The model asked for a deployment as good per GPU as ``best`` on fewer GPUs (the fewest)."""
+def _as_good_and_earlier(m: PoolModel, best: Accepted) -> cp_model.CpModel:
+    """The model asked for a deployment as good per GPU as ``best`` on fewer GPUs, or on as many and
+    earlier in brute force's order of choices: the first of the fewest GPUs (brute force's answer)."""
     cp = m.cp.clone()
     cp.add(m.rate * best.gpus - best.rate_units * m.gpus >= 0)
-    cp.add(m.gpus <= best.gpus - 1)
-    cp.minimize(m.gpus)
+    rank = m.gpus * m.order_span + m.order
+    cp.add(rank <= best.gpus * m.order_span + m.order_of(best.choice) - 1)
+    cp.minimize(rank)
     return cp
 
 
@@ -128,10 +131,18 @@ def seed(pools: Pools) -> Accepted | None:
 
 
 def max_throughput(pools: Pools, deadline: Deadline) -> DisaggResult:
+    """The deployment of the most tokens/s per GPU (the fewest GPUs on a tie), from the seed."""
+    if not pools.prefill or not pools.decode:
+        return DisaggResult(None, None, True, 0)
+    return max_throughput_from(pools, seed(pools), deadline)
+
+
+def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline) -> DisaggResult:
+    """``max_throughput`` from a given incumbent (``seed(pools)``'s, or None), e.g. on the candidates
+    ``prune.pruned_pools`` left, which computed it."""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
     m = PoolModel(pools)
-    best = seed(pools)
     proposals = 0
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
@@ -141,8 +152,8 @@ def max_throughput(pools: Pools, deadline: Deadline) -> DisaggResult:
             break
         best = asked.accepted
     proven = asked.complete
-    while proven and best is not None:  # ties toward fewer GPUs
-        fewer = _first_accepted(m, pools, partial(_as_good_on_fewer, m, best), deadline)
+    while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
+        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline)
         proposals += fewer.proposals
         if fewer.accepted is None:
             break
@@ -166,4 +177,7 @@ def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline) -> DisaggResu
     return DisaggResult(asked.accepted.plan, asked.accepted.choice, True, asked.proposals)
 
 
-__all__ = ["DisaggResult", "build_pools", "fewest_gpus", "max_throughput", "target_units"]
+__all__ = [
+    "Accepted", "DisaggResult", "build_pools", "fewest_gpus", "max_throughput", "max_throughput_from", "seed",
+    "target_units",
+]

@@ -22,7 +22,8 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
 from shardplan.solver.bound import table_bound
 from shardplan.solver.disagg.deploy import Pools
-from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput
+from shardplan.solver.disagg.prune import pruned_pools
+from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput_from
 from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise, solve
 from shardplan.solver.oracle import Oracle
@@ -118,8 +119,13 @@ class DisaggOutcome:
 def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
                  profile: Profile | None = None) -> DisaggOutcome:
     started = time.perf_counter()
-    pools = build_pools(problem, resolve_profile(problem, profile))
-    result = max_throughput(pools, deadline) if rate_rps is None else fewest_gpus(pools, rate_rps, deadline)
+    profile = resolve_profile(problem, profile)
+    if rate_rps is None:  # only the candidates that can beat the seed per GPU (prune.py), same optimum
+        pools, first = pruned_pools(problem, profile)
+        result = max_throughput_from(pools, first, deadline)
+    else:
+        pools = build_pools(problem, profile)
+        result = fewest_gpus(pools, rate_rps, deadline)
     return DisaggOutcome(result, pools, time.perf_counter() - started)
 
 

@@ -28,7 +28,7 @@ from shardplan.rules.catalog import rules_for
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step, role_problem
+from shardplan.solver.cost.disagg import PrefillStep, decode_step, largest_chunk, prefill_step, role_problem
 from shardplan.solver.cost.evaluate import NS_PER_S, max_batch
 from shardplan.solver.space import SearchSpace
 
@@ -83,44 +83,77 @@ def worker_layouts(problem: Problem, role: str, profile: Profile) -> Iterator[La
             yield Layout.even(layers, stages, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp, batch=1)
 
 
-def prefill_workers(problem: Problem, profile: Profile) -> list[PrefillWorker]:
-    """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
-    a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
-    ttft_ns = _limit_ns(problem.workload.ttft_ms)
+@dataclass(frozen=True)
+class PrefillPriced:
+    """A prefill layout that holds its largest chunk, priced there: its capacity, not yet its TTFT."""
+
+    layout: Layout
+    step: PrefillStep
+    capacity_units: int
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus_per_replica
+
+    def worker(self, problem: Problem, profile: Profile) -> PrefillWorker | None:
+        """The candidate, or None when its lone prompt already passes the TTFT limit (no load makes it
+        faster)."""
+        first = prefill_step(problem, self.layout, 1, profile)
+        ttft_ns = _limit_ns(problem.workload.ttft_ms)
+        if ttft_ns is not None and first.pass_ns > ttft_ns:
+            return None
+        return PrefillWorker(self.layout, self.step.chunk, self.step.pass_ns, first.pass_ns, self.capacity_units)
+
+
+def prefill_priced(problem: Problem, profile: Profile) -> list[PrefillPriced]:
+    """Each prefill layout that holds its largest chunk (its memory priced at that chunk), in
+    ``worker_layouts`` order, with the rate a pool of them reaches."""
     top = min(largest_chunk(problem, profile), profile.max_batch)
     out = []
     for layout in worker_layouts(problem, "prefill", profile):
         step = prefill_step(problem, layout, top, profile)
-        if not step.prediction.fits:  # its memory, priced at that chunk
-            continue
-        first = prefill_step(problem, layout, 1, profile)
-        if ttft_ns is not None and first.pass_ns > ttft_ns:
-            continue
-        out.append(PrefillWorker(layout, step.chunk, step.pass_ns, first.pass_ns,
-                                 rate_units(step.capacity_rps(1))))
+        if step.prediction.fits:
+            out.append(PrefillPriced(layout, step, rate_units(step.capacity_rps(1))))
     return out
 
 
-def largest_batch(top: int, keeps: Callable[[int], bool], guess: int) -> int:
-    """The largest batch in 1..``top`` that keeps the TPOT limit, 0 if none (the round grows with the
-    batch): ``top`` itself when it does; else a bisection whose first probe is ``guess`` (an estimate
-    of the answer) and, if the guess keeps the limit, the batch after it, so a good guess ends it in two
-    steps."""
-    if top < 1 or keeps(top):
-        return max(top, 0)
-    lo, hi = 0, top - 1  # keeps(lo) (0 stands for none), not keeps(hi + 1)
-    probe = min(max(guess, 1), hi)
+def prefill_workers(problem: Problem, profile: Profile) -> list[PrefillWorker]:
+    """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
+    a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
+    workers = (priced.worker(problem, profile) for priced in prefill_priced(problem, profile))
+    return [w for w in workers if w is not None]
+
+
+def largest_batch_steps(top: int, keeps: Callable[[int], bool], guess: Callable[[], int]) -> Iterator[tuple[int, int]]:
+    """The search for the largest batch in 1..``top`` that keeps the TPOT limit (the round grows with the
+    batch), one probe of ``keeps`` per step: yields the bracket ``(lo, hi)`` after each, every batch up
+    to ``lo`` keeping the limit (0: none known) and every one above ``hi`` breaking it; the last has
+    ``lo == hi``, the answer (0 if none). The probes: ``top`` itself; then ``guess()`` (an estimate of
+    the answer) and, if it keeps the limit, the batch after it, so a good guess ends it in two steps;
+    then bisection. A caller may stop early (``DecodeSearch``) and read a bound from the bracket."""
+    if top < 1:
+        yield 0, 0
+        return
+    if keeps(top):
+        yield top, top
+        return
+    lo, hi = 0, top - 1
+    yield lo, hi
+    probe = min(max(guess(), 1), hi)
     if keeps(probe):
         lo = probe
+        yield lo, hi
         if probe == hi or not keeps(probe + 1):
-            return probe
+            yield probe, probe
+            return
         lo = probe + 1
     else:
         hi = probe - 1
+    yield lo, hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if keeps(mid) else (lo, mid - 1)
-    return lo
+        yield lo, hi
 
 
 def affine_guess(top: int, round_one_ns: int, round_top_ns: int, limit_ns: int) -> int:
@@ -131,32 +164,87 @@ def affine_guess(top: int, round_one_ns: int, round_top_ns: int, limit_ns: int) 
     return 1 + (limit_ns - round_one_ns) * (top - 1) // (round_top_ns - round_one_ns)
 
 
+class DecodeSearch:
+    """One decode layout's candidate: the largest batch its memory holds at ISL + OSL (and the engine's
+    limit) whose round keeps the TPOT limit, searched a probe at a time (``step``), with a bound on the
+    capacity it can end at (``bound_units``), so a caller that needs only the candidates able to beat
+    something stops searching the others early (``solver/disagg/prune.py``). ``qualifies``: the layout
+    holds one sequence and keeps the limit at batch 1 (else it is no candidate)."""
+
+    def __init__(self, problem: Problem, profile: Profile, layout: Layout):
+        self.problem, self.profile, self.layout = problem, profile, layout
+        self.tpot_ns = _limit_ns(problem.workload.tpot_ms)
+        self.top = min(profile.max_batch, max_batch(role_problem(problem, "decode", 1), layout, profile))
+        self.qualifies = self.top >= 1 and self.keeps(1)
+        self.lo, self.hi = 0, max(self.top, 0)  # the bracket (largest_batch_steps); batch 1 keeps if qualifies
+        self._steps = largest_batch_steps(self.top, self.keeps, self._guess)
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus_per_replica
+
+    def round_ns(self, batch: int) -> int:
+        return decode_step(self.problem, self.layout, batch, self.profile).round_ns
+
+    def keeps(self, batch: int) -> bool:
+        return self.tpot_ns is None or self.round_ns(batch) <= self.tpot_ns
+
+    def _guess(self) -> int:
+        if self.tpot_ns is None:
+            return self.top
+        return affine_guess(self.top, self.round_ns(1), self.round_ns(self.top), self.tpot_ns)
+
+    @property
+    def done(self) -> bool:
+        return self.lo == self.hi
+
+    def step(self) -> None:
+        """One probe more (nothing once done)."""
+        if not self.done:
+            self.lo, self.hi = next(self._steps)
+
+    def finish(self) -> int:
+        """The largest batch (searched to the end)."""
+        while not self.done:
+            self.step()
+        return self.lo
+
+    def bound_units(self) -> int:
+        """At least the capacity the search ends at, in rate units (exactly it once done): the batch is
+        at most ``hi`` and its round at least the round at ``max(lo, 1)`` (the round grows with the
+        batch), and a worker's capacity grows with its batch and falls with its round."""
+        return capacity_units(self.hi, self.round_ns(max(self.lo, 1)), self.problem.workload.osl)
+
+    def worker(self, batch: int | None = None) -> DecodeWorker:
+        """The candidate at its largest batch (or at ``batch``)."""
+        b = self.finish() if batch is None else batch
+        round_ns = self.round_ns(b)
+        return DecodeWorker(self.layout, b, round_ns, capacity_units(b, round_ns, self.problem.workload.osl))
+
+
+def capacity_units(batch: int, round_ns: int, osl: int) -> int:
+    """One decode worker's finished requests per second at ``batch`` (its round ``round_ns``), in rate
+    units: the first token comes from the prefill worker, the other OSL - 1 are rounds."""
+    return rate_units(batch * NS_PER_S / (max(osl - 1, 1) * round_ns))
+
+
+def decode_searches(problem: Problem, profile: Profile) -> list[DecodeSearch]:
+    """A ``DecodeSearch`` per decode layout that qualifies, in ``worker_layouts`` order, none searched yet."""
+    searches = (DecodeSearch(problem, profile, layout) for layout in worker_layouts(problem, "decode", profile))
+    return [s for s in searches if s.qualifies]
+
+
 def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False) -> list[DecodeWorker]:
     """Each decode layout at the largest batch its memory holds at ISL + OSL (and the engine's limit)
     whose round keeps the TPOT limit: the pool's capacity (``smaller_batches``: also at each power of two
     below it, the faster rounds ``enumerate`` trades per-GPU throughput for). At run time a pool that needs less runs at
     the smallest batch that sustains the rate (``evaluate_disagg``), so a smaller limit would only
     lower the capacity."""
-    tpot_ns = _limit_ns(problem.workload.tpot_ms)
-    osl = problem.workload.osl
-    out = []
-    for layout in worker_layouts(problem, "decode", profile):
-        top = min(profile.max_batch, max_batch(role_problem(problem, "decode", 1), layout, profile))
-
-        def keeps(b: int, layout: Layout = layout) -> bool:
-            return tpot_ns is None or decode_step(problem, layout, b, profile).round_ns <= tpot_ns
-
-        if top < 1 or not keeps(1):
-            continue
-        guess = top if tpot_ns is None else affine_guess(
-            top, decode_step(problem, layout, 1, profile).round_ns,
-            decode_step(problem, layout, top, profile).round_ns, tpot_ns)
-        b = largest_batch(top, keeps, guess)
+    out: list[DecodeWorker] = []
+    for search in decode_searches(problem, profile):
+        b = search.finish()
         offered = sorted({b} | ({1 << k for k in range(b.bit_length()) if 1 << k < b} if smaller_batches else set()))
-        for batch in offered if b else ():
-            step = decode_step(problem, layout, batch, profile)
-            per_worker = batch * NS_PER_S / (max(osl - 1, 1) * step.round_ns)
-            out.append(DecodeWorker(layout, batch, step.round_ns, rate_units(per_worker)))
+        out.extend(search.worker(batch) for batch in offered if b)
     return out
 
 
@@ -169,6 +257,7 @@ def _limit_ns(ms: float | None) -> int | None:
 
 
 __all__ = [
-    "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeWorker", "PrefillWorker", "alignment", "decode_workers",
+    "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
+    "alignment", "capacity_units", "decode_searches", "decode_workers", "largest_batch_steps", "prefill_priced",
     "prefill_workers", "rate_units", "worker_layouts",
 ]

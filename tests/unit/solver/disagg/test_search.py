@@ -48,6 +48,7 @@ def test_the_search_finds_the_brute_force_optimum_per_gpu(case) -> None:
     (r_s, g_s), (r_b, g_b) = per_gpu(pools, found.choice), per_gpu(pools, best[0])
     assert r_s * g_b == r_b * g_s  # the same rate per GPU, exactly (cross-multiplied)
     assert g_s == g_b  # and on the tie, the fewest GPUs
+    assert found.choice == best[0]  # and among those, the first brute force lists
 
 
 @pytest.mark.parametrize("case", SMALL[:2], ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")

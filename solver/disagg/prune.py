@@ -1,0 +1,140 @@
+"""The candidates that can be in the best deployment per GPU, priced no further than it takes to know:
+what the CP-SAT search of tokens/s per GPU (``search.max_throughput``) needs, for a fraction of the
+work of pricing every candidate (``search.build_pools``).
+
+**Why a candidate can be left out.** A deployment of prefill candidate i (``a_i`` rate units per
+worker, ``g_i`` GPUs each) and decode candidate k (``b_k``, ``h_k``) with x and y workers has the rate
+``R <= min(x a_i, y b_k)`` (the links only lower it) on ``G = x g_i + y h_k`` GPUs. As ``x >= R / a_i``
+and ``y >= R / b_k``, ``G >= R (g_i / a_i + h_k / b_k)``, so
+
+    R / G <= 1 / (g_i / a_i + h_k / b_k)            (``pair_bound``)
+
+which grows with either role's rate per GPU. The seed (``search.seed``) is a deployment that keeps
+every rule, of ``R0 / G0``; everything the search may return (the optimum per GPU, then among equal
+ratios the fewest GPUs) is at least as good per GPU. So a prefill candidate whose bound with the
+decode candidate of the most rate per GPU is below ``R0 / G0`` is in none of those deployments, nor in
+any the search proposes (each strictly better than an incumbent at least as good as the seed); likewise
+a decode candidate with the best prefill one. Without a seed nothing is left out.
+
+**Decode candidates priced lazily.** A decode candidate's capacity needs its largest batch that keeps
+TPOT (a search of several ``evaluate`` calls, ``workers.DecodeSearch``); while it runs, its bracket
+bounds the capacity from above. The decode candidate of the most rate per GPU is found best-first
+(the layout of the highest bound searched a probe further until the highest bound is an exact one), and
+a layout whose bound already fails the seed is not searched further.
+
+Both lists keep ``build_pools``' order, so ties (by index) fall the same way. tests/unit/solver/disagg
+hold the search on these candidates to brute force over all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from fractions import Fraction
+
+from shardplan.hardware.profile import Profile
+from shardplan.rules.problem import Problem
+from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.search import Accepted, seed
+from shardplan.solver.disagg.workers import (
+    DecodeSearch,
+    PrefillPriced,
+    PrefillWorker,
+    decode_searches,
+    prefill_priced,
+)
+
+
+def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
+    """The most rate units per GPU a deployment of workers of these rates per GPU reaches (exact)."""
+    if prefill_per_gpu <= 0 or decode_per_gpu <= 0:
+        return Fraction(0)
+    return 1 / (1 / prefill_per_gpu + 1 / decode_per_gpu)
+
+
+def per_gpu(w: PrefillPriced | PrefillWorker) -> Fraction:
+    return Fraction(w.capacity_units, w.gpus)
+
+
+def decode_bound_per_gpu(s: DecodeSearch) -> Fraction:
+    """At least the decode candidate's rate units per GPU (exactly it once its search is done)."""
+    return Fraction(s.bound_units(), s.gpus)
+
+
+def best_decode(searches: list[DecodeSearch]) -> DecodeSearch:
+    """The decode candidate of the most rate per GPU (the first on a tie), searched to its end; the
+    others searched only while their bound could still reach it."""
+    # Max-heap on the bound, then the first in order: an exact entry on top is at least every bound
+    # below it, and any entry of an equal bound below it comes later in order.
+    heap = [(-decode_bound_per_gpu(s), n, s) for n, s in enumerate(searches)]
+    heapq.heapify(heap)
+    while True:
+        _, n, s = heap[0]
+        if s.done:
+            return s
+        s.step()
+        heapq.heapreplace(heap, (-decode_bound_per_gpu(s), n, s))
+
+
+def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | None]:
+    """The pools of every candidate that may be in a deployment at least as good per GPU as the seed,
+    and the seed (its choice indexing these pools); every candidate when there is no seed."""
+    prefill = PrefillJudged(problem, profile)
+    searches = decode_searches(problem, profile)
+    i = prefill.best()
+    if i is None or not searches:
+        return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
+    k = searches.index(best_decode(searches))
+    pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
+    first = seed(pair)
+    if first is None:  # every candidate, and why the seed was refused (as seed(pools) records it)
+        pools = Pools(problem, profile, prefill.all(), [s.worker() for s in searches])
+        pools.refused.update(pair.refused)
+        return pools, None
+    floor = Fraction(first.rate_units, first.gpus)
+    best_p, best_d = per_gpu(prefill.priced[i]), decode_bound_per_gpu(searches[k])
+    kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
+              and prefill.admitted(j) is not None]
+    kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
+    pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
+    choice = Choice(kept_p.index(i), kept_d.index(k), first.choice.x, first.choice.y)
+    return pools, Accepted(choice, first.plan, first.rate_units, first.gpus)
+
+
+class PrefillJudged:
+    """The prefill layouts priced at their largest chunk, each judged against the TTFT limit (one
+    ``evaluate`` more) only when asked: the candidates are those it admits."""
+
+    def __init__(self, problem: Problem, profile: Profile):
+        self.problem, self.profile = problem, profile
+        self.priced = prefill_priced(problem, profile)
+        self._workers: dict[int, PrefillWorker | None] = {}  # _workers[j]: priced[j]'s candidate, if admitted
+
+    def admitted(self, j: int) -> PrefillWorker | None:
+        if j not in self._workers:
+            self._workers[j] = self.priced[j].worker(self.problem, self.profile)
+        return self._workers[j]
+
+    def worker(self, j: int) -> PrefillWorker:
+        w = self.admitted(j)
+        assert w is not None, "asked for a prefill layout the TTFT limit refused"
+        return w
+
+    def all(self) -> list[PrefillWorker]:
+        """Every candidate (``prefill_workers``)."""
+        return [w for j in range(len(self.priced)) if (w := self.admitted(j)) is not None]
+
+    def best(self) -> int | None:
+        """The index of the first candidate of the most rate per GPU (None if none is admitted)."""
+        ranked = sorted(range(len(self.priced)), key=lambda j: (-per_gpu(self.priced[j]), j))
+        return next((j for j in ranked if self.admitted(j) is not None), None)
+
+
+def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:
+    """Whether the decode candidate with the best prefill one can reach ``floor`` per GPU; its search
+    runs only while its bound says it might."""
+    while not s.done and pair_bound(best_prefill, decode_bound_per_gpu(s)) >= floor:
+        s.step()
+    return s.done and pair_bound(best_prefill, decode_bound_per_gpu(s)) >= floor
+
+
+__all__ = ["best_decode", "pair_bound", "pruned_pools"]

@@ -1,0 +1,92 @@
+"""The per-GPU search on the candidates ``prune.pruned_pools`` leaves against brute force over all of
+them, the bound that leaves candidates out held against every deployment, and the decode batch search
+that runs a probe at a time against its definition."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from shardplan.solver.cost.disagg import resolve_profile
+from shardplan.solver.disagg import brute
+from shardplan.solver.disagg.prune import best_decode, pair_bound, pruned_pools
+from shardplan.solver.disagg.search import build_pools, max_throughput, max_throughput_from
+from shardplan.solver.disagg.workers import decode_searches, decode_workers
+from shardplan.solver.optimise import Deadline
+from tests.factory import problem
+from tests.unit.solver.disagg.test_search import SMALL
+
+IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}" for c in SMALL]
+
+
+def chosen(pools, c):
+    """What a choice deploys, independent of the candidate lists' indices."""
+    return pools.prefill[c.prefill], pools.decode[c.decode], c.x, c.y
+
+
+@pytest.mark.parametrize("case", SMALL, ids=IDS)
+def test_the_search_on_the_pruned_candidates_returns_the_brute_force_optimum(case) -> None:
+    p = problem(**case, objective="throughput")
+    full = build_pools(p, resolve_profile(p))
+    pruned, first = pruned_pools(p, resolve_profile(p))
+    found = max_throughput_from(pruned, first, Deadline(None))
+    best = brute.best_throughput(full)
+    assert best is not None and found.plan is not None and found.proven
+    assert chosen(pruned, found.choice) == chosen(full, best[0])  # the same deployment, exactly
+    assert found.plan.prediction == best[1].prediction
+    # and the same as the search on every candidate
+    assert chosen(pruned, found.choice) == chosen(full, max_throughput(full, Deadline(None)).choice)
+    assert len(pruned.prefill) <= len(full.prefill) and len(pruned.decode) <= len(full.decode)
+
+
+@pytest.mark.parametrize("case", SMALL, ids=IDS)
+def test_no_deployment_beats_its_pair_bound(case) -> None:
+    """rate / GPUs <= 1 / (g_i / a_i + h_k / b_k) on every deployment brute force lists."""
+    p = problem(**case, objective="throughput")
+    pools = build_pools(p, resolve_profile(p))
+    for c in brute.choices(pools):
+        pw, dw = pools.prefill[c.prefill], pools.decode[c.decode]
+        bound = pair_bound(Fraction(pw.capacity_units, pw.gpus), Fraction(dw.capacity_units, dw.gpus))
+        assert Fraction(pools.rate(c), pools.gpus(c)) <= bound
+
+
+def test_a_pruned_search_leaves_candidates_out_on_a_larger_cluster() -> None:
+    """Pruning does something: on 2x8xH100 the seed rules out candidates of both roles. Here two decode
+    layouts of 4 GPUs tie (the prefill pool bounds the rate): the search returns brute force's first."""
+    p = problem(model="qwen3-30b-a3b", cluster="2x8xH100", isl=1000, osl=500, ttft_ms=1000, tpot_ms=25,
+                objective="throughput")
+    full = build_pools(p, resolve_profile(p))
+    pruned, first = pruned_pools(p, resolve_profile(p))
+    assert first is not None
+    assert len(pruned.prefill) < len(full.prefill) and len(pruned.decode) < len(full.decode)
+    found = max_throughput_from(pruned, first, Deadline(None))
+    assert chosen(pruned, found.choice) == chosen(full, max_throughput(full, Deadline(None)).choice)
+    assert chosen(pruned, found.choice) == chosen(full, brute.best_throughput(full)[0])
+
+
+@pytest.mark.parametrize("case", SMALL, ids=IDS)
+def test_the_decode_batch_search_bounds_its_capacity_and_ends_at_the_largest_batch(case) -> None:
+    p = problem(**case, objective="throughput")
+    profile = resolve_profile(p)
+    tpot_ns = None if p.workload.tpot_ms is None else round(p.workload.tpot_ms * 1e6)
+    for s in decode_searches(p, profile):
+        bounds = [s.bound_units()]
+        while not s.done:
+            s.step()
+            bounds.append(s.bound_units())
+        b, exact = s.lo, s.worker().capacity_units
+        assert all(u >= exact for u in bounds) and bounds[-1] == exact
+        # the largest batch: it keeps the limit and the next one breaks it or passes the memory's top
+        assert 1 <= b <= s.top and s.keeps(b)
+        assert b == s.top or (tpot_ns is not None and s.round_ns(b + 1) > tpot_ns)
+
+
+def test_the_best_decode_candidate_is_the_first_of_the_most_rate_per_gpu() -> None:
+    p = problem(**SMALL[3], objective="throughput")
+    profile = resolve_profile(p)
+    workers = decode_workers(p, profile)
+    per_gpu = [Fraction(w.capacity_units, w.gpus) for w in workers]
+    expected = per_gpu.index(max(per_gpu))
+    searches = decode_searches(p, profile)
+    assert searches.index(best_decode(searches)) == expected
