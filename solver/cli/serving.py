@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from shardplan.models import InfeasibleError, SpecError
+from shardplan.models import InfeasibleError, SolverLimitError, SpecError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
@@ -81,8 +81,14 @@ def _colocated(problem: Problem, rate_rps: float | None, time_limit_s: float | N
 
 def _disagg(problem: Problem, rate_rps: float | None, time_limit_s: float | None) -> dict[str, Any]:
     started = time.perf_counter()
-    outcome = solve_disagg(throughput_problem(problem), rate_rps, Deadline(time_limit_s))
+    deadline = Deadline(time_limit_s)
+    outcome = solve_disagg(throughput_problem(problem), rate_rps, deadline)
     plan = outcome.result.plan
+    if plan is None and not outcome.result.proven:
+        # The search stopped before it had proposed every deployment: the rules that refused the ones it
+        # did are no proof that none exists, so say what colocated says when its time limit cuts it short.
+        raise SolverLimitError(deadline.no_plan() if time_limit_s is not None else
+                               f"no disaggregated deployment found in {outcome.result.proposals} proposals")
     if plan is None:
         return {"serving": "disagg", **infeasible_dict(throughput_problem(problem), why_no_deployment(outcome))}
     status = "optimal" if outcome.result.proven else "feasible"

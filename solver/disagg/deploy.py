@@ -119,9 +119,12 @@ class Pools:
         """The fewest requests in flight at which the deployment's rate reaches ``target_units``
         (None if none up to ``MAX_CONCURRENCY`` does)."""
 
+        # The links' price depends on the pools and their placement, not on the requests in flight: once
+        # per choice (its tier reads every GPU id, a third of a 512-GPU search's exact checks).
+        kv = kv_transfer(self.problem, self.layout(c, 1), self.profile)
+
         def reaches(concurrency: int) -> bool:
             layout = self.layout(c, concurrency)
-            kv = kv_transfer(self.problem, layout, self.profile)
             return rate_units(steady_state(self.problem, layout, kv, self.profile).rate_rps) >= target_units
 
         hi = max(1, c.y * self.decode[c.decode].batch)

@@ -109,21 +109,32 @@ def _as_good_and_earlier(m: PoolModel, best: Accepted) -> cp_model.CpModel:
     return cp
 
 
+SEED_CHECKS = 256  # exact checks the seed may spend before the search starts without one
+
+
 def seed(pools: Pools) -> Accepted | None:
     """A first incumbent, so the model's first question is already a hard one: the prefill and the
-    decode candidate of the most rate per GPU each, at the worker counts whose rate per GPU is best
-    (every y, x the fewest that keep up with it, or the cluster's rest); None if it breaks a rule."""
+    decode candidate of the most rate per GPU each, at the first worker counts in order of rate per GPU
+    (the fewest GPUs on a tie) that keep every rule; None if none of the first ``SEED_CHECKS`` does.
+
+    The counts tried: every y, and x from the fewest prefill workers that keep up with the y decode
+    workers (or the cluster's rest) to twice that. More prefill workers than keeping up needs are the
+    headroom a TTFT limit asks for: the clump of arrivals queues at the prefill pool for its time per
+    prompt (``cost.disagg.serving_stack_ns``), and a pool with spare rate runs a smaller chunk. Any
+    deployment that keeps every rule is a sound seed (``prune.py`` needs only that); the best of this
+    pair is a high floor."""
     n = pools.problem.cluster.num_gpus
     i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
     k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
     p, d = pools.prefill[i], pools.decode[k]
     tried = []
     for y in range(1, n // d.gpus + 1):
-        x = max(1, min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus))
-        c = Choice(i, k, x, y)
-        if pools.end_gpu(c) <= n and pools.rate(c) > 0:
-            tried.append(c)
-    for c in sorted(tried, key=pools.per_gpu_key)[:1]:
+        fewest = max(1, min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus))
+        for x in range(fewest, 2 * fewest + 1):
+            c = Choice(i, k, x, y)
+            if pools.end_gpu(c) <= n and pools.rate(c) > 0:
+                tried.append(c)
+    for c in sorted(tried, key=pools.per_gpu_key)[:SEED_CHECKS]:
         plan = pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))

@@ -108,6 +108,19 @@ def test_nothing_feasible_exits_1_naming_the_rules(capsys) -> None:
     assert json.loads(out)["status"] == "infeasible"
 
 
+def test_a_search_cut_short_before_any_plan_says_so_rather_than_infeasible(capsys) -> None:
+    # TTFT 100 ms: every prefill candidate's lone prompt is within it, so the search runs, and refuses
+    # every deployment it proposes (the serving stack alone adds 91 ms): run to its end, it proves
+    # infeasibility (exit 1 naming SLA-001). A limit far below the candidates' pricing stops it before its
+    # first question: nothing is proven, so it says so as colocated does, not "infeasible".
+    argv = ["solve", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000",
+            "--osl", "200", "--ttft-ms", "100", "--tpot-ms", "30"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 1 and "SLA-001" in err and json.loads(out)["status"] == "infeasible"
+    code, out, err = run([*argv, "--time-limit", "0.001"], capsys)
+    assert code != 1 and "infeasible" not in err and "no plan found within 0.001 s" in err and out == ""
+
+
 SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200",
             "--ttft-ms", "2000", "--tpot-ms", "30"]
 

@@ -10,6 +10,7 @@ import pytest
 
 from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
+from shardplan.solver.disagg.deploy import Choice
 from shardplan.solver.disagg.prune import best_decode, pair_bound, pruned_pools
 from shardplan.solver.disagg.search import build_pools, max_throughput, max_throughput_from
 from shardplan.solver.disagg.workers import decode_searches, decode_workers
@@ -90,3 +91,32 @@ def test_the_best_decode_candidate_is_the_first_of_the_most_rate_per_gpu() -> No
     expected = per_gpu.index(max(per_gpu))
     searches = decode_searches(p, profile)
     assert searches.index(best_decode(searches)) == expected
+
+
+def test_a_seed_that_keeps_a_binding_ttft_lets_the_pruned_search_equal_brute_force() -> None:
+    """TTFT 300 ms binds: the best pair at the fewest prefill workers that keep up with the decode
+    workers (the seed before) breaks it (the serving stack and a full chunk, about 428 ms). The seed is
+    the pair's first deployment per GPU that keeps every rule, found among more prefill workers; with it
+    the pruned search still returns brute force's optimum over every candidate."""
+    p = problem(model="llama-3.1-8b", cluster="4xH100", isl=2000, osl=200, ttft_ms=300, tpot_ms=30,
+                objective="throughput")
+    profile = resolve_profile(p)
+    pruned, first = pruned_pools(p, profile)
+    assert first is not None and first.plan.prediction.metrics.ttft_ms <= 300
+    pw, dw = pruned.prefill[first.choice.prefill], pruned.decode[first.choice.decode]
+    y = first.choice.y
+    tightest = Choice(first.choice.prefill, first.choice.decode,
+                      max(1, -(-y * dw.capacity_units // pw.capacity_units)), y)
+    assert first.choice.x > tightest.x and pruned.feasible_plan(tightest) is None  # headroom was needed
+    # No deployment of the pair better per GPU than the seed keeps every rule (brute force on the pair).
+    n = p.cluster.num_gpus
+    for x in range(1, n // pw.gpus + 1):
+        for yy in range(1, n // dw.gpus + 1):
+            c = Choice(first.choice.prefill, first.choice.decode, x, yy)
+            if pruned.end_gpu(c) <= n and pruned.rate(c) * first.gpus > first.rate_units * pruned.gpus(c):
+                assert pruned.feasible_plan(c) is None
+    full = build_pools(p, profile)
+    found = max_throughput_from(pruned, first, Deadline(None))
+    best = brute.best_throughput(full)
+    assert best is not None and found.proven
+    assert chosen(pruned, found.choice) == chosen(full, best[0])
