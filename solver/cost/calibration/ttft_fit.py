@@ -153,7 +153,7 @@ def at_bound(field: str, value: float) -> bool:
 def with_ttft_fields(profile: Profile, share: float, overhead_ms: float, runs: int, error: float) -> Profile:
     """``profile`` carrying the fitted pair, its source saying so."""
     note = (f"; ttft_queue_share and request_overhead_ms fitted by benchmarks/accuracy/serving.py --refit-ttft: "
-            f"least absolute deviations of log(predicted/measured) TTFT over {runs} runs of the engine on every "
-            f"GPU (one pair per engine), median |TTFT error| on them {error:.1%}")
+            f"least absolute deviations of log(predicted/measured) TTFT over the engine's {runs} runs on every GPU "
+            f"whose engine version the source names (one pair per engine), median |TTFT error| on them {error:.1%}")
     source = profile.source.split("; ttft_queue_share and request_overhead_ms fitted")[0] + note
     return profile.model_copy(update={"ttft_queue_share": share, "request_overhead_ms": overhead_ms, "source": source})
