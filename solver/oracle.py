@@ -164,7 +164,8 @@ class Oracle:
 
     def _front(self, o: Shape, opt: BatchOption, S: int, seqs: int) -> list[SplitPoint]:
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
-        dec, pre, mem = self._layer_prefixes(o, opt, S)
+        dec, pre, wts, kvs = self._layer_prefixes(o, opt)
+        mem = [w + seqs * kv for w, kv in zip(wts, kvs, strict=True)]
         e, m = self.t.price(o, opt), self.t.memory[o]
         per_stage_bytes = seqs * m.logits_per_seq + self.t.chunk_activation[(o, opt)] + m.fixed
         # front[j]: splits of layers [0, j) into the stages placed so far.
@@ -198,13 +199,8 @@ class Oracle:
         putting n sequences on a GPU, the splits that fit are those holding n, and each is dominated by a
         point of this front that holds n too, so scoring the points that hold n is exact."""
         L, limit = self.problem.model.num_layers, self.t.limit_bytes
-        t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
-        dec, pre, wts, kvs = [0], [0], [0], [0]
-        for k in t.kind_of_layer:
-            dec.append(dec[-1] + e.decode[k])
-            pre.append(pre[-1] + e.prefill[k])
-            wts.append(wts[-1] + m.weights[k])
-            kvs.append(kvs[-1] + m.kv_per_seq[k])
+        e, m = self.t.price(o, opt), self.t.memory[o]
+        dec, pre, wts, kvs = self._layer_prefixes(o, opt)
         fixed_bytes = self.t.chunk_activation[(o, opt)] + m.fixed
         front: dict[int, list[CapacityPoint]] = {0: [(0, 0, _UNBOUNDED, (0,))]}
         for s in range(S):
@@ -231,16 +227,17 @@ class Oracle:
                 return []
         return front.get(L, [])
 
-    def _layer_prefixes(self, o: Shape, opt: BatchOption, S: int) -> tuple[list[int], list[int], list[int]]:
-        """Decode ns, prefill ns and bytes per GPU of the first i layers, for i = 0 .. L."""
+    def _layer_prefixes(self, o: Shape, opt: BatchOption) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Decode ns, prefill ns, weight bytes and KV bytes per sequence per GPU of the first i layers, for
+        i = 0 .. L: the prefix sums both split fronts read a stage's cost from."""
         t, e, m = self.t, self.t.price(o, opt), self.t.memory[o]
-        seqs = self.seqs_per_gpu(o, opt, S)
-        dec, pre, mem = [0], [0], [0]
+        dec, pre, wts, kvs = [0], [0], [0], [0]
         for k in t.kind_of_layer:
             dec.append(dec[-1] + e.decode[k])
             pre.append(pre[-1] + e.prefill[k])
-            mem.append(mem[-1] + m.weights[k] + m.kv_per_seq[k] * seqs)
-        return dec, pre, mem
+            wts.append(wts[-1] + m.weights[k])
+            kvs.append(kvs[-1] + m.kv_per_seq[k])
+        return dec, pre, wts, kvs
 
     def _load(self, o: Shape, opt: BatchOption, S: int, dmax: int, pmax: int) -> tuple[UnderLoad, int]:
         """(latencies as users measure them, batch) of a split with these slowest stages, one replica."""
