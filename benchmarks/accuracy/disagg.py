@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.accuracy import serving
 from benchmarks.accuracy.serving import (
     ENGINES,
     MODEL_PRESETS,
@@ -46,13 +47,15 @@ from benchmarks.accuracy.serving import (
 )
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
-from shardplan.models import SpecError, get_model
+from shardplan.models import DType, SpecError, get_model
+from shardplan.models.derived import kv_bytes_per_sequence, layer_bytes, lm_head_resident_bytes
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload, resolve_profile
 from shardplan.solver.cost.disagg import evaluate_disagg, role_problem
 from shardplan.solver.cost.evaluate import max_batch
+from shardplan.solver.cost.stage import kv_split
 
 _WORKERS = re.compile(r"disagg: (\d+) prefill worker\(s\) x (\d+) GPUs \+ (\d+) decode worker\(s\) x (\d+) GPUs")
 _ROLE = re.compile(r"^p(\d+)/d(\d+)$")
@@ -142,6 +145,7 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
 
 
 def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
+    """The usable runs, each measurement once (``once_each``), and the CSV rows each skip reason took."""
     skipped: Counter[str] = Counter()
     usable = []
     for row in _source_rows(path):
@@ -152,7 +156,104 @@ def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[
             skipped[reason] += 1
         else:
             usable.append(row)
-    return pair_runs(usable, _run, skipped), skipped
+    return once_each(pair_runs(usable, _run, skipped), skipped), skipped
+
+
+# --- one measurement, one run ---------------------------------------------------------------------
+def _measurement(run: DisaggRun) -> tuple[object, ...]:
+    """What identifies one measurement (as ``serving.py``'s): engine, model preset, formats, GPU, workload,
+    concurrency and both measured values to the CSV's digits. DeepSeek-R1 and -V3 share a preset, and the
+    source merges dumps that repeat runs under either name."""
+    p = run.problem
+    return (run.engine, p.model.name, p.model.weights_dtype, p.cluster.gpu.name, p.workload.isl, p.workload.osl,
+            run.layout.concurrency, run.ttft_ms, run.tpot_ms)
+
+
+def decoding_per_worker(run: DisaggRun) -> float:
+    """Sequences a decode worker held at once in the measured run, by Little's law on its own figures: of
+    the ``C / y`` requests per decode worker, the share of each request's life spent decoding,
+    ``(OSL - 1) x TPOT / (TTFT + (OSL - 1) x TPOT)``."""
+    osl = run.problem.workload.osl
+    decode_ms = (osl - 1) * run.tpot_ms
+    return run.layout.concurrency / run.layout.decode.workers * decode_ms / (run.ttft_ms + decode_ms)
+
+
+def decode_worker_holds(run: DisaggRun) -> int:
+    """The most sequences the recorded decode worker's memory holds at the mean context of a decoding
+    sequence, ISL + OSL / 2 (lenient: an engine that reserves each request's whole ISL + OSL holds fewer),
+    with no scheduler cap: memory alone."""
+    wl = run.problem.workload
+    mean = wl.model_copy(update={"osl": max(1, wl.osl // 2), "batch": 1, "ttft_ms": None, "tpot_ms": None})
+    profile = resolve_profile(run.problem)
+    uncapped = profile.model_copy(update={"max_batch": 1 << 22})
+    worker = run.layout.decode.layout.model_copy(update={"dp": 1})
+    return max_batch(run.problem.model_copy(update={"workload": mean}), worker, uncapped)
+
+
+def once_each(runs: Sequence[DisaggRun], skipped: Counter[str]) -> list[DisaggRun]:
+    """Each measurement once, in file order (``serving.py``'s rule, and one physical check):
+
+    - copies with the same layouts are ``duplicate`` rows;
+    - a copy whose decode worker cannot hold in memory the sequences its own figures say it held
+      (``decoding_per_worker`` > ``decode_worker_holds``) is ``layout-cannot-hold-run``: the recorded
+      layout is not what ran (typically a decode worker recorded as tp N, attention DP 1, whose MLA cache
+      is replicated on every GPU, at thousands of sequences: the same launch with attention DP N splits it);
+    - of copies left that disagree on the layouts, the one with the fewest GPUs is kept and the others are
+      ``layout-conflict`` rows (as ``serving.py``'s ``gpu-count-conflict``)."""
+    copies: dict[tuple[object, ...], list[DisaggRun]] = defaultdict(list)
+    for r in runs:
+        copies[_measurement(r)].append(r)
+    kept: list[DisaggRun] = []
+    for group in copies.values():
+        distinct: list[DisaggRun] = []
+        for r in group:
+            if any(r.layout == d.layout for d in distinct):
+                skipped["duplicate"] += 2
+            else:
+                distinct.append(r)
+        possible = [r for r in distinct if decoding_per_worker(r) <= decode_worker_holds(r)]
+        skipped["layout-cannot-hold-run"] += 2 * (len(distinct) - len(possible))
+        if possible:
+            kept.append(min(possible, key=lambda r: r.layout.num_gpus))
+            skipped["layout-conflict"] += 2 * (len(possible) - 1)
+    order = {id(r): i for i, r in enumerate(runs)}
+    return sorted(kept, key=lambda r: order[id(r)])
+
+
+# --- one token per step: the fastest a decode round can be -------------------------------------------
+def one_token_bound_ms(run: DisaggRun, batch: float, uniform_routing: bool = False) -> float:
+    """A lower bound of one decode round of the recorded decode worker at ``batch`` sequences: the bytes
+    its busiest GPU must read from HBM, at its peak bandwidth. Counted: its share of the attention weights
+    (over attention TP), of the dense and shared-expert weights and LM head (over all its GPUs), the KV
+    cache of its attention-DP rank's sequences at the mean context ISL + OSL / 2 in the smallest format an
+    engine stores it in (FP8), and per MoE layer the routed experts it must read: ``ceil(top-k / ep)``
+    under any routing (every token choosing the same experts, spread evenly), or with
+    ``uniform_routing`` the expected count when each of the step's tokens picks its top-k uniformly (the
+    cost model's own assumption: no efficiency field can bring its round below this bound). A run whose
+    TPOT is below it emits more than one token per round: speculative decoding (e.g. DeepSeek's
+    multi-token prediction), which the rows do not record and the model does not price."""
+    model, wl = run.problem.model, run.problem.workload
+    worker = run.layout.decode.layout
+    gpus = worker.gpus_per_stage
+    ep = gpus // worker.expert_tp
+    weights = lm_head_resident_bytes(model) / gpus
+    for layer in range(model.num_layers):
+        lb = layer_bytes(model, layer)
+        weights += lb.attention / worker.tp + (lb.dense_ffn + lb.shared_experts) / gpus
+        if lb.num_experts and model.moe is not None:
+            k = model.moe.experts_per_token
+            experts = (lb.num_experts / ep * (1 - (1 - k / lb.num_experts) ** batch) if uniform_routing
+                       else math.ceil(k / ep))
+            weights += experts * lb.expert / worker.expert_tp
+    fp8_kv = model.with_dtypes(kv=DType.FP8) if model.kv_dtype.bytes > 1 else model
+    per_rank = math.ceil(batch / worker.attn_dp)
+    kv = per_rank * kv_bytes_per_sequence(fp8_kv, wl.isl + wl.osl // 2) / kv_split(model, worker.tp)
+    return (weights + kv) / worker.pp / run.problem.cluster.gpu.hbm_bytes_per_s * 1e3
+
+
+def faster_than_one_token(run: DisaggRun, uniform_routing: bool = False) -> bool:
+    """Whether the measured TPOT is below ``one_token_bound_ms`` at the sequences the run decoded at once."""
+    return run.tpot_ms < one_token_bound_ms(run, decoding_per_worker(run), uniform_routing)
 
 
 @dataclass(frozen=True)
@@ -256,6 +357,42 @@ def share_fit(runs: Sequence[DisaggRun]) -> None:
                 + ", ".join(f"{m.split('/')[-1]} {k:.3f}" for m, k in shares.items()) + "):", held)
 
 
+# --- the same worker serving both roles: colocated runs beside disaggregated ones --------------------
+def _worker_key(problem: Problem, layout: Layout, engine: str) -> tuple[object, ...]:
+    wl = problem.workload
+    return (engine, problem.model.name, problem.model.weights_dtype, problem.cluster.gpu.name, wl.isl, wl.osl,
+            layout.tp, layout.attn_dp, layout.expert_tp, layout.pp, layout.gpus_per_replica)
+
+
+def colocated_pairs(priced: Sequence[Priced], path: Path) -> list[tuple[Priced, serving.Priced]]:
+    """Each disaggregated run beside the colocated runs of ``serving.py`` (same source) with the same
+    engine, model, formats, GPU, ISL/OSL and the same worker layout as its decode worker, at the
+    concurrency each decode worker carries (``C / y``): the same worker, priced and measured in both modes."""
+    colocated: dict[tuple[object, ...], list[serving.ServingRun]] = defaultdict(list)
+    for run in serving.load_runs(path)[0]:
+        colocated[_worker_key(run.problem, run.layout, run.engine)].append(run)
+    pairs = []
+    for p in priced:
+        layout = p.run.layout
+        per_worker = layout.concurrency / layout.decode.workers
+        same = [c for c in colocated.get(_worker_key(p.run.problem, layout.decode.layout, p.run.engine), [])
+                if c.concurrency == per_worker]
+        pairs += [(p, c) for c in serving.price(same)]
+    return pairs
+
+
+def print_colocated_pairs(priced: Sequence[Priced], path: Path) -> None:
+    pairs = colocated_pairs(priced, path)
+    if not pairs:
+        return
+    measured = [p.run.tpot_ms / c.run.tpot_ms for p, c in pairs]
+    predicted = [p.tpot_ms / c.tpot_ms for p, c in pairs]
+    print(f"the decode worker's layout measured colocated too ({len(pairs)} pairs: same engine, model, formats, "
+          "GPU, ISL/OSL, layout, concurrency per worker): TPOT disaggregated / colocated, median (range): "
+          f"measured {statistics.median(measured):.2f} ({min(measured):.2f}-{max(measured):.2f}), "
+          f"predicted {statistics.median(predicted):.2f} ({min(predicted):.2f}-{max(predicted):.2f})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.disagg", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
@@ -276,6 +413,14 @@ def main(argv: list[str] | None = None) -> int:
     priced = price(runs)
     print_table("evaluate --serving disagg vs measured; error = predicted / measured - 1:", priced)
     print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
+    print("runs whose TPOT is below one token per decode round (one_token_bound_ms: speculative decoding),")
+    for uniform, name in ((False, "under any routing"), (True, "under uniform routing (the model's)")):
+        fast = Counter(p.run.engine for p in priced if faster_than_one_token(p.run, uniform))
+        print(f"  {name}: " + ", ".join(f"{e} {fast[e]} of {sum(p.run.engine == e for p in priced)}"
+                                          for e in ENGINES))
+    print_table("  the runs at or above the uniform-routing bound (what one token per round can price):",
+                [p for p in priced if not faster_than_one_token(p.run, True)])
+    print_colocated_pairs(priced, args.points)
     print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):  # duck-typed: same fields
