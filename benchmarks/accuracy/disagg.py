@@ -47,12 +47,16 @@ from benchmarks.accuracy.serving import (
 )
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
+from shardplan.hardware.profile import Profile, list_profiles
 from shardplan.models import DType, SpecError, get_model
 from shardplan.models.derived import kv_bytes_per_sequence, layer_bytes, lm_head_resident_bytes
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload, resolve_profile
+from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, ENGINE_LIMITS
+from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
 from shardplan.solver.cost.disagg import evaluate_disagg, role_problem
 from shardplan.solver.cost.evaluate import max_batch
 from shardplan.solver.cost.stage import kv_split
@@ -357,6 +361,48 @@ def share_fit(runs: Sequence[DisaggRun]) -> None:
                 + ", ".join(f"{m.split('/')[-1]} {k:.3f}" for m, k in shares.items()) + "):", held)
 
 
+# --- engine profiles for a GPU the engines were never measured on colocated ---------------------------
+# GB200's GPU is the B200's Blackwell die with the same 8 TB/s of HBM3e (hardware/presets/gpus.json: both
+# NVIDIA datasheets); it differs in memory (186 GB), clocks (1,200 W: its dense FLOPS are 11 % higher, in its
+# hardware profile) and a 72-GPU NVLink domain. Its AIC-SILICON runs are all disaggregated (none colocated with
+# a preset model), so no engine fit exists for it: its engine profiles take the B200 engine profiles' own
+# fields (the engine's serving stack, the weight stream the engine's kernels reach on this die, the per-layer
+# cost) on top of GB200's hardware fields. Nothing is fitted to the GB200 runs.
+SAME_DIE = {"GB200-NVL72": "B200-SXM"}
+OP_TERMS = ("kv_stream_efficiency", "attention_fixed_us", "moe_fixed_us", "moe_routed_token_ns", "full_width_passes",
+            "low_precision_stream_ratio")
+
+
+def same_die_profile(engine_profile: Profile, hardware: Profile) -> Profile:
+    """``hardware`` (a GPU's default profile) with ``engine_profile``'s engine fields, TTFT fields, scheduler
+    limits and operator terms: an engine profile for a GPU with the same die as ``engine_profile``'s."""
+    own = (*ENGINE_FIELDS, *TTFT_FIELDS, *ENGINE_LIMITS[engine_profile.engine], *OP_TERMS)
+    gpu_name = hardware.name
+    return Profile.model_validate({**hardware.model_dump(), **{
+        **{field: getattr(engine_profile, field) for field in own},
+        "name": f"{gpu_name}-{engine_profile.engine}",
+        "software": engine_profile.software,
+        "engine": engine_profile.engine,
+        "default": False,
+        "engine_default": True,
+        "source": (f"{gpu_name} (hardware fields) with every other field of {engine_profile.name} (same GPU die, "
+                   "benchmarks/accuracy/disagg.py SAME_DIE; nothing fitted on this GPU), whose source: "
+                   + engine_profile.source),
+        "fit_rows": None,
+        "fit_median_abs_error": None,
+    }})
+
+
+def same_die_profiles() -> list[Profile]:
+    """The engine profiles ``SAME_DIE`` gives: one per engine profile of the die's measured GPU."""
+    profiles = list_profiles()
+    out = []
+    for gpu, measured in SAME_DIE.items():
+        hardware = next(p for p in profiles if p.default and p.gpu == gpu)
+        out += [same_die_profile(p, hardware) for p in profiles if p.engine_default and p.gpu == measured]
+    return out
+
+
 # --- the same worker serving both roles: colocated runs beside disaggregated ones --------------------
 def _worker_key(problem: Problem, layout: Layout, engine: str) -> tuple[object, ...]:
     wl = problem.workload
@@ -399,7 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="also print every run: predicted against measured")
     ap.add_argument("--share-fit", action="store_true",
                     help="fit one queue share to these runs; print in-sample and leave-one-model-out figures")
+    ap.add_argument("--write-same-die-profiles", action="store_true",
+                    help="write the engine profiles SAME_DIE gives (after any refit of the measured GPU's)")
     args = ap.parse_args(argv)
+    if args.write_same_die_profiles:
+        for profile in same_die_profiles():
+            print(f"wrote {write_profile(profile)}")
+        return 0
     runs, skipped = load_runs(args.points)
     held = [r for r in runs if holds_a_sequence(r)]
     if len(held) < len(runs):

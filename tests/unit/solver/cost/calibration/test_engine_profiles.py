@@ -30,6 +30,9 @@ KNOWN_AT_BOUND = {
     (name, "hbm_efficiency")
     for name in ("b200-sxm-sglang", "b200-sxm-vllm", "h100-sxm-trtllm", "h200-sxm-sglang")
 }
+# GB200's engine profiles carry the B200 ones' fields (same die: disagg.py SAME_DIE), so their misses.
+KNOWN_AT_BOUND |= {(name.replace("b200-sxm-", "gb200-nvl72-"), field)
+                   for name, field in KNOWN_AT_BOUND if name.startswith("b200-sxm-")}
 METADATA = {"name", "software", "engine", "default", "engine_default", "source", "fit_rows", "fit_median_abs_error"}
 # op_points.csv (and the fused-kernel pass count), not fitted to runs
 OP_TERMS = {"kv_stream_efficiency", "attention_fixed_us", "moe_fixed_us", "moe_routed_token_ns", "full_width_passes"}
