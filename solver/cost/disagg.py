@@ -20,10 +20,11 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
 - the **rate** ``X`` at concurrency ``C``: each pool runs at the smallest chunk or batch that sustains
   ``X`` (a pool's occupancy is what Little's law gives it), and ``X`` is the slowest of the prefill pool
   at its largest chunk, the links, the decode pool at ``ceil(C / decode workers)`` (or, if lower, its
-  batch limit or the most sequences its memory holds: the requests beyond wait), unless ``C`` requests
-  in flight cannot carry that: then the highest ``X`` with ``X x e2e0(X) <= C``, ``e2e0(X)`` the
-  unloaded request (serving stack + prefill + transfer + ``OSL - 1`` rounds) at the chunk and batch ``X`` needs (the
-  closed loop's own bound, a fixed point found by bisection: ``X x e2e0(X)`` grows with ``X``);
+  batch limit, the engine's per attention-DP rank, or the most sequences its memory holds: the requests
+  beyond wait), unless ``C`` requests in flight cannot carry that: then the highest ``X`` with
+  ``X x e2e0(X) <= C``, ``e2e0(X)`` the unloaded request (serving stack + prefill + transfer + ``OSL - 1``
+  rounds) at the chunk and batch ``X`` needs (the closed loop's own bound, a fixed point found by
+  bisection: ``X x e2e0(X)`` grows with ``X``);
 - **serving stack**: every request also carries the engine profile's ``request_overhead_ms`` (front end,
   router, KV connector hand-off) and a queue at the prefill pool from the closed loop's clumped arrivals,
   ``ttft_queue_share x (C - 1)`` prompts at the pool's time per prompt (``serving_stack_ns``): the
@@ -129,11 +130,25 @@ def largest_chunk(problem: Problem, profile: Profile) -> int:
     return max(1, profile.max_num_tokens // problem.workload.isl)
 
 
+def decode_batch_limit(profile: Profile, layout: Layout) -> int:
+    """The most sequences the engine schedules on one decode worker by default: its batch limit per
+    attention-DP rank times the ranks. Each rank runs its own scheduler (TensorRT-LLM's ``max_batch_size``
+    is per rank with attention DP; SGLang starts one scheduler per DP-attention rank), as the prefill
+    worker's token budget is per rank (``rank_budget``)."""
+    return profile.max_batch * layout.attn_dp
+
+
+def worker_memory_limit(problem: Problem, layout: Layout, profile: Profile) -> int:
+    """The most sequences one decode worker of ``layout`` holds at ISL + OSL, up to the engine's
+    ``decode_batch_limit`` (0 if not even one fits)."""
+    scheduler = profile.model_copy(update={"max_batch": decode_batch_limit(profile, layout)})
+    return max_batch(role_problem(problem, "decode", 1), layout.model_copy(update={"dp": 1}), scheduler)
+
+
 def decode_memory_limit(problem: Problem, layout: DisaggLayout, profile: Profile) -> int:
     """The most sequences a decode worker's memory holds at ISL + OSL (an engine admits no more: the rest
     wait for a slot); at least 1, so a worker that holds none is still priced and MEM-001 names it."""
-    worker = layout.decode.layout.model_copy(update={"dp": 1})
-    return max(1, max_batch(role_problem(problem, "decode", 1), worker, profile))
+    return max(1, worker_memory_limit(problem, layout.decode.layout, profile))
 
 
 def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) -> int:
@@ -271,7 +286,7 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
     ranks = layout.prefill.layout.attn_dp  # the pool's batch limit is the worker's, the chunk per rank
     top_chunk = min(largest_chunk(problem, profile),
                     max(1, layout.prefill.max_batch // ranks) if layout.prefill.max_batch else profile.max_batch)
-    top_batch = min(-(-C // y), layout.decode.max_batch or profile.max_batch,
+    top_batch = min(-(-C // y), layout.decode.max_batch or decode_batch_limit(profile, layout.decode.layout),
                     decode_memory_limit(problem, layout, profile))
     transfer_ns = _ns(kv.transfer_ms) + _ns(kv.relayout_ms)
     overhead_ns, queue_ns = serving_stack_ns(layout, pools.prefill(top_chunk), profile, queue_share)

@@ -28,8 +28,15 @@ from shardplan.rules.catalog import rules_for
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import PrefillStep, decode_step, largest_chunk, prefill_step, role_problem
-from shardplan.solver.cost.evaluate import NS_PER_S, max_batch
+from shardplan.solver.cost.disagg import (
+    PrefillStep,
+    decode_step,
+    largest_chunk,
+    prefill_step,
+    role_problem,
+    worker_memory_limit,
+)
+from shardplan.solver.cost.evaluate import NS_PER_S
 from shardplan.solver.space import SearchSpace
 
 MAX_WORKER_GPUS = 64
@@ -174,7 +181,7 @@ class DecodeSearch:
     def __init__(self, problem: Problem, profile: Profile, layout: Layout):
         self.problem, self.profile, self.layout = problem, profile, layout
         self.tpot_ns = _limit_ns(problem.workload.tpot_ms)
-        self.top = min(profile.max_batch, max_batch(role_problem(problem, "decode", 1), layout, profile))
+        self.top = worker_memory_limit(problem, layout, profile)
         self.qualifies = self.top >= 1 and self.keeps(1)
         self.lo, self.hi = 0, max(self.top, 0)  # the bracket (largest_batch_steps); batch 1 keeps if qualifies
         self._steps = largest_batch_steps(self.top, self.keeps, self._guess)

@@ -11,7 +11,7 @@ from shardplan.hardware.profile import profile_for_gpu
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
-from shardplan.solver.cost.disagg import evaluate_disagg, largest_chunk, prefill_step
+from shardplan.solver.cost.disagg import evaluate_disagg, largest_chunk, prefill_step, worker_memory_limit
 from shardplan.solver.cost.evaluate import evaluate
 from tests.unit.solver.cost.factory import GIB, problem
 
@@ -204,3 +204,15 @@ def test_each_attention_dp_rank_prefills_its_own_chunk() -> None:
     per_rank = largest_chunk(p, PROFILE)
     step = prefill_step(p, wide, per_rank, PROFILE)
     assert step.chunk == 4 * per_rank == 4 * (PROFILE.max_num_tokens // ISL)
+
+
+def test_each_attention_dp_rank_schedules_its_own_decode_batch() -> None:
+    # The engine's batch limit is per attention-DP rank (16 here, far below what memory holds): a decode
+    # worker of 4 ranks decodes up to 4 x 16 sequences, one of tp 4 up to 16; 256 in flight saturate both.
+    p = problem("llama-3.1-8b", "2x8xH100", isl=ISL, osl=OSL)
+    small = PROFILE.model_copy(update={"max_batch": 16})
+    for decode, top in ((Layout.even(32, 1, tp=1, attn_dp=4), 64), (Layout.even(32, 1, tp=4), 16)):
+        assert worker_memory_limit(p, decode, small) == top
+        layout = DisaggLayout.place(Layout.even(32, 1, tp=4), 2, decode, 1, 256, p.cluster)
+        pred = evaluate_disagg(p, layout, small).prediction
+        assert pred.decode.batch == top and pred.bottleneck == "decode"
