@@ -19,6 +19,14 @@ attention TP = ``tp``, ``attn_dp`` = ``dp``, ``expert_tp`` = ``moe_tp``, so ``ep
 the row's ``ep``; ``ep`` = 0 (vLLM without expert parallelism) means the experts are tensor-parallel over
 the worker's GPUs (``expert_tp = G``). The concurrency is the whole deployment's; the cluster is the row's
 GPU count. Models, GPUs, number formats and KV dtypes as in ``serving.py``.
+
+Each measurement counts once (``once_each``): the source repeats runs under other ids, under the R1 and V3
+names, and under layouts with and without attention DP; a copy whose recorded decode worker cannot hold in
+memory the sequences its own TTFT and TPOT put on it (Little's law) is set aside, as is, of copies that
+still disagree, each but the one on the fewest GPUs. Beside the errors it prints the evidence on TPOT: runs
+faster than one token per decode round (``one_token_bound_ms``), and the decode worker's colocated runs.
+GB200 is priced with engine profiles carrying the B200 engine fields (``SAME_DIE``), written by
+``--write-same-die-profiles``.
 """
 
 from __future__ import annotations
@@ -436,7 +444,10 @@ def print_colocated_pairs(priced: Sequence[Priced], path: Path) -> None:
     print(f"the decode worker's layout measured colocated too ({len(pairs)} pairs: same engine, model, formats, "
           "GPU, ISL/OSL, layout, concurrency per worker): TPOT disaggregated / colocated, median (range): "
           f"measured {statistics.median(measured):.2f} ({min(measured):.2f}-{max(measured):.2f}), "
-          f"predicted {statistics.median(predicted):.2f} ({min(predicted):.2f}-{max(predicted):.2f})")
+          f"predicted {statistics.median(predicted):.2f} ({min(predicted):.2f}-{max(predicted):.2f}); "
+          "TPOT predicted / measured, median: colocated "
+          f"{statistics.median(c.tpot_ms / c.run.tpot_ms for _, c in pairs):.2f}, "
+          f"disaggregated {statistics.median(p.tpot_ms / p.run.tpot_ms for p, _ in pairs):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
