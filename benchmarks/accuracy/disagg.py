@@ -241,7 +241,8 @@ def one_token_bound_ms(run: DisaggRun, batch: float, uniform_routing: bool = Fal
     engine stores it in (FP8), and per MoE layer the routed experts it must read: ``ceil(top-k / ep)``
     under any routing (every token choosing the same experts, spread evenly), or with
     ``uniform_routing`` the expected count when each of the step's tokens picks its top-k uniformly (the
-    cost model's own assumption: no efficiency field can bring its round below this bound). A run whose
+    cost model's own routing assumption; it reads at least these bytes at no more than the peak, so no
+    efficiency field brings its round below this). A run whose
     TPOT is below it emits more than one token per round: speculative decoding (e.g. DeepSeek's
     multi-token prediction), which the rows do not record and the model does not price."""
     model, wl = run.problem.model, run.problem.workload
