@@ -58,6 +58,7 @@ from shardplan.solver.cost.calibration.engine_fit import (
     ENGINE_FIELDS,
     EngineRun,
     at_bound,
+    decode_floor_ms,
     fit_engine,
     tpot_errors,
 )
@@ -517,6 +518,19 @@ def print_engine_fields() -> None:
               + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile, {len(TTFT_FIELDS)} TTFT fields per engine)")
 
 
+def print_below_floor(priced: Sequence[Priced]) -> None:
+    """How many runs measured a TPOT below the least decode step one token per step allows
+    (``engine_fit.decode_floor_ms``), and how many of those do not fit memory (so ran fewer sequences than
+    stated). None is excluded from any figure: the count says whether speculative decoding must be priced."""
+    below = [p for p in priced if p.run.tpot_ms < decode_floor_ms(p.run.problem, p.run.layout)]
+    print(f"{len(below)} runs decode faster than one token per step at every rate's physical peak (speculative "
+          f"decoding, or fewer sequences than stated: {sum(not p.fits for p in below)} of them do not fit memory); "
+          "none is excluded")
+    for p in below:
+        print(f"  {p.run.label}: measured TPOT {p.run.tpot_ms:.1f} ms, floor "
+              f"{decode_floor_ms(p.run.problem, p.run.layout):.1f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.serving", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
@@ -550,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     over = [p for p in priced if not p.fits]
     print(f"{len(over)} runs do not fit the default profile's memory at their concurrency: priced anyway, "
           "in the table below and apart after it")
+    print_below_floor(priced)
     print_table("evaluate's metrics (ttft_ms with its wait, tpot_ms with the prefill sharing its steps) "
                 "vs measured; error = predicted / measured - 1:", priced)
     print_table("  of which the runs that fit memory:", [p for p in priced if p.fits])

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from shardplan.hardware.profile import Engine, Profile
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Problem
-from shardplan.solver.cost.calibration.fit import _sig
+from shardplan.rules.problem import Problem, resolve_profile
+from shardplan.solver.cost.calibration.fit import _sig, scaleup_bw_max
 from shardplan.solver.cost.evaluate import evaluate
 
 ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
@@ -81,6 +81,28 @@ class EngineFit:
 def tpot_errors(runs: Sequence[EngineRun], profile: Profile) -> list[float]:
     """predicted / measured - 1 of each run's TPOT, priced with ``profile``."""
     return [evaluate(r.problem, r.layout, profile).metrics.tpot_ms / r.tpot_ms - 1 for r in runs]
+
+
+def floor_profile(profile: Profile) -> Profile:
+    """``profile`` at the physical limits: GEMMs at the tensor cores' peak from the first token, weights and KV
+    at HBM peak, collectives at the most the fabric carries (``fit.scaleup_bw_max``; the NIC's full rate) with
+    no latency, and no fixed cost or extra pass. The decode step it prices is the least time in which every
+    sequence of a step can gain one token; memory and the scheduler's limits are the profile's own."""
+    return profile.model_copy(update={
+        "gemm_efficiency": 1.0, "low_precision_gemm_ratio": 1.0, "gemm_half_tokens": 0.0,
+        "attention_efficiency": 1.0, "moe_efficiency": 1.0, "hbm_efficiency": 1.0, "kv_stream_efficiency": 1.0,
+        "low_precision_stream_ratio": None, "attention_fixed_us": 0.0, "full_width_passes": 0.0,
+        "moe_fixed_us": 0.0, "moe_routed_token_ns": 0.0, "scaleup_bw_efficiency": scaleup_bw_max(profile.gpu),
+        "scaleout_bw_efficiency": 1.0, "collective_latency_scale": 0.0, "layer_overhead_us": 0.0,
+        "step_overhead_us": 0.0,
+    })
+
+
+def decode_floor_ms(problem: Problem, layout: Layout) -> float:
+    """The least decode step of ``layout`` at one token per sequence (``floor_profile`` of the problem's
+    profile). A run whose measured TPOT is below it decoded more than one token per step (speculative decoding)
+    or ran fewer sequences than it states."""
+    return evaluate(problem, layout, floor_profile(resolve_profile(problem))).metrics.decode_step_ms
 
 
 def fit_engine(

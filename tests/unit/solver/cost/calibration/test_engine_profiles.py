@@ -16,7 +16,9 @@ from shardplan.solver.cost.calibration.engine_fit import (
     ENGINE_LIMITS,
     EngineRun,
     at_bound,
+    decode_floor_ms,
     fit_engine,
+    floor_profile,
 )
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
 from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
@@ -99,3 +101,30 @@ def test_the_fit_recovers_the_fields_that_made_the_measurements():
     assert fitted.layer_overhead_us == pytest.approx(30.0, rel=0.02)
     assert fitted.hbm_efficiency == pytest.approx(0.6, rel=0.02)
     assert fitted.name == "h100-sxm-sglang" and fitted.engine_default and fitted.fit_rows == 6
+
+
+def _one_gpu_llama_8b(batch: int, engine: str = "vllm") -> tuple[Problem, Layout]:
+    model = get_model("llama-3.1-8b")
+    problem = Problem(model=model, cluster=parse_cluster("1xH100"), workload=Workload(isl=1, osl=2, batch=batch),
+                      objective=Objective.THROUGHPUT, engine=engine)
+    return problem, Layout.even(model.num_layers, 1, batch=batch)
+
+
+def test_the_decode_floor_of_one_sequence_is_its_weights_at_hbm_peak():
+    # Llama-3.1-8B from its config: 32 layers of q, o 4096 x 4096, k, v 4096 x 1024 and a 3 x 4096 x 14336 FFN,
+    # plus a 128256 x 4096 LM head: 7.505e9 weights, 15.01 GB in BF16, read once per step at 3.35 TB/s.
+    per_layer = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336
+    weight_bytes = 2 * (32 * per_layer + 128256 * 4096)
+    problem, layout = _one_gpu_llama_8b(batch=1)
+    assert decode_floor_ms(problem, layout) == pytest.approx(weight_bytes / 3.35e12 * 1e3, rel=0.01)
+
+
+@pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
+def test_no_profile_prices_a_decode_step_below_the_floor(profile: Profile):
+    problem, layout = _one_gpu_llama_8b(batch=64, engine=profile.engine)
+    problem = problem.model_copy(update={"cluster": parse_cluster(f"1x{profile.gpu}")})
+    floor = evaluate(problem, layout, floor_profile(profile)).metrics.decode_step_ms
+    assert 0 < floor < evaluate(problem, layout, profile).metrics.decode_step_ms
+    # a floor is a floor of any profile: the same physical limits whatever the fitted fields were
+    slower = profile.model_copy(update={"hbm_efficiency": 0.4, "layer_overhead_us": 150.0})
+    assert evaluate(problem, layout, floor_profile(slower)).metrics.decode_step_ms == pytest.approx(floor)
