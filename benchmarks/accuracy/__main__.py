@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -196,6 +197,15 @@ def _print_user_facing(points, rows) -> None:
     print(f"    all tables               {len(all_rows):4d} rows  {median_abs(all_rows):6.1%}  ({verdict})")
     for src, rs in sorted(by_source.items()):
         print(f"    {src:24s} {len(rs):4d} rows  {median_abs(rs):6.1%}")
+    drained = sum(p.requests is not None for p in tables)
+    print(f"    ({drained} rows priced as the drain of their run's requests, points.OFFLINE_REQUESTS; "
+          f"{len(tables) - drained} as a steady state or static batch)")
+    by_shape = defaultdict(list)
+    for p in tables:
+        by_shape[_workload_shape(p)].append(user[id(p)])
+    print("    by workload, median |error| and median error (the sign says which way a missing term leans):")
+    for shape, rs in sorted(by_shape.items()):
+        print(f"      {shape:40s} {len(rs):4d} rows  {median_abs(rs):6.1%}  {median_signed(rs):+6.1%}")
     print("== model groups, max-throughput rows: median |error| with each table's profile / with the user-facing one")
     for name, member in GROUPS:
         mine = [p for p in points if p.kind == THROUGHPUT and member(p)]
@@ -203,6 +213,20 @@ def _print_user_facing(points, rows) -> None:
         facing = [user[id(p)] for p in mine if id(p) in user]
         flag = "" if max(median_abs(own), median_abs(facing) if facing else 0.0) <= 0.15 else "  (above 15 %)"
         print(f"    {name:18s} {len(mine):4d} rows  {median_abs(own):6.1%} / {median_abs(facing):6.1%}{flag}")
+
+
+def _workload_shape(p) -> str:
+    """Decode-heavy (OSL at least 4 x ISL), prefill-heavy (ISL at least 4 x OSL) or mixed."""
+    isl, osl = p.problem.workload.isl, p.problem.workload.osl
+    if osl >= 4 * isl:
+        return "decode-heavy (OSL >= 4 ISL)"
+    if isl >= 4 * osl:
+        return "prefill-heavy (ISL >= 4 OSL)"
+    return "mixed"
+
+
+def median_signed(rows) -> float:
+    return statistics.median(r.error for r in rows) if rows else float("nan")
 
 
 def _print_ranges(ops_csv: Path) -> None:

@@ -2,8 +2,10 @@
 
 One function per kind of measurement, each a plain reading of what the source measured:
 
-- offline maximum throughput (TensorRT-LLM perf overview): ``best_throughput`` - the batch with
-  the most output tokens/s among those that fit in memory, prefill interleaved (in-flight batching);
+- offline maximum throughput (TensorRT-LLM perf overview): the run's ``Point.requests`` uniform requests
+  queued at once, drained in waves of the largest batch that fits (``_drain_throughput``); a row without
+  a request count, ``best_throughput`` - the steady state at the batch with the most output tokens/s among
+  those that fit in memory, prefill interleaved (in-flight batching);
 - static batching at a stated batch (v0.9, per GPU): ``batch x OSL / e2e / GPUs``, e2e being the
   batch's prefill plus OSL decode steps at the mean context;
 - TTFT at batch 1: ``ttft_ms``; Splitwise's prefill time of a batch: the iteration that prefills its
@@ -76,10 +78,43 @@ def _prefill_iteration_ms(problem: Problem, layout: Layout, profile: Profile) ->
 
 
 def _max_throughput(point: Point, profile: Profile) -> Measure:
+    if point.requests is not None:
+        return _drain_throughput(point, profile, point.requests)
     best = best_throughput(point.problem, point.layout, profile)
     if best is None:
         return Measure(0.0, profile.name, 0, fits=False)
     return Measure(best.metrics.output_tokens_per_s, profile.name, best.metrics.batch)
+
+
+def _drain_throughput(point: Point, profile: Profile, requests: int) -> Measure:
+    """Output tokens/s of an offline run: ``requests`` requests of one length, all queued at once, per replica
+    their share. The scheduler admits as many as fit (``max_batch``: memory and the batch limit), and as every
+    request is as long as the others they finish together, so the run is ``k`` full waves of that batch and a
+    last one of the remainder, each wave its prompts' prefill then OSL decode rounds (``_wave_ms``). A steady
+    state at the largest batch would price the partial last wave as a full one: too fast where the run holds
+    only one or two waves (1,500 requests of 128/4096 at a batch of 1,058)."""
+    top = max_batch(point.problem, point.layout, profile)
+    if top == 0:
+        return Measure(0.0, profile.name, 0, fits=False)
+    layout, osl = point.layout, point.problem.workload.osl
+    per_replica = math.ceil(requests / layout.dp)
+    batch = min(per_replica, top)
+    full, rest = divmod(per_replica, batch)
+    run_ms = full * _wave_ms(point, profile, batch) + (_wave_ms(point, profile, rest) if rest else 0.0)
+    return Measure(layout.dp * per_replica * osl / (run_ms / 1e3), profile.name, batch)
+
+
+def _wave_ms(point: Point, profile: Profile, batch: int) -> float:
+    """One wave of ``batch`` sequences admitted together: their prompts in chunks of ``p`` through the stages
+    (pipelined: the first chunk through every stage, each further one a slowest stage later), then OSL decode
+    rounds at the whole batch. No serving-stack terms: the offline benchmark feeds token ids in process, and its
+    queue is the waves themselves."""
+    bare = profile.model_copy(update={"ttft_queue_share": 0.0, "request_overhead_ms": 0.0})
+    pred = evaluate(point.problem, point.layout.model_copy(update={"batch": batch}), bare)
+    chunks = math.ceil(batch / pred.prefill_chunk)
+    slowest_ms = max(s.prefill_ms + s.send_prefill_ms for s in pred.stages)
+    prefill_ms = pred.prefill_ms + (chunks - 1) * slowest_ms
+    return prefill_ms + point.problem.workload.osl * pred.metrics.decode_step_ms
 
 
 def _static_throughput(point: Point, profile: Profile) -> Measure:

@@ -30,6 +30,12 @@ Conventions, for what the tables leave unstated:
   profiles), ``trtllm-0.14`` for the v0.14 table and serving runs (about 10 % slower, and less
   KV room on memory-starved layouts), ``trtllm-0.9`` and ``splitwise`` for the older engines (the
   README: a newer engine can be up to 2x faster on the same hardware).
+- **offline runs are finite** (``Point.requests``): the max-throughput tables of v0.14, v0.17 and v1.0 ran
+  ``trtllm-bench throughput`` on a synthetic dataset of ``OFFLINE_REQUESTS[(ISL, OSL)]`` requests of uniform
+  lengths, all queued at once (the perf-overview's ``$num_requests`` table, the same from v0.14 to v1.0). With
+  uniform lengths the requests run in waves of the largest batch that fits, and the last wave is partial:
+  1,500 requests at 128/4096 and a batch of 1,058 are one full wave and one of 442, which no steady state
+  at 1,058 describes. ``measures`` prices such a row as that drain.
 - **overload**: serving TTFT/ITL rows whose offered rate is at least ``OVERLOAD_SHARE`` of the
   request rate the same configuration sustained with every request sent at once (read off its
   rate-inf throughput rows) are queueing measurements, skipped as ``overload-latency``.
@@ -90,6 +96,17 @@ def profile_name(gpu: str, software: str) -> str:
 # Sources whose MoE rows spread the experts over the stage (``--ep``) instead of slicing them by TP.
 _EXPERT_PARALLEL_SOURCES = {"TRTLLM-PERF-v1.0"}
 
+# Requests per (ISL, OSL) of the offline max-throughput tables: the ``$num_requests`` table of TensorRT-LLM's
+# docs/source/performance/perf-overview.md ("Preparing a Dataset": the same nine pairs in the older versions, e.g.
+# v0.17 @258c7540; v1.0 @00f37686 adds 1000/2000), every request of exactly ISL input and OSL output tokens
+# (``prepare_dataset.py ... --input-stdev=0 --output-stdev=0``), all queued at once by ``trtllm-bench throughput``.
+OFFLINE_REQUESTS: dict[tuple[int, int], int] = {
+    (128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500, (2048, 128): 3000,
+    (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000, (20000, 2000): 1000,
+}
+# The tables measured that way (v0.9 ran static batches at a stated batch, priced per GPU).
+_OFFLINE_SOURCES = {"TRTLLM-PERF-v0.14", "TRTLLM-PERF-v0.17", "TRTLLM-PERF-v1.0"}
+
 # What a metric is, for grouping the results: the acceptance targets are per kind.
 THROUGHPUT, LATENCY, SERVING = "max-throughput", "latency", "serving-throughput"
 METRIC_KIND = {
@@ -131,6 +148,7 @@ class Point:
     problem: Problem
     layout: Layout
     rate_qps: float | None = None  # serving: offered request rate (inf: all at once)
+    requests: int | None = None  # offline tables: requests of the run, all queued at once (None: steady state)
     label: str = field(default="", compare=False)
 
     @property
@@ -334,6 +352,9 @@ def _point(row: dict[str, str]) -> Point:
         kind = SERVING
     stated_batch = int(batch_text) if batch_text else None
     software = SOFTWARE.get(row["source_id"], "trtllm")
+    requests = None
+    if row["source_id"] in _OFFLINE_SOURCES and metric == "output_tokens_per_s_total" and rate is None:
+        requests = OFFLINE_REQUESTS.get((isl, osl))
     problem = Problem(
         model=model,
         cluster=_cluster(gpu.name, num_gpus),
@@ -360,5 +381,6 @@ def _point(row: dict[str, str]) -> Point:
         problem=problem,
         layout=layout,
         rate_qps=rate,
+        requests=requests,
         label=label,
     )
