@@ -73,12 +73,14 @@ class Asked:
 
 
 def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
-                    target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None) -> Asked:
+                    target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None,
+                    cut_ttft: bool = False) -> Asked:
     """Solve ``question()`` (the model with the question's constraints and objective), judge its
     deployment exactly, forbid it if refused and ask again, until one is accepted or none is left.
     ``screen()``, if given, is the question without its objective, asked first each time: CP-SAT
     proves it has no solution far sooner than it proves an objective has none (on 512 GPUs 13 ms
-    against 1.2 s), and the last question of a search is that proof."""
+    against 1.2 s), and the last question of a search is that proof. ``cut_ttft``: a refused
+    deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
     for proposals in range(1, MAX_PROPOSALS + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
@@ -95,7 +97,8 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         if plan is not None:
             return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
         m.forbid(c)
-        m.cut_ttft(c.prefill, c.decode)
+        if cut_ttft:
+            m.cut_ttft(c.prefill, c.decode)
     return Asked(None, False, MAX_PROPOSALS)
 
 
@@ -196,14 +199,14 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
         asked = _first_accepted(m, pools, partial(_better_than, m, r0, g0), deadline,
-                                screen=partial(_any_better, m, r0, g0))
+                                screen=partial(_any_better, m, r0, g0), cut_ttft=True)
         proposals += asked.proposals
         if asked.accepted is None:
             break
         best = asked.accepted
     proven = asked.complete
     while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
-        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline)
+        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True)
         proposals += fewer.proposals
         if fewer.accepted is None:
             break
@@ -214,7 +217,9 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
 
 
 def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline) -> DisaggResult:
-    """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit."""
+    """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit. (No TTFT cuts
+    here: among deployments on equally few GPUs the answer is the first CP-SAT meets, and a changed
+    model would meet another; it makes one or two proposals on the README's cases anyway.)"""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
     m = PoolModel(pools)
