@@ -5,7 +5,9 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
   ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
   maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
-  solved again; when the model has no better deployment the incumbent is optimal. Ties (an equal
+  solved again; when the model has no better deployment the incumbent is optimal. The model carries
+  each pair's TTFT cuts (``ttft_cut.py``: only deployments the exact check refuses), and each question
+  is screened without its objective first (``_screened``), which settles the last one, the proof. Ties (an equal
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
   answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
 - **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
