@@ -123,14 +123,33 @@ class ServingResult:
                                 for mode, d in self.modes.items() for c in d["conflict"]])
 
 
+TIME_LIMIT = "time-limit"  # a mode's status when the time limit stopped it before any plan (auto only)
+
+
+def _cut_short(mode: str, exc: SolverLimitError) -> dict[str, Any]:
+    return {"serving": mode, "status": TIME_LIMIT, "message": str(exc)}
+
+
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None) -> ServingResult:
-    """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better."""
+    """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better. In auto, a mode
+    the time limit stopped before any plan gets the status ``time-limit`` and the other is still
+    planned and may be chosen; when no mode has a plan and one was cut short, the limit is the error
+    (nothing is proven infeasible)."""
     modes: dict[str, dict[str, Any]] = {}
-    if serving in ("colocated", "auto"):
-        modes["colocated"] = _colocated(problem, rate_rps, time_limit_s)
-    if serving in ("disagg", "auto"):
-        modes["disagg"] = _disagg(problem, rate_rps, time_limit_s)
+    planners = {"colocated": _colocated, "disagg": _disagg}
+    for mode, planner in planners.items():
+        if serving not in (mode, "auto"):
+            continue
+        try:
+            modes[mode] = planner(problem, rate_rps, time_limit_s)
+        except SolverLimitError as exc:
+            if serving != "auto":
+                raise
+            modes[mode] = _cut_short(mode, exc)
     plans = {mode: data.pop("_plan", None) for mode, data in modes.items()}
+    cut_short = [f"{mode}: {data['message']}" for mode, data in modes.items() if data["status"] == TIME_LIMIT]
+    if cut_short and all(plan is None for plan in plans.values()):
+        raise SolverLimitError("; ".join(cut_short))
     for data in modes.values():
         if rate_rps is not None:
             data["rate_rps"] = rate_rps
@@ -229,6 +248,8 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
 
 
 def _summary(mode: str, data: dict[str, Any]) -> str:
+    if data["status"] == TIME_LIMIT:
+        return f"{mode:<10} {data['message']}"
     if data["status"] == "infeasible":
         rules = ", ".join(sorted({c["rule"] for c in data["conflict"]}))
         return f"{mode:<10} infeasible ({rules})"
@@ -240,9 +261,11 @@ def _summary(mode: str, data: dict[str, Any]) -> str:
 
 def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str) -> None:
     for mode, data in modes.items():
-        if mode == "disagg" and data["status"] != "infeasible":
+        if data["status"] in ("infeasible", TIME_LIMIT):
+            continue
+        if mode == "disagg":
             print_disagg(data)
-        elif mode == "colocated" and data["status"] != "infeasible":
+        else:
             deg = data["degrees"]
             shape = ", ".join(f"{k}={deg[k]}" for k in ("dp", "pp", "tp", "sp", "ep") if deg.get(k, 1) != 1)
             click.echo(f"{data['model']}, colocated, {data['num_gpus']} GPUs ({shape or '1 GPU'}): {data['status']}")

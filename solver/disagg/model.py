@@ -12,7 +12,10 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
   ``min(x, y) x link >= min(x rate_i, y rate_k)`` already;
 - the decode pool starts on a multiple of its worker's alignment at or after the prefill pool's end, and
   ends inside the cluster (DIS-001 and DIS-002);
-- forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes.
+- forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes;
+- TTFT cuts of a pair of candidates (``ttft_cut.py``: a rate per prefill worker no deployment keeping
+  the TTFT limit passes, given the chunk and batch its pools must run at), added by the search for a
+  pair once the exact check has refused one of its deployments (``cut_ttft``).
 
 ``order`` ranks choices as brute force lists them (prefill candidate, decode candidate, x, y): the search's
 last question asks for the first among the equally good (``search.py``).
@@ -29,11 +32,14 @@ from ortools.sat.python import cp_model
 from shardplan.hardware import Tier
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.ttft_cut import pair_cuts
 
 
 class PoolModel:
     def __init__(self, pools: Pools):
         self.pools = pools
+        self._cut_pairs: set[tuple[int, int]] = set()
+        self._above_lits: dict[tuple[str, int, int], cp_model.IntVar] = {}  # 'R > workers x floor' literals
         cluster = pools.problem.cluster
         n = cluster.num_gpus
         cp = self.cp = cp_model.CpModel()
@@ -122,6 +128,42 @@ class PoolModel:
             cp.add(var != value).only_enforce_if(~eq)
             lits.append(eq)
         cp.add_bool_or([~lit for lit in lits])
+
+    def cut_ttft(self, prefill: int, decode: int) -> None:
+        """Post the TTFT cuts of this pair of candidates (once): ``R <= x cap`` when ``R`` passes the
+        prefill floor (x workers) and the decode floor (y workers) of the cut's chunk and batch."""
+        if (prefill, decode) in self._cut_pairs:
+            return
+        self._cut_pairs.add((prefill, decode))
+        pools = self.pools
+        cuts = pair_cuts(pools.problem, pools.profile, pools.prefill[prefill], pools.decode[decode])
+        if cuts is None:
+            return
+        pair = [self.p[prefill], self.d[decode]]
+        for h, chunk_floor in enumerate(cuts.chunk_floor):
+            for j, batch_floor in enumerate(cuts.batch_floor):
+                cap = cuts.caps[h][j]
+                if cap is None:
+                    continue
+                when = pair + [self._above("x", prefill, chunk_floor), self._above("y", decode, batch_floor)]
+                self.cp.add(self.rate <= self.x * cap).only_enforce_if([lit for lit in when if lit is not None])
+
+    def cut_ttft_all(self) -> None:
+        for i in range(len(self.p)):
+            for k in range(len(self.d)):
+                self.cut_ttft(i, k)
+
+    def _above(self, role: str, index: int, floor: int) -> cp_model.IntVar | None:
+        """A literal true whenever the rate passes ``floor`` per worker of the role (x or y workers;
+        ``index``'s candidate chosen); None for a floor of 0 (every deployment with a rate passes)."""
+        if floor == 0:
+            return None
+        key = (role, index, floor)
+        if key not in self._above_lits:
+            lit = self._above_lits[key] = self.cp.new_bool_var(f"{role}{index}_above_{floor}")
+            workers = self.x if role == "x" else self.y
+            self.cp.add(self.rate <= workers * floor).only_enforce_if(~lit)
+        return self._above_lits[key]
 
     def order_of(self, c: Choice) -> int:
         n = self.pools.problem.cluster.num_gpus

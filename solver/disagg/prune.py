@@ -9,9 +9,10 @@ and ``y >= R / b_k``, ``G >= R (g_i / a_i + h_k / b_k)``, so
 
     R / G <= 1 / (g_i / a_i + h_k / b_k)            (``pair_bound``)
 
-which grows with either role's rate per GPU. The seed (``search.seed``) is a deployment that keeps
-every rule, of ``R0 / G0``; everything the search may return (the optimum per GPU, then among equal
-ratios the fewest GPUs) is at least as good per GPU. So a prefill candidate whose bound with the
+which grows with either role's rate per GPU. The seed (``search.seed`` on the pair of the best
+candidates, or when that pair has none on the next pairs of the best few, ``first_seed``) is a
+deployment that keeps every rule, of ``R0 / G0``; everything the search may return (the optimum per
+GPU, then among equal ratios the fewest GPUs) is at least as good per GPU. So a prefill candidate whose bound with the
 decode candidate of the most rate per GPU is below ``R0 / G0`` is in none of those deployments, nor in
 any the search proposes (each strictly better than an incumbent at least as good as the seed); likewise
 a decode candidate with the best prefill one. Without a seed nothing is left out.
@@ -29,7 +30,9 @@ hold the search on these candidates to brute force over all of them.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from fractions import Fraction
+from itertools import islice
 
 from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
@@ -60,19 +63,49 @@ def decode_bound_per_gpu(s: DecodeSearch) -> Fraction:
     return Fraction(s.bound_units(), s.gpus)
 
 
-def best_decode(searches: list[DecodeSearch]) -> DecodeSearch:
-    """The decode candidate of the most rate per GPU (the first on a tie), searched to its end; the
-    others searched only while their bound could still reach it."""
+def decode_by_rate(searches: list[DecodeSearch]) -> Iterator[DecodeSearch]:
+    """The decode candidates in order of rate per GPU (the first on a tie), each searched to its end
+    when it comes; the others searched only while their bound could still reach it."""
     # Max-heap on the bound, then the first in order: an exact entry on top is at least every bound
     # below it, and any entry of an equal bound below it comes later in order.
     heap = [(-decode_bound_per_gpu(s), n, s) for n, s in enumerate(searches)]
     heapq.heapify(heap)
-    while True:
+    while heap:
         _, n, s = heap[0]
         if s.done:
-            return s
+            heapq.heappop(heap)
+            yield s
+            continue
         s.step()
         heapq.heapreplace(heap, (-decode_bound_per_gpu(s), n, s))
+
+
+def best_decode(searches: list[DecodeSearch]) -> DecodeSearch:
+    """The decode candidate of the most rate per GPU (the first on a tie), searched to its end."""
+    return next(decode_by_rate(searches))
+
+
+SEED_RANKS = 3  # the seed is sought among pairs of the first few candidates of each role by rate per GPU
+
+
+def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
+               refused: dict[str, str]) -> tuple[int, int, Accepted] | None:
+    """(prefill index, decode index, seed) of the first pair whose ``search.seed`` keeps every rule:
+    the best candidates of each role first, then the other pairs of the ``SEED_RANKS`` best of each by
+    ``pair_bound``; None if none does. The best pair alone may have none: on 2x8xH200 its one
+    deployment that fits the cluster breaks TTFT. ``refused`` gets why the best pair's were refused."""
+    ranked_p = prefill.ranked(SEED_RANKS)
+    ranked_d = [searches.index(s) for s in islice(decode_by_rate(searches), SEED_RANKS)]
+    others = sorted(((i, k) for i in ranked_p for k in ranked_d if (i, k) != (ranked_p[0], ranked_d[0])),
+                    key=lambda ik: -pair_bound(per_gpu(prefill.priced[ik[0]]), decode_bound_per_gpu(searches[ik[1]])))
+    for n, (i, k) in enumerate([(ranked_p[0], ranked_d[0]), *others]):
+        pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
+        found = seed(pair)
+        if n == 0:
+            refused.update(pair.refused)
+        if found is not None:
+            return i, k, found
+    return None
 
 
 def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | None]:
@@ -84,19 +117,20 @@ def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | 
     if i is None or not searches:
         return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
     k = searches.index(best_decode(searches))
-    pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
-    first = seed(pair)
-    if first is None:  # every candidate, and why the seed was refused (as seed(pools) records it)
+    refused: dict[str, str] = {}
+    found = first_seed(problem, profile, prefill, searches, refused)
+    if found is None:  # every candidate, and why the best pair's seed was refused (as seed(pools) records it)
         pools = Pools(problem, profile, prefill.all(), [s.worker() for s in searches])
-        pools.refused.update(pair.refused)
+        pools.refused.update(refused)
         return pools, None
+    seed_p, seed_d, first = found
     floor = Fraction(first.rate_units, first.gpus)
     best_p, best_d = per_gpu(prefill.priced[i]), decode_bound_per_gpu(searches[k])
     kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
               and prefill.admitted(j) is not None]
     kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
     pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
-    choice = Choice(kept_p.index(i), kept_d.index(k), first.choice.x, first.choice.y)
+    choice = Choice(kept_p.index(seed_p), kept_d.index(seed_d), first.choice.x, first.choice.y)
     return pools, Accepted(choice, first.plan, first.rate_units, first.gpus)
 
 
@@ -123,10 +157,16 @@ class PrefillJudged:
         """Every candidate (``prefill_workers``)."""
         return [w for j in range(len(self.priced)) if (w := self.admitted(j)) is not None]
 
+    def ranked(self, count: int) -> list[int]:
+        """The indices of the first ``count`` admitted candidates by rate per GPU (the first on a tie);
+        the TTFT limit judges no more of them than that takes."""
+        ranked = sorted(range(len(self.priced)), key=lambda j: (-per_gpu(self.priced[j]), j))
+        return list(islice((j for j in ranked if self.admitted(j) is not None), count))
+
     def best(self) -> int | None:
         """The index of the first candidate of the most rate per GPU (None if none is admitted)."""
-        ranked = sorted(range(len(self.priced)), key=lambda j: (-per_gpu(self.priced[j]), j))
-        return next((j for j in ranked if self.admitted(j) is not None), None)
+        ranked = self.ranked(1)
+        return ranked[0] if ranked else None
 
 
 def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:
@@ -137,4 +177,4 @@ def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:
     return s.done and pair_bound(best_prefill, decode_bound_per_gpu(s)) >= floor
 
 
-__all__ = ["best_decode", "pair_bound", "pruned_pools"]
+__all__ = ["best_decode", "decode_by_rate", "first_seed", "pair_bound", "pruned_pools"]

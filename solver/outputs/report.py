@@ -736,22 +736,27 @@ def _workload_line(problem: Problem) -> str:
     return f"workload {wl.isl:,} tokens in, {wl.osl:,} out" + (f"; {shown}" if shown else "")
 
 
+def _no_plan_note(data: dict[str, Any]) -> str:
+    """Why a mode has no plan: the rules that refused it, or the time limit that cut it short."""
+    if data["status"] == "infeasible":
+        return "infeasible: " + "; ".join(f"{c['rule']}: {c['message']}" for c in data["conflict"])
+    return data["message"]
+
+
 def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: str | None, serving: str,
                    rate_rps: float | None = None) -> str:
     """The page of ``solve --serving``: each mode's best plan (``modes``: each mode's JSON object) on the
     tokens/s per GPU against tokens/s per user chart, side by side in one table, then each in words."""
     e = html.escape
     series = []
-    for mode, data in modes.items():
-        if data["status"] != "infeasible":
-            marker = dict(color=MODE_COLORS[mode], size=16 if mode == chosen else 11,
-                          symbol="star" if mode == chosen else "circle")
-            series.append((MODE_NAMES[mode] + (" (chosen)" if mode == chosen else ""), [data], marker))
+    planned = {mode: data for mode, data in modes.items() if "metrics" in data}  # neither infeasible nor cut short
+    for mode, data in planned.items():
+        marker = dict(color=MODE_COLORS[mode], size=16 if mode == chosen else 11,
+                      symbol="star" if mode == chosen else "circle")
+        series.append((MODE_NAMES[mode] + (" (chosen)" if mode == chosen else ""), [data], marker))
     rows = []
     for mode, data in modes.items():
-        cells = (_serving_row(data) if data["status"] != "infeasible"
-                 else ["", "", "", "", "", "", e("infeasible: " + "; ".join(f"{c['rule']}: {c['message']}"
-                                                                          for c in data["conflict"]))])
+        cells = (_serving_row(data) if mode in planned else ["", "", "", "", "", "", e(_no_plan_note(data))])
         mark = " <b>chosen</b>" if mode == chosen else ""
         rows.append([f'<span id="mode-{mode}">{e(MODE_NAMES[mode])}</span>{mark}', e(data["status"]), *cells])
     goal = (f"the fewest GPUs that sustain {rate_rps:g} requests/s" if rate_rps is not None
@@ -765,9 +770,7 @@ def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: s
         "<h2>Both modes</h2>" if len(modes) > 1 else "<h2>The plan</h2>",
         _table(["mode", "status", *SERVING_HEADER], rows, "numbers"),
     ]
-    for mode, data in modes.items():
-        if data["status"] == "infeasible":
-            continue
+    for mode, data in planned.items():
         if mode == "disagg":
             lines = [pool_line("prefill", data["prefill"]), pool_line("decode", data["decode"]),
                      f"KV transfer of one prompt: {data['kv_transfer']['bytes_per_prompt'] / 1e6:,.1f} MB over "

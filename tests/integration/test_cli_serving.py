@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from shardplan.models import SolverLimitError
+from shardplan.solver.cli import serving as cli_serving
 from tests.integration.test_cli_disagg import run
 
 ASKED = ["--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]
@@ -123,6 +125,35 @@ def test_a_search_cut_short_before_any_plan_says_so_rather_than_infeasible(capsy
 
 SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200",
             "--ttft-ms", "2000", "--tpot-ms", "30"]
+
+
+def _cut_short_after(seconds: float):
+    def planner(problem: Any, rate_rps: Any, time_limit_s: Any) -> dict[str, Any]:
+        raise SolverLimitError(f"time-limit: no plan found within {seconds:g} s")
+    return planner
+
+
+def test_auto_with_one_mode_cut_short_still_plans_the_other(capsys, monkeypatch) -> None:
+    """The time limit stopping one mode before any plan (stood in for by a planner that says so) no
+    longer ends the command: the other mode is planned and chosen, the cut one says ``time-limit``."""
+    monkeypatch.setattr(cli_serving, "_disagg", _cut_short_after(5))
+    code, out, err = run(["solve", "--serving", "auto", *SMALL_8B, "--time-limit", "5", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and err == ""
+    assert data["chosen"] == "colocated" and data["modes"]["colocated"]["status"] in ("optimal", "feasible")
+    assert data["modes"]["disagg"] == {"serving": "disagg", "status": "time-limit",
+                                       "message": "time-limit: no plan found within 5 s"}
+    code, out, _ = run(["solve", "--serving", "auto", *SMALL_8B, "--time-limit", "5"], capsys)
+    assert code == 0 and "disagg     time-limit: no plan found within 5 s" in out
+    assert "colocated" in out and "<- chosen" in out
+
+
+def test_auto_with_every_mode_cut_short_is_the_time_limit_not_infeasible(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(cli_serving, "_disagg", _cut_short_after(5))
+    monkeypatch.setattr(cli_serving, "_colocated", _cut_short_after(5))
+    code, out, err = run(["solve", "--serving", "auto", *SMALL_8B, "--time-limit", "5", "--json"], capsys)
+    assert code not in (0, 1) and out == "" and "infeasible" not in err
+    assert "colocated: time-limit" in err and "disagg: time-limit" in err
 
 
 def test_enumerate_disagg_streams_rows_then_the_frontier_per_gpu_against_per_user(capsys) -> None:

@@ -1,0 +1,113 @@
+"""The TTFT cuts (``solver/disagg/ttft_cut.py``) held to the exact check by brute force: no deployment
+the exact check accepts breaks a cut, the CP-SAT encoding forbids exactly what the cuts' own test
+(``PairCuts.allows``) forbids, the cuts do forbid refused deployments where TTFT binds, and what the
+floor takes from the cost model (the pass and the round grow with the chunk and the batch, and so do
+a worker's capacities) holds on these cases."""
+
+from __future__ import annotations
+
+import pytest
+from ortools.sat.python import cp_model
+
+from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step
+from shardplan.solver.disagg import brute
+from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.ttft_cut import batch_levels, capacity_below, chunk_levels, pair_cuts
+from shardplan.solver.encode import new_solver
+from tests.unit.solver.disagg.test_search import SMALL, pools_for
+
+WITH_TTFT = [c for c in SMALL if c.get("ttft_ms") is not None]
+IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}-ttft{c['ttft_ms']}" for c in WITH_TTFT]
+
+
+def cuts_of(pools):
+    return {(i, k): pair_cuts(pools.problem, pools.profile, p, d)
+            for i, p in enumerate(pools.prefill) for k, d in enumerate(pools.decode)}
+
+
+@pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
+def test_no_deployment_the_exact_check_accepts_breaks_a_cut(case) -> None:
+    pools = pools_for(case)
+    cuts = cuts_of(pools)
+    accepted = 0
+    for c in brute.choices(pools):
+        if pools.feasible_plan(c) is not None:
+            accepted += 1
+            assert cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c)), c
+    assert accepted > 0  # the cases have feasible deployments to hold the cuts to
+
+
+def test_the_cuts_forbid_refused_deployments_where_ttft_binds() -> None:
+    """TTFT 400 ms on 2x4xH100 binds (test_search's case): the floor must do some of the refusing, and
+    every deployment it forbids is one the exact check refuses for TTFT."""
+    case = SMALL[1]
+    pools = pools_for(case)
+    cuts = cuts_of(pools)
+    forbidden = [c for c in brute.choices(pools) if pools.rate(c) > 0
+                 and not cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c))]
+    assert forbidden
+    for c in forbidden[:: max(1, len(forbidden) // 40)]:
+        plan = pools.price(c)
+        assert plan is None or plan.prediction.metrics.ttft_ms > case["ttft_ms"]
+
+
+@pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
+def test_the_model_forbids_what_the_cuts_forbid(case) -> None:
+    """A choice pinned in the model with every pair's cuts, its rate at the choice's own: feasible
+    exactly when ``allows`` says so (a sample of choices of each verdict)."""
+    pools = pools_for(case)
+    cuts = cuts_of(pools)
+    m = PoolModel(pools)
+    m.cut_ttft_all()
+    choices = [c for c in brute.choices(pools) if pools.rate(c) > 0]
+    verdicts = {c: cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c)) for c in choices}
+    sample = [c for c in choices if verdicts[c]][::max(1, len(choices) // 30)]
+    sample += [c for c in choices if not verdicts[c]][::max(1, len(choices) // 30)]
+    for c in sample:
+        cp = m.cp.clone()
+        cp.add(m.p[c.prefill] == 1)
+        cp.add(m.d[c.decode] == 1)
+        cp.add(m.x == c.x)
+        cp.add(m.y == c.y)
+        cp.add(m.rate == pools.rate(c))
+        status = new_solver(None).solve(cp)
+        assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == verdicts[c], c
+
+
+@pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
+def test_the_floor_s_premises_hold_on_the_candidates(case) -> None:
+    """The pass and the round never fall as the chunk or the batch grows (the floor reads a least pass
+    and round from a least chunk and batch), at every chunk and batch of every candidate."""
+    pools = pools_for(case)
+    p, profile = pools.problem, pools.profile
+    top_chunk = min(largest_chunk(p, profile), profile.max_batch)
+    for w in pools.prefill:
+        steps = [prefill_step(p, w.layout, h, profile) for h in range(1, top_chunk + 1)]
+        for a, b in zip(steps, steps[1:], strict=False):
+            assert b.pass_ns >= a.pass_ns
+    for w in pools.decode:
+        steps = [decode_step(p, w.layout, j, profile) for j in range(1, w.batch + 1)]
+        for a, b in zip(steps, steps[1:], strict=False):
+            assert b.round_ns >= a.round_ns
+
+
+def test_the_capacity_below_a_level_bounds_every_smaller_batch() -> None:
+    """Rounds growing with the batch, each level's bound is at least every smaller batch's capacity
+    (hand-made rounds: 10 ns per sequence plus 100, OSL 2)."""
+    levels = [1, 4, 8, 9, 10]
+    rounds = {b: 100 + 10 * b for b in range(1, 11)}
+    below = capacity_below(levels, [rounds[j] for j in levels], osl=2)
+    assert below[0] == 0
+    for m, level in enumerate(levels):
+        for b in range(1, level):
+            assert below[m] >= b * 1e9 / rounds[b]
+    # Hand-computed: batches 1-3 at most 3 / round(1); 4-7 at most 7 / round(4), the largest after.
+    assert below[1] == pytest.approx(3e9 / 110) and below[3] == pytest.approx(7e9 / 140)
+
+
+def test_levels_include_the_ends_and_stay_in_range() -> None:
+    assert chunk_levels(2) == [1, 2]
+    assert chunk_levels(40) == [1]  # too many chunks to price each: the lone prompt's only
+    assert batch_levels(1) == [1]
+    assert batch_levels(316)[-3:] == [314, 315, 316] and batch_levels(316)[0] == 1
+    assert all(1 <= j <= 20 for j in batch_levels(20))
