@@ -131,6 +131,14 @@ class Profile(BaseModel):
         "0 when arrivals are evenly spread, 0.5 when every request arrives with all the others at once "
         "(empirical, fitted per engine on closed-loop runs; DESIGN.md 'Latency as users measure it')",
     )
+    ttft_wait_steps: NonNegativeFloat = Field(
+        default=0.5,
+        le=16,
+        description="scheduler iterations (decode rounds) between a prompt's arrival and its first token, beyond the "
+        "chunk steps of its own prefill under load: half a step on arrival, plus any iterations the engine runs "
+        "before the first token leaves it (an overlapped scheduler's step, the context request's first generation "
+        "step). 0.5 (half a step) unless fitted per engine on closed-loop runs",
+    )
     prefill_mixes_with_decode: bool = Field(
         default=True,
         description="whether the engine's scheduler runs prefill chunks in the same forward step as the running "
@@ -242,6 +250,7 @@ _FILE_LIMITS: dict[str, tuple[float, float]] = {
     "attention_fixed_us": (0.0, 1e9),
     "full_width_passes": (0.0, 1e4),  # kernels per layer over the hidden width: a handful in practice
     "ttft_queue_share": (0.0, 1.0),  # 1: a new prompt waits for every other prompt in flight
+    "ttft_wait_steps": (0.0, 16.0),
     "collective_latency_scale": (_FILE_FLOOR, 1e4),
     "usable_memory_fraction": (_FILE_FLOOR, 1.0),
     "gemm_half_tokens": (0.0, 1e9),

@@ -28,7 +28,7 @@ from ortools.sat.python.cp_model import IntVar, LinearExpr, LiteralT
 from shardplan.rules.base import Rule
 from shardplan.rules.catalog import rules_for
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.evaluate import PER_MILLE, ServingStack, resolve_profile
+from shardplan.solver.cost.evaluate import PER_MILLE, WAIT_DIV, ServingStack, resolve_profile
 from shardplan.solver.cost.operators import LayerKind
 from shardplan.solver.interruptible import InterruptibleSolver
 from shardplan.solver.search_base import check_switches
@@ -244,10 +244,11 @@ class Encoding:
         ``evaluate``'s ``under_load`` (solver/cost/evaluate.py) on the same integer times.
 
         tpot = round + ceil((C - 1) x slowest prefill stage / (OSL x chunk)); ttft = ceil(prefill /
-        chunk) + [C > 1] ceil((2 steps + 1) x round / 2) + ceil(share‰ x (C - 1) x slowest prefill stage
-        / (1000 x chunk)) + the fixed cost per request; e2e = ttft + (OSL - 1) x tpot. Where the
-        profile's prefill does not mix with decode, the prompt pays its batch, ceil(min(1000 x chunk,
-        1000 + share‰ x (C - 1)) x prefill / (1000 x chunk)), and waits ceil(round / 2). Every term grows
+        chunk) + [C > 1] ceil((10 steps + w) x round / 10) + ceil(share‰ x (C - 1) x slowest prefill
+        stage / (1000 x chunk)) + the fixed cost per request, w the profile's wait steps in tenths; e2e =
+        ttft + (OSL - 1) x tpot. Where the profile's prefill does not mix with decode, the prompt pays its
+        batch, ceil(min(1000 x chunk, 1000 + share‰ x (C - 1)) x prefill / (1000 x chunk)), and waits
+        ceil(w x round / 10). Every term grows
         with the round and the slowest prefill stage, which the encoding bounds from below only: no
         objective or limit gains from a longer one, so at an optimum they sit at their true values.
         """
@@ -257,8 +258,8 @@ class Encoding:
         batch_hi = self.num_gpus * self.space.batch_limit if decided else self.space.fixed_batch
         chunks = sorted({e.chunk for e in t.time.values()})
         self.share_hi = (batch_hi - 1) * self.hi // (osl * chunks[0]) + 1
-        steps_hi = max(2 * e.steps + 1 for e in t.time.values())
-        wait_hi = steps_hi * self.round_hi // 2 + 1
+        steps_hi = max(stack.wait_tenths(e.steps) for e in t.time.values())
+        wait_hi = steps_hi * self.round_hi // WAIT_DIV + 1
         queue_hi = stack.queue_per_mille * (batch_hi - 1) * self.hi // (PER_MILLE * chunks[0]) + 1
         self.tpot_hi = self.round_hi + self.share_hi
         self.ttft_hi = self.hi + wait_hi + queue_hi + stack.overhead_ns
@@ -298,12 +299,13 @@ class Encoding:
             cp.add(PER_MILLE * (queued - chunk_var) < stack.queue_per_mille * work)
             if not stack.mixes:
                 self._post_own_batch(stack, own_paid, chunk_var, others, chunks[-1])
-            # wait = ceil(k x round / 2), k = 2 steps + 1 under load and 0 for a single request: one
+            # wait = ceil(k x round / 10), k = the pair's wait in tenths under load (10 steps + w, or w
+            # where prefill does not mix) and 0 for a single request: one
             # linear row per value of k (a handful), enforced by the pairs that have it. Every
             # objective and limit prefers a shorter wait, so at an optimum it is exactly the ceiling.
             loaded_pairs: dict[int, list[IntVar]] = {}
             for key, lit in self.pair.items():
-                loaded_pairs.setdefault(stack.wait_halves(t.time[key].steps), []).append(lit)
+                loaded_pairs.setdefault(stack.wait_tenths(t.time[key].steps), []).append(lit)
             under_load = cp.new_bool_var("under_load")
             if decided:
                 cp.add(self.batch >= 2).only_enforce_if(under_load)
@@ -313,7 +315,7 @@ class Encoding:
             for k, lits in loaded_pairs.items():
                 chosen = cp.new_bool_var(f"wait_k[{k}]")
                 cp.add(sum(lits) == chosen)
-                cp.add(2 * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
+                cp.add(WAIT_DIV * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
         self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
         self.ttft = self._new("ttft", own + self.wait + self.queue + stack.overhead_ns, hi=self.ttft_hi)
         self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)

@@ -69,6 +69,7 @@ from shardplan.solver.cost.calibration.ttft_fit import (
     TTFT_FIELDS,
     TtftRun,
     fit_ttft,
+    fitted_fields,
     leave_one_band_out,
     median_abs,
     ttft_run,
@@ -77,6 +78,7 @@ from shardplan.solver.cost.calibration.ttft_fit import (
 from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.calibration.ttft_fit import errors as ttft_errors
 from shardplan.solver.cost.calibration.ttft_fit import leave_one_model_out as ttft_leave_one_model_out
+from shardplan.solver.cost.calibration.ttft_fit import leave_one_source_out as ttft_leave_one_source_out
 from shardplan.solver.cost.evaluate import fits
 from shardplan.solver.placement.plan import place_and_price
 
@@ -128,6 +130,7 @@ class ServingRun:
     layout: Layout
     ttft_ms: float
     tpot_ms: float
+    origin: str = ""  # the source's measurement campaign (``origin``)
 
     @property
     def bucket(self) -> str:
@@ -207,7 +210,15 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> ServingRun:
         f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} tp{tp}pp{pp}dp{dp} "
         f"moe{moe_tp}x{moe_ep} {isl}/{osl} c{concurrency}"
     )
-    return ServingRun(row["source"], engine, version, label, concurrency, problem, layout, ttft_ms, tpot_ms)
+    return ServingRun(row["source"], engine, version, label, concurrency, problem, layout, ttft_ms, tpot_ms,
+                      _origin(row["notes"]))
+
+
+def _origin(notes: str) -> str:
+    """The measurement campaign a run came from (``origin=`` in ``notes``): one of the source's dumps, or its
+    gap-analysis files taken together."""
+    found = re.search(r"origin=([^;(]*)", notes)
+    return found.group(1).strip() if found else ""
 
 
 def _source_rows(path: str | Path) -> list[dict[str, str]]:
@@ -384,7 +395,7 @@ def engine_runs(runs: Iterable[ServingRun]) -> dict[tuple[str, str], list[Engine
     for r in runs:
         layout, _, _ = place_and_price(r.problem, r.layout)
         groups[(r.engine, r.problem.cluster.gpu.name)].append(
-            EngineRun(r.problem, layout, r.tpot_ms, r.ttft_ms, r.problem.model.name, r.engine_version)
+            EngineRun(r.problem, layout, r.tpot_ms, r.ttft_ms, r.problem.model.name, r.engine_version, r.origin)
         )
     return dict(sorted(groups.items()))
 
@@ -476,29 +487,33 @@ def ttft_runs(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[str, list[
 
 
 def refit_ttft(by_engine: dict[str, list[TtftRun]]) -> None:
-    """Fit one (ttft_queue_share, request_overhead_ms) pair per engine and write it into each of the
-    engine's profiles (their TPOT fields untouched)."""
+    """Fit the serving-stack fields per engine and write them into each of the engine's profiles (their
+    TPOT fields untouched)."""
     for engine, runs in by_engine.items():
-        share, overhead = fit_ttft(runs)
-        error = median_abs(ttft_errors(runs, share, overhead))
+        fields = fit_ttft(runs)
+        error = median_abs(ttft_errors(runs, fields))
         for p in list_profiles():
             if p.engine_default and p.engine == engine:
-                write_profile(with_ttft_fields(p, share, overhead, len(runs), error))
-        print(f"  {engine}: ttft_queue_share {share:g}, request_overhead_ms {overhead:g} "
-              f"({len(runs)} runs, median |TTFT error| {error:.1%})")
+                write_profile(with_ttft_fields(p, fields, len(runs), error))
+        print(f"  {engine}: ttft_queue_share {fields.share:g}, ttft_wait_steps {fields.wait_steps:g}, "
+              f"request_overhead_ms {fields.overhead_ms:g} ({len(runs)} runs, median |TTFT error| {error:.1%})")
 
 
 def print_ttft_holdout(by_engine: dict[str, list[TtftRun]]) -> None:
-    """In-sample, leave-one-model-out and leave-one-concurrency-band-out median |TTFT error| per engine."""
-    print("TTFT fields (one pair per engine): in sample, leave one model out, leave one concurrency band out")
+    """In-sample, leave-one-model-out, leave-one-source-out and leave-one-concurrency-band-out median |TTFT
+    error| per engine (named-version runs)."""
+    print("TTFT fields (one set per engine, two fitted): in sample, leave one model out, leave one source "
+          "(measurement campaign) out, leave one concurrency band out")
     for engine, runs in by_engine.items():
-        share, overhead = fit_ttft(runs)
+        fields = fit_ttft(runs)
         held = ttft_leave_one_model_out(runs)
+        sources = ttft_leave_one_source_out(runs)
         bands = leave_one_band_out(runs)
         band_cells = "  ".join(f"c {b} {median_abs(e):.1%} ({len(e)})" for b, e in bands.items())
         every_band = [e for errs in bands.values() for e in errs]
-        print(f"  {engine:8s} {len(runs):4d} runs  in sample {median_abs(ttft_errors(runs, share, overhead)):.1%}  "
-              f"model out {median_abs(held):.1%}  band out {median_abs(every_band):.1%} [{band_cells}]")
+        print(f"  {engine:8s} {len(runs):4d} runs  in sample {median_abs(ttft_errors(runs, fields)):.1%}  "
+              f"model out {median_abs(held):.1%}  source out {median_abs(sources):.1%} "
+              f"({len({r.source for r in runs})} sources)  band out {median_abs(every_band):.1%} [{band_cells}]")
 
 
 def print_engine_fields() -> None:
@@ -515,7 +530,9 @@ def print_engine_fields() -> None:
             value, (lo, hi) = getattr(p, f), TTFT_BOUNDS[f]
             cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if ttft_at_bound(f, value) else ''}")
         print(f"  {p.name:24s} {p.fit_rows:4d} runs  " + "  ".join(cells)
-              + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile, {len(TTFT_FIELDS)} TTFT fields per engine)")
+              + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile; {len(TTFT_FIELDS)} TTFT fields per engine, "
+              f"{len(fitted_fields(p.prefill_mixes_with_decode))} fitted: "
+              f"{', '.join(fitted_fields(p.prefill_mixes_with_decode))})")
 
 
 def print_below_floor(priced: Sequence[Priced]) -> None:

@@ -21,19 +21,23 @@ per replica, closed loop, steady state):
 - **TTFT** as users measure it: the prompt's own share of its chunk through every stage
   (``ceil(prefill / p)``: in closed-loop steady state arrivals are staggered, so a prompt is not
   prefilled with ``p`` others that arrived with it); under load (C > 1) its ``n`` = ceil(ISL / the
-  token budget the decode tokens leave) chunk steps each also carry a decode round, and it waits half
-  a step on arrival (``ceil((2n + 1) x round / 2)``); it queues behind the prefill of a share ``k`` of
-  the other C - 1 prompts in flight, one slowest chunk stage per ``p`` of them
-  (``ceil(k x (C - 1) x slowest chunk stage / p)``, ``k`` = the profile's ``ttft_queue_share``); and the
-  serving stack adds its fixed cost per request (``request_overhead_ms``: front end, tokenisation,
+  token budget the decode tokens leave) chunk steps each also carry a decode round, and the scheduler
+  runs ``w`` more iterations between its arrival and its first token (``w`` = the profile's
+  ``ttft_wait_steps``: half a step on arrival, 0.5, plus what the engine adds, e.g. an overlapped
+  scheduler's step), so it waits ``ceil((n + w) x round)``; it queues behind the prefill of a share ``k``
+  of the other C - 1 prompts in flight, one slowest chunk stage per ``p`` of them
+  (``ceil(k x (C - 1) x slowest chunk stage / p)``, ``k`` = the profile's ``ttft_queue_share``: the
+  clump of arrivals a closed loop's burst start leaves, not a steady-state queue, which at the
+  measured runs' prefill utilisation would be a few milliseconds, benchmarks/accuracy/README.md); and
+  the serving stack adds its fixed cost per request (``request_overhead_ms``: front end, tokenisation,
   scheduling). At C = 1 it is the bare prefill plus that fixed cost, and TPOT the bare round;
 - an engine whose prefill does **not mix with decode** (``prefill_mixes_with_decode`` false: SGLang's
   default scheduler runs a batch of the waiting prompts as a step of its own, before any decode step)
   returns every first token of a prefill batch at the batch's end, and pauses decode meanwhile. So under
   load the prompt pays its whole batch: itself and the ``k`` x (C - 1) prompts gathered while it waits,
   at most ``p`` (``own = ceil(min(p, 1 + k x (C - 1)) x prefill / p)``), and no decode round rides on its
-  steps (``wait = ceil(round / 2)``, half a step on arrival); the queue, the fixed cost and TPOT are as
-  above (decode paused for a batch or sharing a step with it costs the same time in this model);
+  steps (``wait = ceil(w x round)``, only the iterations before its batch); the queue, the fixed cost and
+  TPOT are as above (decode paused for a batch or sharing a step with it costs the same time in this model);
 - **e2e** = TTFT + (OSL - 1) x TPOT; **throughput** = dp x C x OSL / e2e (Little's law, exactly).
 """
 
@@ -97,23 +101,26 @@ def prefill_steps(problem: Problem, profile: Profile, micro: int, attn_dp: int) 
 
 
 PER_MILLE = 1000  # ttft_queue_share enters the integer model in thousandths
+WAIT_DIV = 10  # ttft_wait_steps enters the integer model in tenths of a decode round
 
 
 @dataclass(frozen=True)
 class ServingStack:
     """What a request's TTFT carries beyond the engine's steps, in the integers the solver uses: the
-    profile's ``ttft_queue_share`` in thousandths, ``request_overhead_ms`` in nanoseconds, and whether
-    its scheduler mixes prefill chunks into decode steps (``prefill_mixes_with_decode``)."""
+    profile's ``ttft_queue_share`` in thousandths, ``request_overhead_ms`` in nanoseconds, whether
+    its scheduler mixes prefill chunks into decode steps (``prefill_mixes_with_decode``) and its
+    ``ttft_wait_steps`` in tenths of a decode round (5: half a step on arrival)."""
 
     queue_per_mille: int
     overhead_ns: int
     mixes: bool = True
+    wait_steps_tenths: int = WAIT_DIV // 2
 
     @classmethod
     def of(cls, profile: Profile) -> ServingStack:
         return cls(
             round(profile.ttft_queue_share * PER_MILLE), round(profile.request_overhead_ms * 1e6),
-            profile.prefill_mixes_with_decode,
+            profile.prefill_mixes_with_decode, round(profile.ttft_wait_steps * WAIT_DIV),
         )
 
     def batch_per_mille(self, batch: int, chunk: int) -> int:
@@ -124,10 +131,10 @@ class ServingStack:
             return PER_MILLE
         return min(PER_MILLE * chunk, PER_MILLE + self.queue_per_mille * (batch - 1))
 
-    def wait_halves(self, steps: int) -> int:
-        """Half decode rounds a prompt waits under load: its ``steps`` chunk steps' rounds and half a step
-        on arrival when prefill mixes with decode; only the half step when it does not."""
-        return 2 * steps + 1 if self.mixes else 1
+    def wait_tenths(self, steps: int) -> int:
+        """Tenths of a decode round a prompt waits under load: its ``steps`` chunk steps' rounds and the
+        scheduler's ``ttft_wait_steps`` when prefill mixes with decode; only the latter when it does not."""
+        return WAIT_DIV * steps + self.wait_steps_tenths if self.mixes else self.wait_steps_tenths
 
 
 NO_STACK = ServingStack(0, 0)  # the bare engine: no queue share, no fixed cost per request
@@ -140,7 +147,7 @@ class UnderLoad:
     decode_step_ns: int  # one decode round, no prefill
     prefill_share_ns: int  # the other requests' prefill each token shares a step with
     own_prefill_ns: int  # the prompt's share of its chunk through every stage (its batch's, not mixing)
-    wait_ns: int  # the chunk steps' decode rounds (none, not mixing) and half a step on arrival (0 at C = 1)
+    wait_ns: int  # the chunk steps' decode rounds (none, not mixing) and the scheduler's wait steps (0 at C = 1)
     queue_ns: int  # the other prompts' prefill it waits behind (0 at C = 1)
     overhead_ns: int  # the serving stack's fixed cost per request
     ttft_ns: int
@@ -155,7 +162,7 @@ def under_load(
     """The user-measured latencies from one plan's integer times (the solver encodes exactly this):
     ``prefill_ns`` the prompt's chunk through every stage, ``round_ns`` a decode round, the slowest
     stage's chunk, C = ``batch``, ``chunk`` prompts per chunk, ``steps`` chunk steps per prompt,
-    ``stack`` the profile's queue share and fixed cost per request.
+    ``stack`` the profile's queue share, fixed cost per request and wait steps.
 
     >>> under_load(100, 10, 40, 1, 5, 1, 1, NO_STACK)  # one request: bare prefill and rounds
     UnderLoad(decode_step_ns=10, prefill_share_ns=0, own_prefill_ns=100, wait_ns=0, queue_ns=0, overhead_ns=0, \
@@ -170,10 +177,13 @@ ttft_ns=100, tpot_ns=10, e2e_ns=140)
     >>> apart = under_load(100, 10, 40, 3, 5, 2, 1, ServingStack(250, 7, mixes=False))  # prefill in batches of its own
     >>> apart.own_prefill_ns, apart.wait_ns, apart.ttft_ns  # ceil(1.5 x 100 / 2), ceil(10 / 2), 75 + 5 + 10 + 7
     (75, 5, 97)
+    >>> slow = under_load(100, 10, 40, 3, 5, 2, 1, ServingStack(250, 7, wait_steps_tenths=23))  # 2.3 steps waited
+    >>> slow.wait_ns, slow.ttft_ns  # ceil((1 + 2.3) x 10), 50 + 33 + 10 + 7
+    (33, 100)
     """
     share = -(-(batch - 1) * slowest_chunk_ns // (osl * chunk))
     own = -(-stack.batch_per_mille(batch, chunk) * prefill_ns // (PER_MILLE * chunk))
-    wait = 0 if batch <= 1 else -(-stack.wait_halves(steps) * round_ns // 2)
+    wait = 0 if batch <= 1 else -(-stack.wait_tenths(steps) * round_ns // WAIT_DIV)
     queue = -(-stack.queue_per_mille * (batch - 1) * slowest_chunk_ns // (PER_MILLE * chunk))
     ttft, tpot = own + wait + queue + stack.overhead_ns, round_ns + share
     return UnderLoad(round_ns, share, own, wait, queue, stack.overhead_ns, ttft, tpot, ttft + (osl - 1) * tpot)

@@ -78,7 +78,7 @@ def test_every_priced_profile_field_has_a_file_range():
 
 
 @pytest.mark.parametrize("field", ["attention_fixed_us", "full_width_passes", "ttft_queue_share",
-                                   "low_precision_stream_ratio"])
+                                   "low_precision_stream_ratio", "ttft_wait_steps"])
 def test_a_new_profile_field_at_infinity_names_the_field(field):
     data = json.loads(list_profiles()[0].model_dump_json()) | {field: float("inf")}
     with pytest.raises(SpecError) as err:

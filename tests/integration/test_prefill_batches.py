@@ -12,7 +12,7 @@ import pytest
 from benchmarks.solve_vs_bruteforce.matrix import run_scenario
 from shardplan.hardware.profile import get_profile, list_profiles
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
-from shardplan.solver.cost.calibration.ttft_fit import TtftRun, fit_ttft
+from shardplan.solver.cost.calibration.ttft_fit import TtftFields, TtftRun, fit_ttft
 from shardplan.solver.cost.evaluate import ServingStack, evaluate, resolve_profile, under_load
 from shardplan.solver.optimise import solve
 from shardplan.solver.outputs.launch import emit_sglang
@@ -59,7 +59,9 @@ def test_evaluate_prices_an_sglang_profile_as_batches_of_their_own():
     batch_pm = min(1000 * chunk, 1000 + share_pm * 31)
     own_apart, own_mixed = math.ceil(batch_pm * prefill_ns / (1000 * chunk)), math.ceil(prefill_ns / chunk)
     round_ns = round(a.metrics.decode_step_ms * 1e6)
-    wait_apart, wait_mixed = math.ceil(round_ns / 2), math.ceil(3 * round_ns / 2)  # one chunk step: 2 x 1 + 1 halves
+    # one chunk step: w tenths apart, 10 + w mixing (w = the profile's wait steps, half a step for SGLang)
+    w = round(sglang.ttft_wait_steps * 10)
+    wait_apart, wait_mixed = math.ceil(w * round_ns / 10), math.ceil((10 + w) * round_ns / 10)
     assert round((a.metrics.ttft_ms - b.metrics.ttft_ms) * 1e6) == (own_apart + wait_apart) - (own_mixed + wait_mixed)
     assert a.metrics.tpot_ms == b.metrics.tpot_ms
 
@@ -75,8 +77,8 @@ def test_the_ttft_fit_recovers_the_fields_of_runs_priced_in_batches_of_their_own
             base, unit = own + 5.0, (c - 1) * own
             measured = base + share * unit + own * (batch - 1) + overhead
             runs.append(TtftRun(base, unit, measured, model, c, own, chunk, mixes=False))
-    assert fit_ttft(runs) == (share, overhead)
-    assert runs[3].core_ms(share) == pytest.approx(runs[3].measured_ms - overhead)
+    assert fit_ttft(runs) == TtftFields(share, 0.5, overhead)
+    assert runs[3].core_ms(share, 0.0) == pytest.approx(runs[3].measured_ms - overhead)
 
 
 SGLANG_SCENARIOS = [
@@ -105,3 +107,22 @@ def test_the_sglang_command_enables_mixed_chunks_exactly_when_the_plan_was_price
     argv = emit_sglang(solve(problem)).launches[0].argv
     assert ("--enable-mixed-chunk" in argv) is mixes
     assert argv[argv.index("--chunked-prefill-size") + 1] == str(resolve_profile(problem).max_num_tokens)
+
+
+# Engines whose prefill mixes with decode, priced with their fitted wait steps (not the half step of the
+# default): a latency plan at a fixed batch and a throughput plan held by a TTFT limit.
+MIXING_SCENARIOS = [
+    dict(model="llama-3.1-8b", cluster="2xH200", objective="latency", engine="trtllm", batch=16),
+    dict(model="llama-3.1-8b", cluster="4xH100", objective="throughput", engine="vllm", ttft_ms=150.0, isl=2048,
+         max_batch=64),  # the TTFT limit binds: 149.5 ms, 28 sequences on 2 x TP2 (279 ms and 64 without it)
+]
+
+
+@pytest.mark.parametrize("scenario", MIXING_SCENARIOS, ids=lambda s: f"{s['engine']}-{s['cluster']}-{s['objective']}")
+def test_solve_with_fitted_wait_steps_equals_brute_force_and_pinned_equals_evaluate(scenario):
+    args = {k: v for k, v in scenario.items() if k in ProblemArgs.__dataclass_fields__}
+    assert resolve_profile(build_problem(ProblemArgs(**args))).ttft_wait_steps != 0.5  # the field is exercised
+    result = run_scenario(scenario, cli=False)
+    assert result.agree is True, f"solve {result.status} {result.value} vs brute force {result.brute}"
+    assert result.status == result.pinned_status == "optimal"
+    assert result.pinned_agree is True, (result.layout, result.pinned_batch, result.evaluate_batch)

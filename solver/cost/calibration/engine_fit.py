@@ -69,6 +69,7 @@ class EngineRun:
     ttft_ms: float
     model: str  # the model's name, for leave-one-model-out
     version: str  # the engine version the source names
+    origin: str = ""  # which measurement campaign of the source it came from (leave-one-source-out)
 
 
 @dataclass(frozen=True)
