@@ -23,18 +23,8 @@ from shardplan.solver.cost.calibration.engine_fit import (
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
 from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.evaluate import evaluate
+from tests.unit.solver.cost.calibration.known_misses import KNOWN_MISSES
 
-# Fields the stored fit left at a bound: with the KV stream, the attention kernel's fixed time and the per-rank
-# full-width work priced, the runs of these four still decode faster than a 0.95 weight stream allows (all four
-# fit MoE runs; benchmarks/accuracy/README.md, "Engines: physics terms"). Listed so that the miss stays visible:
-# any other field at a bound fails this test, and so does one of these leaving its bound unnoticed.
-KNOWN_AT_BOUND = {
-    (name, "hbm_efficiency")
-    for name in ("b200-sxm-sglang", "b200-sxm-vllm", "h100-sxm-trtllm", "h200-sxm-sglang")
-}
-# GB200's engine profiles carry the B200 ones' fields (same die: disagg.py SAME_DIE), so their misses.
-KNOWN_AT_BOUND |= {(name.replace("b200-sxm-", "gb200-nvl72-"), field)
-                   for name, field in KNOWN_AT_BOUND if name.startswith("b200-sxm-")}
 METADATA = {"name", "software", "engine", "default", "engine_default", "source", "fit_rows", "fit_median_abs_error"}
 # op_points.csv (and the fused-kernel pass count), not fitted to runs
 OP_TERMS = {"kv_stream_efficiency", "attention_fixed_us", "moe_fixed_us", "moe_routed_token_ns", "full_width_passes"}
@@ -52,7 +42,7 @@ def test_engine_fields_are_inside_their_physical_range(profile: Profile):
         lo, hi = ENGINE_BOUNDS[field]
         value = getattr(profile, field)
         assert lo <= value <= hi, (field, value)
-        assert at_bound(field, value) == ((profile.name, field) in KNOWN_AT_BOUND), (field, value)
+        assert at_bound(field, value) == ((profile.name, field) in KNOWN_MISSES), (field, value)
 
 
 @pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)

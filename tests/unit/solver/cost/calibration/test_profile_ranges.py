@@ -11,27 +11,11 @@ from benchmarks.accuracy import OPS_CSV
 from shardplan.hardware.profile import Profile, get_profile, list_profiles
 from shardplan.solver.cost.calibration.fit import BOUNDS, FITTED, OpFactors, field_bounds, op_factors
 from shardplan.solver.cost.calibration.ranges import default_profiles, fitted_fields, generation
+from tests.unit.solver.cost.calibration.known_misses import KNOWN_MISSES
 
 pytest.importorskip("scipy")  # the operator factors that narrow the ranges are a least-squares fit
 
 DEFAULTS = default_profiles(list_profiles())
-KNOWN_MISSES = {
-    # MoE decode under load streams faster than any weight stream measured (0.95 is the ceiling); the runs of
-    # these four are mostly DeepSeek-V3/R1, Qwen3-235B and Kimi-K2 (README, "Engines: physics terms"; what was
-    # checked since, and why none was freed: "Fields at a bound: what was checked next").
-    **{(name, "hbm_efficiency"): "MoE decode" for name in (
-        "b200-sxm-sglang", "b200-sxm-vllm", "h100-sxm-trtllm", "h200-sxm-sglang")},
-    # PCIe without NVLink: pipeline layouts over-predicted, TP8 under-predicted with the link at its physical
-    # maximum; the fit trades a 5 ms step against the all-reduce. Not the stage handoff: priced 10x slower it moves
-    # the pipeline rows by under a point; the per-GPU rate measured falls 42-51 % from pp2 to pp8, the modelled
-    # 23-28 % (README, "Fields at a bound: what was checked next").
-    ("rtx-pro-6000-server", "step_overhead_us"): "pipeline loss per stage",
-    ("rtx-pro-6000-server", "scaleup_bw_efficiency"): "pipeline loss per stage",
-}
-
-# GB200's engine profiles carry the B200 ones' fields (same die: disagg.py SAME_DIE), so their misses.
-KNOWN_MISSES |= {(name.replace("b200-sxm-", "gb200-nvl72-"), field): why
-                 for (name, field), why in KNOWN_MISSES.items() if name.startswith("b200-sxm-")}
 
 
 @pytest.fixture(scope="module")
