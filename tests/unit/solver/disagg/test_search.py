@@ -51,16 +51,34 @@ def test_the_search_finds_the_brute_force_optimum_per_gpu(case) -> None:
     assert found.choice == best[0]  # and among those, the first brute force lists
 
 
-@pytest.mark.parametrize("case", SMALL[:2], ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")
+@pytest.mark.parametrize("cut_ttft", [True, False], ids=["cuts", "no-cuts"])
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")
 @pytest.mark.parametrize("rate_rps", [3.0, 12.5])
-def test_the_fewest_gpus_for_a_rate_equal_brute_force(case, rate_rps) -> None:
+def test_the_fewest_gpus_for_a_rate_equal_brute_force(case, rate_rps, cut_ttft) -> None:
+    """The same deployment as brute force, not only as few GPUs, with the TTFT cuts posted or not."""
     pools = pools_for(case)
-    found = fewest_gpus(pools, rate_rps, Deadline(None))
+    found = fewest_gpus(pools, rate_rps, Deadline(None), cut_ttft=cut_ttft)
     best = brute.fewest_gpus(pools, target_units(rate_rps))
     assert (found.plan is None) == (best is None)
     if best is not None:
-        assert pools.gpus(found.choice) == pools.gpus(best[0])
+        assert found.proven
+        assert found.choice == best[0]
         assert found.plan.prediction.throughput_rps >= rate_rps * (1 - 1e-9)
+
+
+def test_a_tie_on_the_fewest_gpus_goes_to_the_most_capacity_then_the_first_listed() -> None:
+    """TTFT 400 ms on 2x4xH100 at 12.5 requests/s: many accepted deployments on the fewest GPUs (read
+    off every choice here, not from brute.fewest_gpus's sort); the search returns the one of most rate
+    at full load (``Pools.rate``), the first listed among those."""
+    pools = pools_for(SMALL[1])
+    target = target_units(12.5)
+    accepted = [c for c in brute.choices(pools) if pools.rate(c) >= target and pools.feasible_plan(c, target)]
+    fewest = min(pools.gpus(c) for c in accepted)
+    ties = [c for c in accepted if pools.gpus(c) == fewest]
+    most = max(pools.rate(c) for c in ties)
+    assert len({pools.rate(c) for c in ties}) > 1  # the capacity decides among some ties
+    found = fewest_gpus(pools, 12.5, Deadline(None))
+    assert found.choice == min(c for c in ties if pools.rate(c) == most)
 
 
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")
