@@ -60,6 +60,9 @@ class PoolModel:
         self.gpus = cp.new_int_var(1, n, "gpus")
         cp.add(self.gpus == prefill_gpus + sum(w.gpus * v for w, v in zip(D, self.ys, strict=True)))
         self._top_rate = max(w.capacity_units for w in P) * n
+        # each pool's full rate (workers times one worker's), as linear sums
+        self.prefill_capacity = cp_model.LinearExpr.weighted_sum(self.xs, [w.capacity_units for w in P])
+        self.decode_capacity = cp_model.LinearExpr.weighted_sum(self.ys, [w.capacity_units for w in D])
         self.rate = cp.new_int_var(0, self._top_rate, "rate")
         self._within_pools(self.rate)
         self._inside = self._placement(prefill_gpus)
@@ -115,9 +118,8 @@ class PoolModel:
         return capacity
 
     def _within_pools(self, rate: cp_model.IntVar) -> None:
-        cp, P, D = self.cp, self.pools.prefill, self.pools.decode
-        cp.add(rate <= sum(w.capacity_units * v for w, v in zip(P, self.xs, strict=True)))
-        cp.add(rate <= sum(w.capacity_units * v for w, v in zip(D, self.ys, strict=True)))
+        self.cp.add(rate <= self.prefill_capacity)
+        self.cp.add(rate <= self.decode_capacity)
 
     def _links(self, rate: cp_model.IntVar) -> None:
         cp, pools = self.cp, self.pools

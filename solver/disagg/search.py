@@ -14,8 +14,9 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   refused proposal forbidden (and its pair's TTFT cuts posted), until a proposal is accepted (then no
   deployment with fewer GPUs keeps the rules: every one the model could still propose was refused or
   costs more). Ties on those GPUs are then broken toward the most capacity (the rate the pools carry
-  at full load: headroom over R), then the first in brute force's order, by asking for one ahead of
-  the incumbent until none is (one proof when there is no tie).
+  at full load: headroom over R), then the most capacity in both pools together, then the first in
+  brute force's order, by asking for one ahead of the incumbent until none is (one proof when there
+  is no tie).
 
 A time limit that stops the search returns the incumbent as ``feasible``.
 """
@@ -33,7 +34,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
-from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
@@ -230,15 +231,17 @@ def _fewest(m: PoolModel) -> cp_model.CpModel:
 
 def _tie_ahead(m: PoolModel, capacity: cp_model.IntVar, best: Accepted) -> cp_model.CpModel:
     """The model asked for a deployment on as many GPUs as ``best`` that comes before it in
-    ``fewest_gpus``'s order: more capacity, or as much and earlier in brute force's order of choices;
-    the most capacity first. (``capacity``, ``PoolModel.new_capacity``, is at most the choice's
-    ``Pools.rate``, so any answer is truly ahead.)"""
+    ``fewest_gpus``'s order (more capacity; or as much and more in both pools together; or as much of
+    both and earlier in brute force's order of choices), the most capacity first. (``capacity``,
+    ``PoolModel.new_capacity``, is at most the choice's ``Pools.rate``, so any answer is truly ahead.)"""
     cp = m.cp.clone()
     cp.add(m.gpus == best.gpus)
+    pools_sum = m.prefill_capacity + m.decode_capacity
     more = cp.new_bool_var("more_capacity")
-    cp.add(capacity >= best.rate_units + 1).only_enforce_if(more)
-    cp.add(capacity >= best.rate_units).only_enforce_if(~more)
-    cp.add(m.order <= m.order_of(best.choice) - 1).only_enforce_if(~more)
+    more_pools = cp.new_bool_var("more_in_both_pools")
+    cp.add(capacity >= best.rate_units + more)
+    cp.add(pools_sum >= pools_capacity(m.pools, best.choice) + more_pools).only_enforce_if(~more)
+    cp.add(m.order <= m.order_of(best.choice) - 1).only_enforce_if([~more, ~more_pools])
     cp.maximize(capacity)
     return cp
 
@@ -246,8 +249,10 @@ def _tie_ahead(m: PoolModel, capacity: cp_model.IntVar, best: Accepted) -> cp_mo
 def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: bool = True) -> DisaggResult:
     """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit. Among equally
     few GPUs: the most capacity (``Pools.rate``, the rate its pools and link carry at full load: the
-    most headroom over ``rate_rps``, the most tokens/s per GPU at full load), then the first in brute
-    force's order of choices (``brute.fewest_gpus`` sorts the same way). So the answer does not depend
+    most headroom over ``rate_rps``, the most tokens/s per GPU at full load), then the most capacity in
+    both pools together (``pools_capacity``: the headroom of the pool that does not bind, which runs
+    lighter at the target, e.g. a decode pool at a smaller batch and so a shorter TPOT), then the first
+    in brute force's order of choices (``brute.fewest_gpus`` sorts the same way). So the answer does not depend
     on which of equally few GPUs CP-SAT met first, nor on the TTFT cuts: ``cut_ttft`` posts a refused
     pair's cuts (``ttft_cut.py``: sound here too, as a deployment the exact check accepts at the target
     passes every cut at the target's rate, which the model's rate may take); it only saves proposals."""
