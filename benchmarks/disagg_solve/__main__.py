@@ -118,7 +118,8 @@ def rate() -> None:
     print(f"candidates: {len(pools.prefill)} prefill, {len(pools.decode)} decode; "
           f"choices {sum(1 for _ in brute.choices(pools)):,}")
     print(f"search: {pools.gpus(found.choice) if found.choice else None} GPUs ({solved_s:.1f} s, "
-          f"{found.proposals} proposals); brute force: {pools.gpus(best[0]) if best else None} GPUs ({brute_s:.1f} s)")
+          f"{found.proposals} proposals); brute force: {pools.gpus(best[0]) if best else None} GPUs ({brute_s:.1f} s); "
+          f"same deployment: {best is not None and found.choice == best[0]}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 
 
 def choices(pools: Pools) -> Iterator[Choice]:
@@ -31,8 +31,11 @@ def best_throughput(pools: Pools) -> tuple[Choice, DisaggPlan] | None:
 
 
 def fewest_gpus(pools: Pools, target_units: int) -> tuple[Choice, DisaggPlan] | None:
-    """The feasible deployment on the fewest GPUs whose rate reaches ``target_units``."""
-    for c in sorted((c for c in choices(pools) if pools.rate(c) >= target_units), key=pools.gpus):
+    """The feasible deployment on the fewest GPUs whose rate reaches ``target_units``; on a tie the
+    most capacity (``Pools.rate``, headroom over the target), then the most in both pools together
+    (``pools_capacity``), then the first listed (``choices``' order, which ``Choice``'s own order is)."""
+    for c in sorted((c for c in choices(pools) if pools.rate(c) >= target_units),
+                    key=lambda c: (pools.gpus(c), -pools.rate(c), -pools_capacity(pools, c), c)):
         plan = pools.feasible_plan(c, target_units)
         if plan is not None:
             return c, plan

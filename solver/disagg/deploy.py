@@ -161,4 +161,10 @@ class Pools:
         return None if errors else plan
 
 
-__all__ = ["MAX_CONCURRENCY", "Choice", "Pools"]
+def pools_capacity(pools: Pools, c: Choice) -> int:
+    """Both pools' full rates summed, in rate units: with the deployment's rate (the smaller pool or the
+    link) fixed, the more this is, the more headroom the other pool has (``--rate``'s second tie-break)."""
+    return c.x * pools.prefill[c.prefill].capacity_units + c.y * pools.decode[c.decode].capacity_units
+
+
+__all__ = ["MAX_CONCURRENCY", "Choice", "Pools", "pools_capacity"]

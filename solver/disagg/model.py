@@ -19,6 +19,9 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
 
 ``order`` ranks choices as brute force lists them (prefill candidate, decode candidate, x, y): the search's
 last question asks for the first among the equally good (``search.py``).
+``new_capacity`` adds a second rate variable bounded by the pools and the link but not by the TTFT
+cuts: maximised, the chosen deployment's full rate, by which the ``--rate`` search orders equally few
+GPUs (the cuts may hold ``rate`` to the target, below the full rate).
 
 The TTFT and TPOT limits and the per-pool catalog are judged exactly on each deployment the model
 proposes (``deploy.Pools.feasible_plan``); a refused one is forbidden and the model solved again. The
@@ -56,12 +59,17 @@ class PoolModel:
         prefill_gpus = cp_model.LinearExpr.weighted_sum(self.xs, [w.gpus for w in P])
         self.gpus = cp.new_int_var(1, n, "gpus")
         cp.add(self.gpus == prefill_gpus + sum(w.gpus * v for w, v in zip(D, self.ys, strict=True)))
-        top_rate = max(w.capacity_units for w in P) * n
-        self.rate = cp.new_int_var(0, top_rate, "rate")
-        cp.add(self.rate <= sum(w.capacity_units * v for w, v in zip(P, self.xs, strict=True)))
-        cp.add(self.rate <= sum(w.capacity_units * v for w, v in zip(D, self.ys, strict=True)))
-        inside = self._placement(prefill_gpus)
-        self._links(inside)
+        self._top_rate = max(w.capacity_units for w in P) * n
+        # each pool's full rate (workers times one worker's), as linear sums
+        self.prefill_capacity = cp_model.LinearExpr.weighted_sum(self.xs, [w.capacity_units for w in P])
+        self.decode_capacity = cp_model.LinearExpr.weighted_sum(self.ys, [w.capacity_units for w in D])
+        self.rate = cp.new_int_var(0, self._top_rate, "rate")
+        self._within_pools(self.rate)
+        self._inside = self._placement(prefill_gpus)
+        self._fewer = cp.new_int_var(1, n, "min_workers")
+        cp.add_min_equality(self._fewer, [self.x, self.y])
+        self._layouts = self._layout_literals()
+        self._links(self.rate)
         # order: a choice's place in brute force's order (prefill index, decode index, x, y), so that
         # among equally good deployments the search returns the one brute force does, whatever
         # candidates the lists hold (pruned lists keep the order).
@@ -100,11 +108,22 @@ class PoolModel:
         cp.add(end <= cluster.scaleup_domain_gpus).only_enforce_if(inside)
         return inside
 
-    def _links(self, inside: cp_model.IntVar) -> None:
+    def new_capacity(self) -> cp_model.IntVar:
+        """A variable at most what the chosen pools and link carry, as ``rate`` is, but free of the TTFT
+        cuts (they bound ``rate`` only): maximised, it is the choice's full rate (``Pools.rate``). The
+        ``--rate`` search orders equally few GPUs by it (``search.fewest_gpus``)."""
+        capacity = self.cp.new_int_var(0, self._top_rate, "capacity")
+        self._within_pools(capacity)
+        self._links(capacity)
+        return capacity
+
+    def _within_pools(self, rate: cp_model.IntVar) -> None:
+        self.cp.add(rate <= self.prefill_capacity)
+        self.cp.add(rate <= self.decode_capacity)
+
+    def _links(self, rate: cp_model.IntVar) -> None:
         cp, pools = self.cp, self.pools
-        fewer = cp.new_int_var(1, pools.problem.cluster.num_gpus, "min_workers")
-        cp.add_min_equality(fewer, [self.x, self.y])
-        layouts = self._layout_literals()
+        inside, fewer, layouts = self._inside, self._fewer, self._layouts
         fastest: dict[int, int] = {}
         for k, j in enumerate(pools.decode_layouts):
             fastest[j] = max(fastest.get(j, 0), pools.decode[k].capacity_units)
@@ -116,7 +135,7 @@ class PoolModel:
                     if link >= max(pw.capacity_units, fastest[j]):
                         continue
                     enforce = [self.p[i], lit] + ([when] if when is not None else [~inside])
-                    cp.add(self.rate <= link * fewer).only_enforce_if(enforce)
+                    cp.add(rate <= link * fewer).only_enforce_if(enforce)
 
     def forbid(self, c: Choice) -> None:
         """No deployment with exactly this choice."""

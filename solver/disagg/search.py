@@ -11,8 +11,12 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
   answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
 - **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
-  refused proposal forbidden, until a proposal is accepted (then no deployment with fewer GPUs keeps
-  the rules: every one the model could still propose was refused or costs more).
+  refused proposal forbidden (and its pair's TTFT cuts posted), until a proposal is accepted (then no
+  deployment with fewer GPUs keeps the rules: every one the model could still propose was refused or
+  costs more). Ties on those GPUs are then broken toward the most capacity (the rate the pools carry
+  at full load: headroom over R), then the most capacity in both pools together, then the first in
+  brute force's order, by asking for one ahead of the incumbent until none is (one proof when there
+  is no tie).
 
 A time limit that stops the search returns the incumbent as ``feasible``.
 """
@@ -30,7 +34,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
-from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
@@ -218,20 +222,60 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     return DisaggResult(best.plan, best.choice, proven, proposals)
 
 
-def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline) -> DisaggResult:
-    """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit. (No TTFT cuts
-    here: among deployments on equally few GPUs the answer is the first CP-SAT meets, and a changed
-    model would meet another; it makes one or two proposals on the README's cases anyway.)"""
+def _fewest(m: PoolModel) -> cp_model.CpModel:
+    """The model (its rate at least the target) asked for the deployment on the fewest GPUs."""
+    cp = m.cp.clone()
+    cp.minimize(m.gpus)
+    return cp
+
+
+def _tie_ahead(m: PoolModel, capacity: cp_model.IntVar, best: Accepted) -> cp_model.CpModel:
+    """The model asked for a deployment on as many GPUs as ``best`` that comes before it in
+    ``fewest_gpus``'s order (more capacity; or as much and more in both pools together; or as much of
+    both and earlier in brute force's order of choices), the most capacity first. (``capacity``,
+    ``PoolModel.new_capacity``, is at most the choice's ``Pools.rate``, so any answer is truly ahead.)"""
+    cp = m.cp.clone()
+    cp.add(m.gpus == best.gpus)
+    pools_sum = m.prefill_capacity + m.decode_capacity
+    more = cp.new_bool_var("more_capacity")
+    more_pools = cp.new_bool_var("more_in_both_pools")
+    cp.add(capacity >= best.rate_units + more)
+    cp.add(pools_sum >= pools_capacity(m.pools, best.choice) + more_pools).only_enforce_if(~more)
+    cp.add(m.order <= m.order_of(best.choice) - 1).only_enforce_if([~more, ~more_pools])
+    cp.maximize(capacity)
+    return cp
+
+
+def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: bool = True) -> DisaggResult:
+    """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit. Among equally
+    few GPUs: the most capacity (``Pools.rate``, the rate its pools and link carry at full load: the
+    most headroom over ``rate_rps``, the most tokens/s per GPU at full load), then the most capacity in
+    both pools together (``pools_capacity``: the headroom of the pool that does not bind, which runs
+    lighter at the target, e.g. a decode pool at a smaller batch and so a shorter TPOT), then the first
+    in brute force's order of choices (``brute.fewest_gpus`` sorts the same way). So the answer does not depend
+    on which of equally few GPUs CP-SAT met first, nor on the TTFT cuts: ``cut_ttft`` posts a refused
+    pair's cuts (``ttft_cut.py``: sound here too, as a deployment the exact check accepts at the target
+    passes every cut at the target's rate, which the model's rate may take); it only saves proposals."""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
     m = PoolModel(pools)
+    capacity = m.new_capacity()
+    if cut_ttft and len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
+        m.cut_ttft_all()  # few pairs: every pair's cuts before the first question, as max_throughput
     target = target_units(rate_rps)
     m.cp.add(m.rate >= target)
-    m.cp.minimize(m.gpus)
-    asked = _first_accepted(m, pools, lambda: m.cp, deadline, target)
-    if asked.accepted is None:
-        return DisaggResult(None, None, asked.complete, asked.proposals)
-    return DisaggResult(asked.accepted.plan, asked.accepted.choice, True, asked.proposals)
+    asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft)
+    proposals = asked.proposals
+    best = asked.accepted
+    if best is None:
+        return DisaggResult(None, None, asked.complete, proposals)
+    while True:  # ties on the fewest GPUs: most capacity, then brute force's order
+        ahead = _first_accepted(m, pools, partial(_tie_ahead, m, capacity, best), deadline, target, cut_ttft=cut_ttft)
+        proposals += ahead.proposals
+        if ahead.accepted is None:
+            break
+        best = ahead.accepted
+    return DisaggResult(best.plan, best.choice, ahead.complete, proposals)
 
 
 __all__ = [

@@ -51,16 +51,45 @@ def test_the_search_finds_the_brute_force_optimum_per_gpu(case) -> None:
     assert found.choice == best[0]  # and among those, the first brute force lists
 
 
-@pytest.mark.parametrize("case", SMALL[:2], ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")
-@pytest.mark.parametrize("rate_rps", [3.0, 12.5])
-def test_the_fewest_gpus_for_a_rate_equal_brute_force(case, rate_rps) -> None:
+@pytest.mark.parametrize("cut_ttft", [True, False], ids=["cuts", "no-cuts"])
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")
+@pytest.mark.parametrize("rate_rps", [3.0, 10.0, 12.5])
+def test_the_fewest_gpus_for_a_rate_equal_brute_force(case, rate_rps, cut_ttft) -> None:
+    """The same deployment as brute force, not only as few GPUs, with the TTFT cuts posted or not."""
     pools = pools_for(case)
-    found = fewest_gpus(pools, rate_rps, Deadline(None))
+    found = fewest_gpus(pools, rate_rps, Deadline(None), cut_ttft=cut_ttft)
     best = brute.fewest_gpus(pools, target_units(rate_rps))
     assert (found.plan is None) == (best is None)
     if best is not None:
-        assert pools.gpus(found.choice) == pools.gpus(best[0])
+        assert found.proven
+        assert found.choice == best[0]
         assert found.plan.prediction.throughput_rps >= rate_rps * (1 - 1e-9)
+
+
+@pytest.mark.parametrize(("rate_rps", "decided_by"), [(12.5, "capacity"), (10.0, "both pools")])
+def test_a_tie_on_the_fewest_gpus_goes_to_the_most_capacity_then_both_pools_then_the_first_listed(
+        rate_rps, decided_by) -> None:
+    """TTFT 400 ms on 2x4xH100: several accepted deployments on the fewest GPUs (read off every choice
+    here, not from brute.fewest_gpus's sort); the search returns one of the most rate at full load
+    (``Pools.rate``), among those one of the most prefill plus decode capacity (workers times one
+    worker's), and among those the first listed. At 12.5 requests/s the capacities differ among the
+    ties; at 10 they are equal and the pools' sum picks another than the first listed."""
+    pools = pools_for(SMALL[1])
+    target = target_units(rate_rps)
+    accepted = [c for c in brute.choices(pools) if pools.rate(c) >= target and pools.feasible_plan(c, target)]
+    fewest = min(pools.gpus(c) for c in accepted)
+    ties = [c for c in accepted if pools.gpus(c) == fewest]
+    top = [c for c in ties if pools.rate(c) == max(pools.rate(c) for c in ties)]
+
+    def both_pools(c) -> int:
+        return c.x * pools.prefill[c.prefill].capacity_units + c.y * pools.decode[c.decode].capacity_units
+
+    expected = min(c for c in top if both_pools(c) == max(both_pools(c) for c in top))
+    if decided_by == "capacity":
+        assert len(top) < len(ties)
+    else:
+        assert len(top) == len(ties) > 1 and expected != min(top)
+    assert fewest_gpus(pools, rate_rps, Deadline(None)).choice == expected
 
 
 @pytest.mark.parametrize("case", SMALL, ids=lambda c: f"{c['model']}-{c['cluster']}-{c['isl']}")

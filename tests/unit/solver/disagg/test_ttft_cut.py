@@ -12,6 +12,7 @@ from ortools.sat.python import cp_model
 from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.search import target_units
 from shardplan.solver.disagg.ttft_cut import batch_levels, capacity_below, chunk_levels, pair_cuts
 from shardplan.solver.encode import new_solver
 from tests.unit.solver.disagg.test_search import SMALL, pools_for
@@ -35,6 +36,23 @@ def test_no_deployment_the_exact_check_accepts_breaks_a_cut(case) -> None:
             accepted += 1
             assert cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c)), c
     assert accepted > 0  # the cases have feasible deployments to hold the cuts to
+
+
+@pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
+@pytest.mark.parametrize("rate_rps", [3.0, 12.5])
+def test_no_deployment_accepted_at_a_target_rate_breaks_a_cut_at_that_rate(case, rate_rps) -> None:
+    """The ``--rate`` search's use of the cuts: the exact check prices a deployment at the concurrency
+    that reaches the target, and the model's rate may be the target, so every deployment accepted there
+    must pass every cut at the target's rate units."""
+    pools = pools_for(case)
+    cuts = cuts_of(pools)
+    target = target_units(rate_rps)
+    accepted = 0
+    for c in brute.choices(pools):
+        if pools.rate(c) >= target and pools.feasible_plan(c, target) is not None:
+            accepted += 1
+            assert cuts[(c.prefill, c.decode)].allows(c.x, c.y, target), c
+    assert accepted > 0
 
 
 def test_the_cuts_forbid_refused_deployments_where_ttft_binds() -> None:
