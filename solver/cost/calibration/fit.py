@@ -411,9 +411,12 @@ def calibrate(
     gpu: str | None = None,
     row_filter: Callable[[Point], bool] | None = None,
     jobs: int = 1,
+    one_profile: bool = False,
 ) -> list[FitResult]:
     """Fit one profile per (GPU, software generation) found in ``points_csv`` (only ``gpu``'s if
-    given; only rows ``row_filter(point)`` accepts). Returns the fits, profiles rounded."""
+    given; only rows ``row_filter(point)`` accepts). Returns the fits, profiles rounded. With
+    ``one_profile``, rows of more than one (GPU, generation) are refused before any fitting (a fit of
+    every generation of a GPU takes about half a minute; the caller could only keep one)."""
     points, _ = load_points(points_csv)
     if row_filter is not None:
         points = [p for p in points if row_filter(p)]
@@ -426,6 +429,10 @@ def calibrate(
     # without operator points, or with no generation fitted with them, no operator terms
     terms = table_op_terms(op_csv, ops) if op_csv and TERM_SOFTWARE else None
     groups = group_points(points)
+    if one_profile and len(groups) > 1:
+        names = ", ".join(profile_name(g, sw) for g, sw in groups)
+        raise SpecError("out", f"the rows make {len(groups)} profiles ({names}): choose one with --gpu/--software, "
+                               "or pass a directory")
     newest: dict[str, int] = {}  # newest[gpu]: index in GENERATIONS of its newest software
     for gpu_name, software in groups:
         rank = GENERATIONS.index(software)
@@ -498,19 +505,14 @@ def calibrate_to_file(
     if software is not None and software not in GENERATIONS:
         raise SpecError("software", f"{software!r}; one of {', '.join(GENERATIONS)}")
     row_filter = (lambda p: p.software == software) if software else None
-    results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs)
+    out = Path(out)
+    results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs, one_profile=not out.is_dir())
     if not results:
         raise SpecError("points", f"no usable rows in {points_csv}")
-    out = Path(out)
     if out.is_dir():
         for r in results:
             write_profile(r.profile, out / f"{r.profile.name}.json")
         return results
-    if len(results) > 1:
-        names = ", ".join(r.profile.name for r in results)
-        raise SpecError(
-            "out", f"{len(results)} profiles fitted ({names}): choose one with --gpu/--software, or pass a directory"
-        )
     write_profile(results[0].profile, out)
     return results
 

@@ -9,6 +9,7 @@ import pytest
 
 from shardplan.hardware.profile import Profile, get_profile
 from shardplan.solver.cli import main
+from shardplan.solver.cost.calibration import fit
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import points_from_rows
 
@@ -153,3 +154,23 @@ def test_stored_default_profiles_are_the_fitted_ones():
         p = get_profile(name)
         assert p.default and p.source.startswith("fitted by shardplan calibrate")
     assert not get_profile("h100-sxm-splitwise").default
+
+
+def test_rows_of_several_profiles_into_one_file_are_refused_before_fitting(tmp_path, capsys, monkeypatch):
+    """A file takes one profile: rows of two generations (here v0.17 and v0.14 of H100) exit 2 naming ``out``
+    and both profiles, before the fit runs (it would take half a minute on the real tables), and write nothing."""
+    pytest.importorskip("scipy")
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("fitted before refusing")
+
+    monkeypatch.setattr(fit, "fit_profile", no_fit)
+    points_csv, out = tmp_path / "points.csv", tmp_path / "p.json"
+    write_csv(points_csv, [*TINY, row(3, "Llama-3.1-8B", "H100-SXM-80GB", 1, 128, 128, 26000.0,
+                                      source="TRTLLM-PERF-v0.14")])
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(points_csv), "--out", str(out)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "out" in err and "h100-sxm," in err and "h100-sxm-trtllm-0.14" in err and len(err.splitlines()) == 1
+    assert not out.exists()
