@@ -197,6 +197,12 @@ def _print_user_facing(points, rows) -> None:
     print(f"    all tables               {len(all_rows):4d} rows  {median_abs(all_rows):6.1%}  ({verdict})")
     for src, rs in sorted(by_source.items()):
         print(f"    {src:24s} {len(rs):4d} rows  {median_abs(rs):6.1%}")
+    by_gpu = defaultdict(list)
+    for p in tables:
+        by_gpu[(p.gpu, user[id(p)].profile)].append(user[id(p)])
+    print("    by GPU (and the profile that prices it):")
+    for (gpu, profile), rs in sorted(by_gpu.items()):
+        print(f"      {gpu:14s} {profile:22s} {len(rs):4d} rows  {median_abs(rs):6.1%}  {median_signed(rs):+6.1%}")
     drained = sum(p.requests is not None for p in tables)
     print(f"    ({drained} rows priced as the drain of their run's requests, points.OFFLINE_REQUESTS; "
           f"{len(tables) - drained} as a steady state or static batch)")

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
-from benchmarks.accuracy import _SHARED
+from benchmarks.accuracy import _SHARED, POINTS_CSV
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import Engine, Profile, list_profiles, profile_for_gpu, reload_profiles
@@ -60,10 +60,12 @@ from shardplan.solver.cost.calibration.engine_fit import (
     at_bound,
     decode_floor_ms,
     fit_engine,
+    table_errors,
     tpot_errors,
 )
 from shardplan.solver.cost.calibration.fit import write_profile
 from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
+from shardplan.solver.cost.calibration.points import THROUGHPUT, Point, load_points
 from shardplan.solver.cost.calibration.ttft_fit import (
     TTFT_BOUNDS,
     TTFT_FIELDS,
@@ -433,8 +435,38 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     return base, note
 
 
-def refit(groups: dict[tuple[str, str], list[EngineRun]]) -> list[Profile]:
-    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs."""
+# The engine whose offline tables perf_points.csv holds (trtllm-bench), and the software generation of the tables
+# its newest profile describes (v0.17 and v1.0: points.GENERATIONS' "trtllm"), for the joint fit.
+TABLE_ENGINE = "trtllm"
+TABLE_SOFTWARE = "trtllm"
+
+
+def engine_table_points(points_csv: Path = POINTS_CSV) -> dict[str, list[Point]]:
+    """Per GPU, the max-throughput rows of TensorRT-LLM's tables of the generation its engine profile describes:
+    what the joint fit (``--refit`` unless ``--runs-only``) fits beside the serving runs. The tables are
+    trtllm-bench runs of the same engine, so its fields must explain both (README, "The TensorRT-LLM engine
+    profiles fitted on runs and tables together")."""
+    points, _ = load_points(points_csv)
+    out: dict[str, list[Point]] = defaultdict(list)
+    for p in points:
+        if p.kind == THROUGHPUT and p.software == TABLE_SOFTWARE and p.source.startswith("TRTLLM-PERF"):
+            out[p.gpu].append(p)
+    return dict(out)
+
+
+def _tables_for(engine: str, gpu: str, tables: dict[str, list[Point]] | None) -> list[Point]:
+    """The table rows fitted with ``engine``'s runs on ``gpu`` (none unless the joint fit asks, and only for the
+    engine whose tables they are)."""
+    if tables is None or engine != TABLE_ENGINE:
+        return []
+    return tables.get(gpu, [])
+
+
+def refit(
+    groups: dict[tuple[str, str], list[EngineRun]], tables: dict[str, list[Point]] | None = None
+) -> list[Profile]:
+    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs; with ``tables``,
+    TensorRT-LLM's profiles are fitted on its runs and its table rows of the GPU together (the joint fit)."""
     written = []
     terms = _op_terms()
     for (engine, gpu), runs in groups.items():
@@ -442,28 +474,43 @@ def refit(groups: dict[tuple[str, str], list[EngineRun]]) -> list[Profile]:
             print(f"  {engine} on {gpu}: {len(runs)} runs, fewer than {MIN_RUNS}: no engine profile")
             continue
         base, note = base_profile(gpu, terms)
-        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv", note)
+        rows = _tables_for(engine, gpu, tables)
+        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv", note, rows)
         write_profile(fitted.profile)
         written.append(fitted.profile)
-        print(f"  wrote {fitted.profile.name}: {fitted.rows} runs, median |TPOT error| {fitted.median_abs_error:.1%}")
+        joint = (f", {fitted.table_rows} table rows, median |throughput error| {fitted.table_median_abs_error:.1%}"
+                 if rows else "")
+        fields = ", ".join(f"{f} {getattr(fitted.profile, f):g}" for f in ENGINE_FIELDS)
+        print(f"  wrote {fitted.profile.name}: {fitted.rows} runs, median |TPOT error| {fitted.median_abs_error:.1%}"
+              f"{joint} ({fields})")
     return written
 
 
-def leave_one_model_out(groups: dict[tuple[str, str], list[EngineRun]]) -> dict[str, list[float]]:
+def leave_one_model_out(
+    groups: dict[tuple[str, str], list[EngineRun]], tables: dict[str, list[Point]] | None = None
+) -> tuple[dict[str, list[float]], list[float]]:
     """Per engine, the TPOT errors of each model's runs priced with the engine profile fitted on the
-    same GPU's runs of the other models (groups with one model have nothing to hold out)."""
+    same GPU's runs of the other models (groups with one model have nothing to hold out); with ``tables``
+    (the joint fit), the other models' table rows are fitted too, and the held-out model's table rows are
+    priced as well: the second list, their throughput errors."""
     held: dict[str, list[float]] = defaultdict(list)
+    held_rows: list[float] = []
     terms = _op_terms()
     for (engine, gpu), runs in groups.items():
-        models = sorted({r.model for r in runs})
+        rows = _tables_for(engine, gpu, tables)
+        models = sorted({r.model for r in runs} | {p.problem.model.name for p in rows})
         if len(runs) < MIN_RUNS or len(models) < 2:
             continue
         for model in models:
             train = [r for r in runs if r.model != model]
             test = [r for r in runs if r.model == model]
-            fitted = fit_engine(base_profile(gpu, terms)[0], cast(Engine, engine), train, "held-out check")
+            train_rows = [p for p in rows if p.problem.model.name != model]
+            test_rows = [p for p in rows if p.problem.model.name == model]
+            fitted = fit_engine(base_profile(gpu, terms)[0], cast(Engine, engine), train, "held-out check",
+                                table_points=train_rows)
             held[engine] += tpot_errors(test, fitted.profile)
-    return held
+            held_rows += table_errors(test_rows, fitted.profile)
+    return held, held_rows
 
 
 def names_its_version(version: str) -> bool:
@@ -529,7 +576,8 @@ def print_engine_fields() -> None:
         for f in TTFT_FIELDS:
             value, (lo, hi) = getattr(p, f), TTFT_BOUNDS[f]
             cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if ttft_at_bound(f, value) else ''}")
-        print(f"  {p.name:24s} {p.fit_rows:4d} runs  " + "  ".join(cells)
+        runs = "copy" if p.fit_rows is None else str(p.fit_rows)  # same-die copies (disagg.py) fit no rows
+        print(f"  {p.name:24s} {runs:>4s} runs  " + "  ".join(cells)
               + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile; {len(TTFT_FIELDS)} TTFT fields per engine, "
               f"{len(fitted_fields(p.prefill_mixes_with_decode))} fitted: "
               f"{', '.join(fitted_fields(p.prefill_mixes_with_decode))})")
@@ -552,27 +600,36 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.serving", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
     ap.add_argument("--refit", action="store_true",
-                    help="fit the engine profiles to the runs and rewrite hardware/profiles/*-ENGINE.json first")
+                    help="fit the engine profiles to the runs (TensorRT-LLM's to its runs and its max-throughput table "
+                    "rows of the GPU together) and rewrite hardware/profiles/*-ENGINE.json first")
     ap.add_argument("--refit-ttft", action="store_true",
                     help="fit the two TTFT fields per engine and rewrite them in the engine profiles first "
                     "(--refit does this too, after the TPOT fields)")
+    ap.add_argument("--runs-only", action="store_true",
+                    help="with --refit or --holdout: fit TensorRT-LLM's engine fields on its serving runs alone, not "
+                    "on its runs and its max-throughput table rows of the same GPU (v0.17, v1.0) together")
     ap.add_argument("--holdout", action="store_true",
                     help="also the leave-one-model-out TPOT and TTFT checks and the leave-one-band-out TTFT check")
     args = ap.parse_args(argv)
     runs, skipped = load_runs(args.points)
     if args.refit or args.refit_ttft or args.holdout:
         groups = engine_runs(runs)
+        tables = None if args.runs_only else engine_table_points()
         if args.refit:
-            refit(groups)
+            refit(groups, tables)
             reload_profiles()  # price below with the profiles just written
         if args.refit or args.refit_ttft:
             refit_ttft(ttft_runs(groups))
             reload_profiles()
         if args.holdout:
             print("leave one model out (engine fields fitted on the GPU's other models):")
-            for engine, errors in leave_one_model_out(groups).items():
+            held_runs, held_rows = leave_one_model_out(groups, tables)
+            for engine, errors in held_runs.items():
                 held = _median([abs(e) for e in errors])
                 print(f"  {engine:10s} {len(errors):4d} runs  median |TPOT error| {held:.1%}")
+            if held_rows:
+                print(f"  {TABLE_ENGINE} tables {len(held_rows):4d} rows  median |throughput error| "
+                      f"{_median([abs(e) for e in held_rows]):.1%}")
             print_ttft_holdout(ttft_runs(groups))
     print_engine_fields()
     print(f"{len(runs)} runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "

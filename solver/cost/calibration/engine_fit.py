@@ -7,9 +7,12 @@ weights and KV cache at different shares of HBM bandwidth, and their per-layer f
 (GEMM curve, collectives, memory) stays the GPU's hardware profile, fitted on the offline tables and
 the operator points (``fit.py``).
 
-The fit reads measured TPOT only: each run is priced exactly as ``shardplan evaluate`` prices it
+The fit reads measured TPOT: each run is priced exactly as ``shardplan evaluate`` prices it
 (``evaluate``'s ``tpot_ms``, the prefill of the other requests included), and least squares with a
-robust loss on log(predicted / measured) sets the fields within ``ENGINE_BOUNDS``. TTFT is not fitted:
+robust loss on log(predicted / measured) sets the fields within ``ENGINE_BOUNDS``. Optionally (the joint
+fit, ``table_points``) the engine's own offline max-throughput rows of the same GPU are fitted with them,
+each priced as the accuracy benchmark prices a table row (``fit.residual``), the runs and the rows
+weighing the same in total. TTFT is not fitted:
 the measured TTFT grows with concurrency far faster than the cost model's wait term (see
 benchmarks/accuracy/README.md), and fitting these fields to it would bend them to a missing term.
 
@@ -26,7 +29,8 @@ from dataclasses import dataclass
 from shardplan.hardware.profile import Engine, Profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem, resolve_profile
-from shardplan.solver.cost.calibration.fit import _sig, scaleup_bw_max
+from shardplan.solver.cost.calibration.fit import _sig, residual, scaleup_bw_max
+from shardplan.solver.cost.calibration.points import Point
 from shardplan.solver.cost.evaluate import evaluate
 
 ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
@@ -77,6 +81,8 @@ class EngineFit:
     profile: Profile
     rows: int
     median_abs_error: float  # of TPOT, on the rows fitted
+    table_rows: int = 0  # offline table rows fitted with the runs (the joint fit)
+    table_median_abs_error: float = float("nan")  # of those rows' throughput
 
 
 def tpot_errors(runs: Sequence[EngineRun], profile: Profile) -> list[float]:
@@ -106,12 +112,29 @@ def decode_floor_ms(problem: Problem, layout: Layout) -> float:
     return evaluate(problem, layout, floor_profile(resolve_profile(problem))).metrics.decode_step_ms
 
 
+def table_errors(points: Sequence[Point], profile: Profile) -> list[float]:
+    """predicted / measured - 1 of each table row priced with ``profile`` (a layout that does not fit
+    counts as the 20x miss ``fit.residual`` gives it)."""
+    return [math.expm1(residual(p, profile)) for p in points]
+
+
+def kind_weights(runs: int, rows: int) -> tuple[float, float]:
+    """Residual weights of the runs and the table rows such that each kind weighs half of the total
+    (as ``fit._weights`` weighs its kinds): with no rows, every run weighs 1."""
+    if rows == 0:
+        return 1.0, 0.0
+    total = runs + rows
+    return math.sqrt(0.5 * total / runs), math.sqrt(0.5 * total / rows)
+
+
 def fit_engine(
-    base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str, physics_note: str = ""
+    base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str, physics_note: str = "",
+    table_points: Sequence[Point] = (),
 ) -> EngineFit:
-    """``base`` with ``ENGINE_FIELDS`` fitted to ``runs`` (all of ``engine`` on ``base``'s GPU),
-    the engine's limits, and a record of what was fitted on which rows (``physics_note``: where the
-    base's operator terms came from)."""
+    """``base`` with ``ENGINE_FIELDS`` fitted to ``runs`` (all of ``engine`` on ``base``'s GPU) and, in the
+    joint fit, to ``table_points`` (the engine's offline max-throughput rows on that GPU), the engine's
+    limits, and a record of what was fitted on which rows (``physics_note``: where the base's operator
+    terms came from)."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
@@ -124,8 +147,12 @@ def fit_engine(
     def candidate(x: Sequence[float]) -> Profile:
         return start.model_copy(update={f: float(v) for f, v in zip(fields, x, strict=True)})
 
+    run_weight, row_weight = kind_weights(len(runs), len(table_points))
+
     def residuals(x: Sequence[float]) -> list[float]:
-        return [math.log1p(e) for e in tpot_errors(runs, candidate(x))]
+        profile = candidate(x)
+        return ([run_weight * math.log1p(e) for e in tpot_errors(runs, profile)]
+                + [row_weight * residual(p, profile) for p in table_points])
 
     fit = least_squares(
         residuals, x0, bounds=(lo, hi), x_scale=[max(abs(v), 1.0) for v in x0], diff_step=0.03,
@@ -133,7 +160,13 @@ def fit_engine(
     )
     fitted = candidate([_sig(float(v)) for v in fit.x])
     error = statistics.median(abs(e) for e in tpot_errors(runs, fitted))
+    table_error = statistics.median(abs(e) for e in table_errors(table_points, fitted)) if table_points else math.nan
     versions = sorted({r.version for r in runs})
+    tables = ""
+    if table_points:
+        sources = ", ".join(sorted({p.source for p in table_points}))
+        tables = (f" and the throughput of {len(table_points)} max-throughput rows of {sources} (perf_points.csv) "
+                  f"on this GPU, each kind weighing half (median |throughput error| {table_error:.1%})")
     profile = fitted.model_copy(update={
         "name": f"{base.name}-{engine}",
         "engine": engine,
@@ -145,11 +178,11 @@ def fit_engine(
         "source": (
             f"{base.name} (hardware fields) with {', '.join(fields)} fitted by benchmarks/accuracy/serving.py "
             f"--refit: robust least squares on log(predicted/measured) TPOT of {len(runs)} {ENGINE_NAMES[engine]} "
-            f"runs of {source_note}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
+            f"runs of {source_note}{tables}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
             f"{ENGINE_LIMITS[engine]} are the engine's defaults{'; ' + physics_note if physics_note else ''}"
         ),
     })
-    return EngineFit(profile, len(runs), error)
+    return EngineFit(profile, len(runs), error, len(table_points), table_error)
 
 
 def at_bound(field: str, value: float) -> bool:

@@ -3,6 +3,8 @@ and the fit recovering fields it is given data for."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shardplan.hardware import parse_cluster
@@ -19,7 +21,11 @@ from shardplan.solver.cost.calibration.engine_fit import (
     decode_floor_ms,
     fit_engine,
     floor_profile,
+    kind_weights,
+    tpot_errors,
 )
+from shardplan.solver.cost.calibration.measures import predict
+from shardplan.solver.cost.calibration.points import THROUGHPUT, Point
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
 from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.evaluate import evaluate
@@ -118,3 +124,46 @@ def test_no_profile_prices_a_decode_step_below_the_floor(profile: Profile):
     # a floor is a floor of any profile: the same physical limits whatever the fitted fields were
     slower = profile.model_copy(update={"hbm_efficiency": 0.4, "layer_overhead_us": 150.0})
     assert evaluate(problem, layout, floor_profile(slower)).metrics.decode_step_ms == pytest.approx(floor)
+
+
+@pytest.mark.parametrize(("runs", "rows"), [(135, 102), (170, 37), (10, 1)])
+def test_runs_and_table_rows_weigh_half_each_in_the_joint_fit(runs: int, rows: int):
+    run_weight, row_weight = kind_weights(runs, rows)
+    # a residual's weight enters squared: each kind's total is half of all the residuals together
+    assert runs * run_weight**2 == pytest.approx((runs + rows) / 2)
+    assert rows * row_weight**2 == pytest.approx((runs + rows) / 2)
+    assert kind_weights(runs, 0) == (1.0, 0.0)  # no table rows: the runs-only fit, every run weighing 1
+
+
+def _table_point(model_name: str, tp: int, isl: int, osl: int, truth: Profile) -> Point:
+    """A max-throughput row of 8,192 sequences' steady state whose measured value is what ``truth`` predicts."""
+    model = get_model(model_name)
+    problem = Problem(model=model, cluster=parse_cluster(f"{tp}xH100"), workload=Workload(isl=isl, osl=osl, batch=2048),
+                      objective=Objective.THROUGHPUT, engine="trtllm")
+    layout = Layout.even(model.num_layers, 1, tp=tp, batch=2048)
+    unpriced = Point(row_id="1", source="synthetic", metric="output_tokens_per_s_total", value=1.0, kind=THROUGHPUT,
+                     group=None, gpu="H100-SXM", software="trtllm", num_gpus=tp, problem=problem, layout=layout)
+    return replace(unpriced, value=predict(unpriced, truth).value)
+
+
+def test_the_joint_fit_recovers_the_fields_from_runs_and_table_rows_together():
+    # Runs of one model at batches where its decode step only reads weights fix a line of (layer overhead, weight
+    # stream) pairs, not a point: every pair on it prices them alike. Table rows of a model with another weight
+    # per layer (Llama-3.1-70B at TP8: ~0.22 GB per layer and GPU in BF16, Llama-3.1-8B at TP1 ~0.47 GB) cross that
+    # line. Made by one profile, both kinds together give its fields back; the runs alone do not.
+    pytest.importorskip("scipy")
+    base = get_profile("h100-sxm")
+    truth = base.model_copy(update={**ENGINE_LIMITS["trtllm"], "layer_overhead_us": 25.0, "hbm_efficiency": 0.7})
+    runs = []
+    for batch in (1, 16):
+        problem, layout = _one_gpu_llama_8b(batch=batch, engine="trtllm")
+        m = evaluate(problem, layout, truth).metrics
+        runs.append(EngineRun(problem, layout, m.tpot_ms, m.ttft_ms, "llama-3.1-8b", "test"))
+    rows = [_table_point("llama-3.1-70b", 8, isl, osl, truth) for isl, osl in ((128, 2048), (2048, 128), (500, 2000))]
+    fitted = fit_engine(base, "trtllm", runs, "synthetic runs", table_points=rows)
+    assert fitted.profile.layer_overhead_us == pytest.approx(25.0, rel=0.03)
+    assert fitted.profile.hbm_efficiency == pytest.approx(0.7, rel=0.03)
+    assert fitted.table_rows == 3 and fitted.table_median_abs_error < 0.01
+    assert "3 max-throughput rows of synthetic" in fitted.profile.source
+    runs_only = fit_engine(base, "trtllm", runs, "synthetic runs").profile
+    assert abs(runs_only.layer_overhead_us - 25.0) > 5.0 and max(abs(e) for e in tpot_errors(runs, runs_only)) < 0.01
