@@ -242,7 +242,7 @@ class _Branching:
             t, m = self.t, self.t.memory[o]
             weights = sum(t.layers_of(k) * m.weights[k] for k in t.kinds)
             kv = sum(t.layers_of(k) * m.kv_per_seq[k] for k in t.kinds)
-            fixed = weights + m.first + (m.last_with_first if S == 1 else m.last) + S * m.fixed
+            fixed = weights + m.replica_end_bytes(S) + S * m.fixed
             found = self._replica_bytes[key] = (fixed, kv + S * m.logits_per_seq)
         return found
 

@@ -90,7 +90,7 @@ def _may_fit(oracle: Oracle, o: Shape, opt: BatchOption, S: int, weights_bytes: 
     oracle.t.price(o, opt)  # an option the search's own space may not have priced
     t, m = oracle.t, oracle.t.memory[o]
     seqs = oracle.seqs_per_gpu(o, opt, S)
-    total = weights_bytes + kv_bytes_per_seq * seqs + m.first + (m.last_with_first if S == 1 else m.last)
+    total = weights_bytes + kv_bytes_per_seq * seqs + m.replica_end_bytes(S)
     total += S * (seqs * m.logits_per_seq + t.chunk_activation[(o, opt)] + m.fixed)
     return total <= S * t.limit_bytes
 

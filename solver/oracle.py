@@ -21,7 +21,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import ServingStack, UnderLoad, resolve_profile, under_load
 from shardplan.solver.space import BatchOption, Shape
-from shardplan.solver.tables import MemoryEntry, Tables, TimeEntry
+from shardplan.solver.tables import Tables, TimeEntry
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class Oracle:
         p = sum(n * e.prefill[k] for k, n in counts.items()) + p_extra
         seqs = self.seqs_per_gpu(o, opt, S)
         mem = sum(n * (m.weights[k] + m.kv_per_seq[k] * seqs) for k, n in counts.items())
-        mem += seqs * m.logits_per_seq + t.chunk_activation[(o, opt)] + m.fixed + _stage_end_bytes(m, s, S)
+        mem += seqs * m.logits_per_seq + t.chunk_activation[(o, opt)] + m.fixed + m.end_bytes(s, S)
         return d, p, mem
 
     def fronts(self, o: Shape, opt: BatchOption, S: int) -> list[SplitPoint]:
@@ -169,7 +169,7 @@ class Oracle:
         front: dict[int, list[SplitPoint]] = {0: [(0, 0, (0,))]}
         for s in range(S):
             d_extra, p_extra = _stage_extras(e, s, S)
-            m_extra = per_stage_bytes + _stage_end_bytes(m, s, S)
+            m_extra = per_stage_bytes + m.end_bytes(s, S)
             nxt: dict[int, list[SplitPoint]] = {}
             ends = [L] if s == S - 1 else range(s + 1, L - (S - 1 - s) + 1)
             for j in ends:
@@ -201,7 +201,7 @@ class Oracle:
         front: dict[int, list[CapacityPoint]] = {0: [(0, 0, _UNBOUNDED, (0,))]}
         for s in range(S):
             d_extra, p_extra = _stage_extras(e, s, S)
-            room = limit - fixed_bytes - _stage_end_bytes(m, s, S)
+            room = limit - fixed_bytes - m.end_bytes(s, S)
             nxt: dict[int, list[CapacityPoint]] = {}
             for j in [L] if s == S - 1 else range(s + 1, L - (S - 1 - s) + 1):
                 cands: list[CapacityPoint] = []
@@ -460,13 +460,6 @@ def _stage_extras(e: TimeEntry, s: int, S: int) -> tuple[int, int]:
     d = first * e.first_decode + last * e.last_decode + (e.send_decode[s] if not last else 0)
     p = first * e.first_prefill + last * e.last_prefill + (e.send_prefill[s] if not last else 0)
     return d, p
-
-
-def _stage_end_bytes(m: MemoryEntry, s: int, S: int) -> int:
-    """Bytes slot s of S holds for the model's ends: the embedding on the first, the LM head on the last
-    (which on a single stage may reuse the embedding's weights)."""
-    first, last = s == 0, s == S - 1
-    return first * m.first + last * (m.last_with_first if S == 1 else m.last)
 
 
 def _pareto3(points: list[CapacityPoint]) -> list[CapacityPoint]:

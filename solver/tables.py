@@ -68,6 +68,16 @@ class MemoryEntry:
     fixed: int  # runtime + communication buffers
     logits_per_seq: int  # activation bytes per sequence held (decode logits)
 
+    def end_bytes(self, s: int, S: int) -> int:
+        """Bytes slot s of S stages holds for the model's ends: the embedding on the first, the LM head on
+        the last (on a single stage it may reuse the embedding's weights)."""
+        first, last = s == 0, s == S - 1
+        return first * self.first + last * (self.last_with_first if S == 1 else self.last)
+
+    def replica_end_bytes(self, S: int) -> int:
+        """The ends' bytes over all S stages of a replica (``end_bytes`` summed over the slots)."""
+        return self.first + (self.last_with_first if S == 1 else self.last)
+
 
 @dataclass
 class Tables:
