@@ -20,8 +20,9 @@ from tests.unit.solver.cost.factory import layout, problem
 def _case():
     """Llama-3.1-70B FP8 on one H200 at 1,024 / 8,192: far fewer whole sequences fit than 128 users."""
     p = problem("llama-3.1-70b", "1xH200", isl=1024, osl=8192, weights="fp8", kv="fp8")
-    reserving = get_profile("h200-sxm-trtllm")
-    paging = reserving.model_copy(update={"reserves_whole_sequence": False})
+    engine = get_profile("h200-sxm-trtllm")  # the policy set explicitly: this checks the pricing, not the file
+    reserving = engine.model_copy(update={"reserves_whole_sequence": True})
+    paging = engine.model_copy(update={"reserves_whole_sequence": False})
     return p, reserving, paging
 
 
