@@ -139,6 +139,15 @@ class Profile(BaseModel):
         "before the first token leaves it (an overlapped scheduler's step, the context request's first generation "
         "step). 0.5 (half a step) unless fitted per engine on closed-loop runs",
     )
+    reserves_whole_sequence: bool = Field(
+        default=False,
+        description="whether the engine admits a request only once KV cache for its whole sequence (prompt and every "
+        "output token) is free, and never evicts one it started. TensorRT-LLM: yes (its default capacity scheduler "
+        "policy, GUARANTEED_NO_EVICT; docs 'Useful Runtime Options'); vLLM: no (it admits on the blocks a request "
+        "holds now and preempts on a shortage); SGLang: no (it admits on an estimate of future tokens, "
+        "--schedule-conservativeness). True: at a concurrency above the largest batch whose whole sequences fit "
+        "memory, the rest wait for a slot (evaluate's slot queue); false: no slot queue is priced",
+    )
     prefill_mixes_with_decode: bool = Field(
         default=True,
         description="whether the engine's scheduler runs prefill chunks in the same forward step as the running "
@@ -261,7 +270,7 @@ _FILE_LIMITS: dict[str, tuple[float, float]] = {
     "max_num_tokens": (1, 1 << 30),
 }
 # The only true/false fields: elsewhere a JSON true is not a number.
-_FLAGS = ("default", "engine_default", "prefill_mixes_with_decode")
+_FLAGS = ("default", "engine_default", "prefill_mixes_with_decode", "reserves_whole_sequence")
 # Fields a file may hold without a range: words, and the fit's own record (not used to price anything).
 _UNPRICED = ("name", "gpu", "software", "engine", "source", "fit_rows", "fit_median_abs_error", *_FLAGS)
 

@@ -17,7 +17,9 @@ class Metrics(_Data):
     """Latency as users measure it at the plan's concurrency (closed loop, steady state; DESIGN.md)."""
 
     ttft_ms: float = Field(description="time to first token: the prompt's prefill, plus under load the decode "
-                                       "rounds its chunk steps carry and half a step of waiting")
+                                       "rounds its chunk steps carry and half a step of waiting, and where the "
+                                       "engine reserves whole sequences and the batch does not fit memory, the "
+                                       "wait for a slot")
     tpot_ms: float = Field(description="time per output token: a decode round plus the prefill of the other "
                                        "requests that shares its steps")
     decode_step_ms: float = Field(description="one decode round of every sequence in flight, no prefill")

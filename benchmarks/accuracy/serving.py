@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from benchmarks.accuracy import _SHARED, POINTS_CSV
+from benchmarks.accuracy.ttft_shape import PricedRun, print_shape, repeat_spread
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import Engine, Profile, list_profiles, profile_for_gpu, reload_profiles
@@ -366,6 +367,42 @@ def offset_table(priced: Sequence[Priced]) -> list[tuple[str, float, float, floa
     return out
 
 
+def _band(p: Priced) -> str:
+    return f"c {p.run.bucket}"
+
+
+SHAPE_SLICES: dict[str, Callable[[Priced], str]] = {
+    "version": lambda p: "named" if names_its_version(p.run.engine_version) else "unstated",
+    "source": lambda p: p.run.origin.replace("NVIDIA ", "").replace(" measurements", "") or "unstated",
+    "concurrency": _band,
+    "ISL": lambda p: str(p.run.problem.workload.isl),
+    "GPU": lambda p: p.run.problem.cluster.gpu.name,
+    "model": lambda p: p.run.problem.model.name.split("/")[-1],
+    "TP": lambda p: f"tp{p.run.layout.tp}",
+    "attention DP": lambda p: f"{p.run.layout.attn_dp} ranks",
+    "memory": lambda p: "fits" if p.fits else "does not fit",
+}
+
+
+def _configuration(p: Priced) -> tuple[object, ...]:
+    """What two measurements of the same configuration share: engine and version, model and formats, GPU,
+    layout, workload and concurrency."""
+    r = p.run
+    return (r.engine, r.engine_version, r.problem.model.name, r.problem.model.weights_dtype, r.problem.cluster.gpu.name,
+            r.layout, r.problem.workload.isl, r.problem.workload.osl, r.concurrency)
+
+
+def print_ttft_shape(priced: Sequence[Priced]) -> None:
+    """Per engine, the TTFT error sliced (``ttft_shape``): bias and scatter per slice, and the repeats' spread."""
+    print("TTFT error by slice (median |error| (runs, bias = median signed error, scatter = median |error| about "
+          "the slice's median ratio)):")
+    for engine in ENGINES:
+        group = [p for p in priced if p.run.engine == engine]
+        if group:
+            repeats = repeat_spread((_configuration(p), p.run.ttft_ms) for p in group)
+            print_shape(engine, group, cast(dict[str, Callable[[PricedRun], str]], SHAPE_SLICES), repeats)
+
+
 def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, float, float]]:
     """Per engine, the runs whose engine version the source names and those it leaves unstated (measured
     October-November 2025, months before the named versions' runs): (engine, which, runs, median |TTFT
@@ -608,6 +645,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-only", action="store_true",
                     help="with --refit or --holdout: fit TensorRT-LLM's engine fields on its serving runs alone, not "
                     "on its runs and its max-throughput table rows of the same GPU (v0.17, v1.0) together")
+    ap.add_argument("--shape", action="store_true",
+                    help="also the TTFT error per engine by source, version, concurrency, ISL, GPU, model, TP, "
+                    "attention DP and memory fit, each slice's bias and scatter, and how far repeated runs disagree")
     ap.add_argument("--holdout", action="store_true",
                     help="also the leave-one-model-out TPOT and TTFT checks and the leave-one-band-out TTFT check")
     args = ap.parse_args(argv)
@@ -652,6 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):
         print(f"  {engine:10s} {ttft_ratio:10.2f} {ttft_left:11.1%} {tpot_ratio:10.2f} {tpot_left:11.1%}")
+    if args.shape:
+        print_ttft_shape(priced)
     return 0
 
 

@@ -38,6 +38,12 @@ per replica, closed loop, steady state):
   at most ``p`` (``own = ceil(min(p, 1 + k x (C - 1)) x prefill / p)``), and no decode round rides on its
   steps (``wait = ceil(w x round)``, only the iterations before its batch); the queue, the fixed cost and
   TPOT are as above (decode paused for a batch or sharing a step with it costs the same time in this model);
+- an engine that **reserves a request's whole sequence** (``reserves_whole_sequence``: TensorRT-LLM's default
+  GUARANTEED_NO_EVICT capacity policy starts a request only with KV cache free for its prompt and every
+  output token) runs at most H = the largest batch whose whole sequences fit memory; at C > H the steps
+  above are priced at H and the other users wait for a slot: C users cycling through H slots held e2e_H
+  each wait ``ceil((C - H) x e2e_H / H)`` (Little's law), added to TTFT and e2e, so throughput is the held
+  batch's. The solver's plans fit memory (C <= H), so for them this adds nothing;
 - **e2e** = TTFT + (OSL - 1) x TPOT; **throughput** = dp x C x OSL / e2e (Little's law, exactly).
 """
 
@@ -189,6 +195,28 @@ ttft_ns=100, tpot_ns=10, e2e_ns=140)
     return UnderLoad(round_ns, share, own, wait, queue, stack.overhead_ns, ttft, tpot, ttft + (osl - 1) * tpot)
 
 
+def slots_held(problem: Problem, layout: Layout, profile: Profile) -> int:
+    """Sequences per replica the engine runs at once: the layout's batch, unless the profile's engine admits a
+    request only with KV cache for its whole sequence (``reserves_whole_sequence``) and that batch does not fit
+    memory; then the largest batch that does (at least one: a layout holding no sequence is priced as stated,
+    and its memory report says it does not fit). The solver's plans always fit, so for them this is the batch."""
+    if not profile.reserves_whole_sequence or fits(problem, layout, profile):
+        return layout.batch
+    return max(1, max_batch(problem, layout, profile))
+
+
+def slot_wait_ns(concurrency: int, held: int, e2e_held_ns: int) -> int:
+    """The wait for a slot of C = ``concurrency`` closed-loop users sharing ``held`` slots, each held for
+    ``e2e_held_ns`` (a request's end-to-end at the held batch). By Little's law the slots serve held /
+    e2e requests per unit time, so a user's cycle is C x e2e / held, of which it waits the rest:
+    ceil((C - held) x e2e / held); 0 when every user has a slot.
+
+    >>> slot_wait_ns(4, 4, 1000), slot_wait_ns(6, 4, 1000), slot_wait_ns(8, 4, 1000)
+    (0, 500, 1000)
+    """
+    return -(-(concurrency - held) * e2e_held_ns // held) if concurrency > held else 0
+
+
 @dataclass(frozen=True)
 class PhaseTable:
     """Integer nanoseconds of one step of each layer kind, and of the model's two ends."""
@@ -309,6 +337,9 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     (priced with ``profile`` if given, else the problem's or the GPU's default profile)."""
     model, cluster, wl = problem.model, problem.cluster, problem.workload
     profile = resolve_profile(problem, profile)
+    memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence
+    concurrency = layout.batch
+    layout = layout.model_copy(update={"batch": slots_held(problem, layout, profile)})
     shape = stage_shape(model, layout)
     ctx = CostContext(model, cluster, profile, shape, problem.redundant_slots)
     batch, S = layout.batch, layout.pp
@@ -356,21 +387,23 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     steps = prefill_steps(problem, profile, micro, layout.attn_dp)
     prefill_ns = sum(chunk_ns) + sum(send_chunk)
     load = under_load(prefill_ns, round_ns, slowest_chunk_ns, batch, wl.osl, chunk, steps, ServingStack.of(profile))
-    tokens_per_s = layout.dp * batch * wl.osl * NS_PER_S / load.e2e_ns
+    slot_ns = slot_wait_ns(concurrency, batch, load.e2e_ns)
+    ttft_ns, e2e_ns = load.ttft_ns + slot_ns, load.e2e_ns + slot_ns
+    tokens_per_s = layout.dp * concurrency * wl.osl * NS_PER_S / e2e_ns
     metrics = Metrics(
-        ttft_ms=load.ttft_ns / 1e6,
+        ttft_ms=ttft_ns / 1e6,
         tpot_ms=load.tpot_ns / 1e6,
         decode_step_ms=load.decode_step_ns / 1e6,
-        e2e_ms=load.e2e_ns / 1e6,
+        e2e_ms=e2e_ns / 1e6,
         output_tokens_per_s=tokens_per_s,
         output_tokens_per_s_per_gpu=tokens_per_s / layout.num_gpus,
         output_tokens_per_s_per_user=1e9 / load.tpot_ns,
-        batch=batch,
+        batch=concurrency,
     )
     return Prediction(
         metrics=metrics,
         stages=tuple(timings),
-        memory=memory_reports(problem, layout, profile),
+        memory=memory,
         profile=profile.name,
         microbatches=mu,
         prefill_chunk=chunk,

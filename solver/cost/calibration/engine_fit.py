@@ -56,8 +56,10 @@ ENGINE_LIMITS: dict[str, dict[str, float]] = {
     # own before any decode step (get_next_batch_to_run); --enable-mixed-chunk, off by default, mixes them.
     "sglang": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": False},
     # TensorRT-LLM trtllm-serve: max_batch_size 2048, max_num_tokens 8192; in-flight batching runs context
-    # and generation requests in one batch.
-    "trtllm": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": True},
+    # and generation requests in one batch. Its default capacity scheduler policy, GUARANTEED_NO_EVICT, starts a
+    # request only when KV cache for its whole sequence is free (docs "Useful Runtime Options").
+    "trtllm": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": True,
+               "reserves_whole_sequence": True},
 }
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 

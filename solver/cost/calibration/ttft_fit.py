@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
 from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, EngineRun
-from shardplan.solver.cost.evaluate import evaluate
+from shardplan.solver.cost.evaluate import evaluate, slots_held
 
 TTFT_FIELDS: tuple[str, ...] = ("ttft_queue_share", "ttft_wait_steps", "request_overhead_ms")
 TTFT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -86,28 +86,35 @@ class TtftRun:
     mixes: bool = True  # prefill_mixes_with_decode of the profile
     round_ms: float = 0.0  # a decode round under load (0 at C = 1: nothing to wait for)
     source: str = ""  # the measurement's origin, for leave-one-source-out
+    # C / slots held (``evaluate.slots_held``): above 1 only where the engine reserves whole sequences and C of them
+    # do not fit. The slot wait is (C - held) / held of the held batch's end-to-end, whose TTFT carries the fields,
+    # so every field's term enters C / held times (``base_ms`` holds the rest of that wait).
+    slot_factor: float = 1.0
 
     def core_ms(self, share: float, wait_steps: float) -> float:
         """TTFT without the fixed cost: where prefill does not mix with decode the prompt's batch holds
         min(p, 1 + share x (C - 1)) prompts instead of its own share."""
-        extra = 0.0 if self.mixes else self.own_ms * (min(self.chunk, 1 + share * (self.concurrency - 1)) - 1)
-        return self.base_ms + wait_steps * self.round_ms + share * self.queue_unit_ms + extra
+        held = self.concurrency / self.slot_factor
+        extra = 0.0 if self.mixes else self.own_ms * (min(self.chunk, 1 + share * (held - 1)) - 1)
+        return self.base_ms + self.slot_factor * (wait_steps * self.round_ms + share * self.queue_unit_ms + extra)
 
 
 def ttft_run(run: EngineRun, profile: Profile) -> TtftRun:
     """``run`` priced with ``profile`` less its serving-stack fields."""
     bare = profile.model_copy(update={"ttft_queue_share": 0.0, "request_overhead_ms": 0.0, "ttft_wait_steps": 0.0})
     pred = evaluate(run.problem, run.layout, bare)
+    held = slots_held(run.problem, run.layout, profile)  # the batch the steps are priced at
     slowest_ms = max(s.prefill_ms + s.send_prefill_ms for s in pred.stages)
-    unit = (run.layout.batch - 1) * slowest_ms / pred.prefill_chunk
+    unit = (held - 1) * slowest_ms / pred.prefill_chunk
     own_ms = sum(s.prefill_ms + s.send_prefill_ms for s in pred.stages) / pred.prefill_chunk
-    round_ms = pred.metrics.decode_step_ms if run.layout.batch > 1 else 0.0
+    round_ms = pred.metrics.decode_step_ms if held > 1 else 0.0
     return TtftRun(pred.metrics.ttft_ms, unit, run.ttft_ms, run.model, run.layout.batch, own_ms,
-                   pred.prefill_chunk, profile.prefill_mixes_with_decode, round_ms, run.origin)
+                   pred.prefill_chunk, profile.prefill_mixes_with_decode, round_ms, run.origin,
+                   run.layout.batch / held)
 
 
 def predicted_ms(run: TtftRun, fields: TtftFields) -> float:
-    return run.core_ms(fields.share, fields.wait_steps) + fields.overhead_ms
+    return run.core_ms(fields.share, fields.wait_steps) + run.slot_factor * fields.overhead_ms
 
 
 def _grid(field: str, step: float) -> list[float]:
@@ -130,8 +137,10 @@ def fit_ttft(runs: Sequence[TtftRun]) -> TtftFields:
     free_name, over_name = fitted_fields(mixes)
     logs = [math.log(r.measured_ms) for r in runs]
 
+    factors = [r.slot_factor for r in runs]
+
     def loss(free: float, overhead: float, cores: list[float]) -> float:
-        return sum(abs(math.log(c + overhead) - m) for c, m in zip(cores, logs, strict=True))
+        return sum(abs(math.log(c + f * overhead) - m) for c, f, m in zip(cores, factors, logs, strict=True))
 
     def cores(free: float) -> list[float]:
         f = _fields(mixes, free, 0.0)
