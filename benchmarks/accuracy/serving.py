@@ -65,7 +65,16 @@ from shardplan.solver.cost.calibration.engine_fit import (
     tpot_errors,
 )
 from shardplan.solver.cost.calibration.fit import write_profile
-from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
+from shardplan.solver.cost.calibration.op_terms import (
+    MOE_ROUTED_AT_BANDWIDTH,
+    OpTerms,
+    moe_held_out_errors,
+    moe_points,
+    moe_terms,
+    moe_terms_per_gpu,
+    op_terms,
+    read_op_points,
+)
 from shardplan.solver.cost.calibration.points import THROUGHPUT, Point, load_points
 from shardplan.solver.cost.calibration.ttft_fit import (
     TTFT_BOUNDS,
@@ -444,9 +453,11 @@ def _hardware_profile(gpu: str) -> Profile:
     return next((p for p in list_profiles() if p.default and p.gpu == gpu), profile_for_gpu(gpu, "trtllm"))
 
 
+OP_GPUS = ("H100-SXM", "H200-SXM")  # the GPUs op_points.csv measured
+
+
 def _op_terms() -> OpTerms:
-    gpus = ("H100-SXM", "H200-SXM")  # the GPUs op_points.csv measured
-    return op_terms(OPS_CSV, {g: _hardware_profile(g) for g in gpus})
+    return op_terms(OPS_CSV, {g: _hardware_profile(g) for g in OP_GPUS})
 
 
 def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
@@ -459,17 +470,25 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     del per_gpu["low_precision_stream_ratio"]
     base = _hardware_profile(gpu).model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
-        "moe_fixed_us": round(terms.moe_fixed_us, 2),
-        "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
         "full_width_passes": FULL_WIDTH_PASSES,
     })
     where = "this GPU's" if measured else "the mean of the H100's and H200's (an assumption: no points for this GPU)"
     note = (f"op_points.csv: attention_fixed_us and kv_stream_efficiency from {where} generation-attention "
-            f"kernels (fixed time + bytes / stream); moe_fixed_us and moe_routed_token_ns from {terms.moe_points} "
-            "balanced DeepSeek-V3 MoE points (H100, H200) less the modelled expert GEMMs; full_width_passes "
+            f"kernels (fixed time + bytes / stream); moe_fixed_us and moe_routed_token_ns from {terms.moe.points} "
+            "balanced DeepSeek-V3 MoE points (H100, H200) less the modelled expert GEMMs"
+            f"{_moe_bandwidth_note(gpu, terms)}; full_width_passes "
             f"{FULL_WIDTH_PASSES:g} (two fused residual-add + RMSNorm kernels per layer, each reading and writing "
             "two hidden vectors)")
     return base, note
+
+
+def _moe_bandwidth_note(gpu: str, terms: OpTerms) -> str:
+    """Where the per-assignment MoE cost comes from when it is priced as bytes at the GPU's HBM peak."""
+    if not terms.moe.at_bandwidth:
+        return ""
+    where = "measured" if gpu in terms.kv_stream_efficiency else "an assumption: no MoE points for this GPU"
+    return (f", the per-assignment part {terms.moe.per_assignment:.1f} bytes per hidden element at this GPU's HBM "
+            f"peak ({get_gpu(gpu).hbm_bytes_per_s / 1e12:g} TB/s, {where})")
 
 
 # The engine whose offline tables perf_points.csv holds (trtllm-bench), and the software generation of the tables
@@ -620,6 +639,29 @@ def print_engine_fields() -> None:
               f"{', '.join(fitted_fields(p.prefill_mixes_with_decode))})")
 
 
+def print_moe_points() -> None:
+    """The MoE operator points behind moe_fixed_us and moe_routed_token_ns: each GPU's own fit, and each GPU's
+    points priced by the fit on the other's, with the per-assignment part as one figure or as bytes at each
+    GPU's HBM peak (op_terms.MOE_ROUTED_AT_BANDWIDTH picks which the profiles carry)."""
+    profiles = {g: _hardware_profile(g) for g in OP_GPUS}
+    rows = read_op_points(OPS_CSV)
+    own = moe_terms_per_gpu(rows, profiles)
+    cells = ", ".join(f"{g} {fixed:.1f} us + {ns:.1f} ns" for g, (fixed, ns) in own.items())
+    ns = [per for _, per in own.values()]
+    bandwidth = [get_gpu(g).hbm_bytes_per_s for g in own]
+    print(f"MoE operator points (op_points.csv, balanced DeepSeek-V3), each GPU alone: {cells} per assignment "
+          f"(second / first {ns[-1] / ns[0]:.2f}; HBM bandwidth {bandwidth[0] / bandwidth[-1]:.2f})")
+    points = moe_points(rows, profiles)
+    for at_bandwidth, form in ((False, "one figure"), (True, "bytes at HBM peak")):
+        held = moe_held_out_errors(points, at_bandwidth)
+        cells = "; ".join(g + " " + " ".join(f"{n:g}: {e:+.1%}" for n, e in errs) for g, errs in held.items())
+        terms = moe_terms(rows, profiles, at_bandwidth)
+        chosen = " (the profiles')" if at_bandwidth == MOE_ROUTED_AT_BANDWIDTH else ""
+        print(f"  {form}{chosen}: {terms.fixed_us:.1f} us + " + ", ".join(
+            f"{g} {terms.routed_token_ns(g):.1f} ns" for g in (*OP_GPUS, "B200-SXM"))
+            + f"; fitted on the other GPU, error per assignments per GPU: {cells}")
+
+
 def print_below_floor(priced: Sequence[Priced]) -> None:
     """How many runs measured a TPOT below the least decode step one token per step allows
     (``engine_fit.decode_floor_ms``), and how many of those do not fit memory (so ran fewer sequences than
@@ -672,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_median([abs(e) for e in held_rows]):.1%}")
             print_ttft_holdout(ttft_runs(groups))
     print_engine_fields()
+    print_moe_points()
     print(f"{len(runs)} runs ({2 * len(runs)} rows) of {SOURCE}; skipped rows: "
           + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
     priced = price(runs)

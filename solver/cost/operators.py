@@ -271,8 +271,11 @@ class CostContext:
         routing, permuting tokens to their experts, quantising activations and the weighted combine, a
         fixed part and a part per token-to-expert assignment the GPU serves (op_points.csv MoE rows).
         The per-assignment part copies, quantises and sums hidden-wide rows, so it scales with the
-        model's hidden size from the one it was measured at (``MOE_REFERENCE_HIDDEN``): ~45 ns per
-        7,168-wide assignment on H100 is ~9 passes over a 16-bit row at the weight stream's rate."""
+        model's hidden size from the one it was measured at (``MOE_REFERENCE_HIDDEN``): 35.5 ns per
+        7,168-wide assignment, one figure fitted on the H100 and H200 points together, is ~7 passes over a
+        16-bit row at H100's weight stream. The points themselves say the figure falls with HBM bandwidth
+        (H100 alone 61 ns, H200 alone 18); priced that way (op_terms.py ``MOE_ROUTED_AT_BANDWIDTH``) the
+        user-facing rows came out slightly worse, so one figure stays (benchmarks/accuracy/README.md)."""
         if assignments <= 0:
             return 0.0
         p = self.profile

@@ -41,7 +41,7 @@ from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_clu
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
-from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
+from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
 
 DIGITS = 4
@@ -285,8 +285,6 @@ def with_op_terms(profile: Profile, terms: OpTerms) -> Profile:
     del per_gpu["low_precision_stream_ratio"]
     return profile.model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
-        "moe_fixed_us": round(terms.moe_fixed_us, 2),
-        "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
         "full_width_passes": FULL_WIDTH_PASSES,
     })
 
@@ -457,10 +455,12 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
     terms = ""
     if result.profile.full_width_passes:
         where = "this GPU's" if result.profile.gpu in _OP_GPUS else "the H100's and H200's mean (an assumption)"
+        routed = " (the per-assignment part as bytes at this GPU's HBM peak)" if MOE_ROUTED_AT_BANDWIDTH else ""
         terms = (
             f"; operator terms (op_points.csv): attention_fixed_us and kv_stream_efficiency from {where} "
             "generation-attention kernels, moe_fixed_us and moe_routed_token_ns from the balanced DeepSeek-V3 MoE "
-            f"points less their expert GEMMs at the bare kernels' efficiencies, full_width_passes {FULL_WIDTH_PASSES:g}"
+            f"points less their expert GEMMs at the bare kernels' efficiencies{routed}, full_width_passes "
+            f"{FULL_WIDTH_PASSES:g}"
         )
     source = (
         f"fitted by shardplan calibrate: least squares on log(predicted/measured) of {result.rows} rows of "

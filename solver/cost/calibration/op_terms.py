@@ -11,9 +11,19 @@ all-reduce factors ``fit.op_factors`` reads:
 - ``moe_fixed_us`` and ``moe_routed_token_ns``: what a MoE block costs beyond the expert GEMMs the cost
   model prices: each balanced-routing MoE point's measured time less ``CostContext``'s expert GEMM time
   for the same shape, fitted as ``fixed + per_assignment x assignments per GPU`` (relative least
-  squares, both at least 0).
+  squares, both at least 0), one figure for every GPU.
 
-No scipy: one median and one two-parameter linear least squares.
+  Pricing the per-assignment part as memory traffic instead (``MOE_ROUTED_AT_BANDWIDTH``: bytes per
+  assignment and hidden element at each GPU's datasheet HBM peak, ``hardware/presets/gpus.json``) was
+  measured and not taken (benchmarks/accuracy/README.md, branch ``moebw``). The points favour it: H100 and
+  H200 share one die and differ in HBM (3.35 vs 4.8 TB/s); fitted on each GPU's three points alone
+  (``moe_terms_per_gpu``) the fixed part is 29.1 and 27.8 us (a launch cost) and the per-assignment part
+  60.9 and 18.0 ns, a ratio of 0.30, below the bandwidth's 0.70 and far from the 1.0 of one figure; fitted
+  on one GPU, the other's 4,096-token point comes out within 13-17 % as bytes, 21-24 % as one figure. But
+  the engine profiles refit with it (H100 46.4 ns, H200 32.4, B200 and GB200 19.4 against 35.5 on all)
+  priced the user-facing table rows and the runs under load slightly worse.
+
+No scipy: medians and two-parameter linear least squares.
 """
 
 from __future__ import annotations
@@ -29,10 +39,27 @@ from shardplan.hardware.profile import Profile
 from shardplan.models import SpecError, get_model
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
-from shardplan.solver.cost.operators import CostContext, LayerKind, Step
+from shardplan.solver.cost.operators import MOE_REFERENCE_HIDDEN, CostContext, LayerKind, Step
 from shardplan.solver.cost.stage import stage_shape
 
 MOE_MODEL = "deepseek-v3"  # the MoE points are DeepSeek-V3 layers (hidden 7168, 256 experts, top-8)
+# Price the MoE per-assignment part as bytes at each GPU's HBM peak (True) or as one time on every GPU (False).
+# False: measured both ways, the bandwidth form priced the user-facing rows slightly worse (module docstring).
+MOE_ROUTED_AT_BANDWIDTH = False
+
+
+@dataclass(frozen=True)
+class MoeTerms:
+    """The MoE block's fixed cost and its per-assignment cost, as one figure or as bytes at HBM bandwidth."""
+
+    fixed_us: float
+    per_assignment: float  # ns per MOE_REFERENCE_HIDDEN-wide assignment; at_bandwidth: bytes per hidden element
+    at_bandwidth: bool
+    points: int
+
+    def routed_token_ns(self, gpu: str) -> float:
+        """``moe_routed_token_ns`` of a profile for ``gpu``."""
+        return moe_routed_ns(self.per_assignment, gpu) if self.at_bandwidth else self.per_assignment
 
 
 @dataclass(frozen=True)
@@ -40,20 +67,27 @@ class OpTerms:
     kv_stream_efficiency: dict[str, float]  # per GPU preset name
     attention_fixed_us: dict[str, float]  # per GPU preset name
     low_precision_stream_ratio: dict[str, float]  # per GPU preset name
-    moe_fixed_us: float
-    moe_routed_token_ns: float
-    moe_points: int
+    moe: MoeTerms
 
     def for_gpu(self, gpu: str) -> tuple[dict[str, float], bool]:
         """(the per-GPU terms as profile fields, measured): the GPU's own, else the mean of the measured
-        GPUs (an assumption: no points for this GPU)."""
+        GPUs (an assumption: no points for this GPU); the MoE terms from one fit over the measured GPUs."""
         tables = {
             "kv_stream_efficiency": self.kv_stream_efficiency,
             "attention_fixed_us": self.attention_fixed_us,
             "low_precision_stream_ratio": self.low_precision_stream_ratio,
         }
         measured = all(gpu in t for t in tables.values())
-        return {f: t[gpu] if measured else statistics.fmean(t.values()) for f, t in tables.items()}, measured
+        fields = {f: t[gpu] if measured else statistics.fmean(t.values()) for f, t in tables.items()}
+        # Stored to 0.01 us and ns, as the profiles have carried them.
+        fields["moe_fixed_us"] = round(self.moe.fixed_us, 2)
+        fields["moe_routed_token_ns"] = round(self.moe.routed_token_ns(gpu), 2)
+        return fields, measured
+
+
+def moe_routed_ns(bytes_per_element: float, gpu: str) -> float:
+    """ns to move ``bytes_per_element`` x ``MOE_REFERENCE_HIDDEN`` bytes at ``gpu``'s HBM peak."""
+    return bytes_per_element * MOE_REFERENCE_HIDDEN / get_gpu(gpu).hbm_bytes_per_s * 1e9
 
 
 def _ints(text: str, pattern: str) -> tuple[int, ...]:
@@ -63,7 +97,7 @@ def _ints(text: str, pattern: str) -> tuple[int, ...]:
     return tuple(int(x) for x in found.groups())
 
 
-def _rows(path: str | Path) -> list[dict[str, str]]:
+def read_op_points(path: str | Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
@@ -128,13 +162,23 @@ def _expert_gemm_us(gpu: str, tokens: int, ep: int, profile: Profile) -> float:
     return ops[Op.MOE_EXPERTS] * 1e6
 
 
-def moe_terms(rows: list[dict[str, str]], profiles: dict[str, Profile]) -> tuple[float, float, int]:
-    """(fixed us, ns per assignment, points used), from the balanced MoE points of the GPUs in ``profiles``."""
+@dataclass(frozen=True)
+class MoePoint:
+    """One balanced MoE operator point: the GPU, assignments it serves, measured and modelled-GEMM time."""
+
+    gpu: str
+    assignments: float
+    measured_us: float
+    gemm_us: float
+
+
+def moe_points(rows: list[dict[str, str]], profiles: dict[str, Profile]) -> list[MoePoint]:
+    """The balanced DeepSeek-V3 MoE points of the GPUs in ``profiles``, each with its modelled expert GEMMs."""
     model = get_model(MOE_MODEL)
     moe = model.moe
     if moe is None:
         raise SpecError("op_points", f"{MOE_MODEL} has no MoE layers")
-    points = []  # (assignments per GPU, measured us, modelled GEMM us)
+    points = []
     for r in rows:
         if not r["op"].startswith("moe (grouped") or "routing=balanced" not in r["shape_params"]:
             continue
@@ -149,34 +193,88 @@ def moe_terms(rows: list[dict[str, str]], profiles: dict[str, Profile]) -> tuple
         gpu = get_gpu(r["gpu"]).name
         if gpu not in profiles:
             continue
-        points.append((tokens * topk / ep, float(r["latency_us"]), _expert_gemm_us(gpu, tokens, ep, profiles[gpu])))
+        gemm_us = _expert_gemm_us(gpu, tokens, ep, profiles[gpu])
+        points.append(MoePoint(gpu, tokens * topk / ep, float(r["latency_us"]), gemm_us))
+    return points
+
+
+def fit_moe(points: list[MoePoint], us_per_unit: dict[str, float]) -> tuple[float, float]:
+    """(fixed us, per unit) minimising sum(((gemm + fixed + per x assignments x us_per_unit[gpu]) / measured
+    - 1)^2), both at least 0: linear in (fixed, per) with each row scaled by 1 / measured."""
     if len(points) < 2:
         raise SpecError("op_points", "fewer than two balanced MoE points: the MoE terms cannot be fitted")
-    # Minimise sum(((gemm + f + a x n) / measured - 1)^2): linear in (f, a) with rows scaled by 1/measured.
     sxx = sxy = syy = sx = sy = 0.0
-    for n, measured, gemm in points:
-        u, v, t = 1.0 / measured, n / measured, 1.0 - gemm / measured
+    for p in points:
+        u, v = 1.0 / p.measured_us, p.assignments * us_per_unit[p.gpu] / p.measured_us
+        t = 1.0 - p.gemm_us / p.measured_us
         sxx, sxy, syy, sx, sy = sxx + u * u, sxy + u * v, syy + v * v, sx + u * t, sy + v * t
     det = sxx * syy - sxy * sxy
+    if det <= 1e-12 * sxx * syy:
+        raise SpecError("op_points", "balanced MoE points of one size cannot split fixed and per-assignment costs")
     fixed = (sx * syy - sy * sxy) / det
     per = (sxx * sy - sxy * sx) / det
     if per < 0:  # keep both physical: refit the other alone
         per, fixed = 0.0, sx / sxx
     if fixed < 0:
         fixed, per = 0.0, sy / syy
-    return fixed, per * 1e3, len(points)
+    return fixed, per
 
 
-def op_terms(path: str | Path, profiles: dict[str, Profile]) -> OpTerms:
+def _us_per_unit(gpus: set[str], at_bandwidth: bool) -> dict[str, float]:
+    """us one unit of the per-assignment part costs per assignment on each GPU: 1 ns on every GPU, or (at
+    bandwidth) one byte per hidden element of the MoE points' rows at the GPU's HBM peak."""
+    hidden = get_model(MOE_MODEL).hidden_size
+    return {g: hidden / get_gpu(g).hbm_bytes_per_s * 1e6 if at_bandwidth else 1e-3 for g in gpus}
+
+
+def moe_terms(
+    rows: list[dict[str, str]], profiles: dict[str, Profile], at_bandwidth: bool = MOE_ROUTED_AT_BANDWIDTH
+) -> MoeTerms:
+    """The MoE terms from the balanced MoE points of the GPUs in ``profiles``: the per-assignment part as ns
+    on every GPU, or (``at_bandwidth``) as HBM bytes per hidden element, a point on GPU g taking bytes x
+    hidden / g's HBM peak."""
+    points = moe_points(rows, profiles)
+    fixed, per = fit_moe(points, _us_per_unit({p.gpu for p in points}, at_bandwidth))
+    return MoeTerms(fixed, per, at_bandwidth, len(points))
+
+
+def moe_terms_per_gpu(rows: list[dict[str, str]], profiles: dict[str, Profile]) -> dict[str, tuple[float, float]]:
+    """Per GPU: (fixed us, ns per assignment) fitted on that GPU's points alone (a fixed time per assignment,
+    no bandwidth): how the two parts move between GPUs is the evidence for pricing the second at HBM bandwidth."""
+    points = moe_points(rows, profiles)
+    fits = {}
+    for gpu in sorted({p.gpu for p in points}):
+        fits[gpu] = fit_moe([p for p in points if p.gpu == gpu], _us_per_unit({gpu}, False))
+    return fits
+
+
+def moe_held_out_errors(points: list[MoePoint], at_bandwidth: bool) -> dict[str, list[tuple[float, float]]]:
+    """Per GPU: (assignments, predicted / measured - 1) of its points, priced by the fit on the other GPUs'."""
+    units = _us_per_unit({p.gpu for p in points}, at_bandwidth)
+    held: dict[str, list[tuple[float, float]]] = {}
+    for gpu in sorted(units):
+        fixed, per = fit_moe([p for p in points if p.gpu != gpu], units)
+        held[gpu] = [
+            (p.assignments, (p.gemm_us + fixed + per * p.assignments * units[gpu]) / p.measured_us - 1)
+            for p in points if p.gpu == gpu
+        ]
+    return held
+
+
+def op_terms(
+    path: str | Path, profiles: dict[str, Profile], moe_at_bandwidth: bool = MOE_ROUTED_AT_BANDWIDTH
+) -> OpTerms:
     """Every term above from the operator points at ``path``; ``profiles[gpu]`` prices the MoE GEMMs."""
-    rows = _rows(path)
+    rows = read_op_points(path)
     kv = kv_stream_terms(rows)
     if not kv:
         raise SpecError("op_points", "no generation-attention points")
     ratios = low_precision_stream_ratios(rows)
     if not ratios:
         raise SpecError("op_points", "no M = 1 GEMMs of FP8 and 16-bit weights of one shape")
-    fixed, per_ns, n = moe_terms(rows, profiles)
     return OpTerms(
-        {g: eff for g, (_, eff) in kv.items()}, {g: us for g, (us, _) in kv.items()}, ratios, fixed, per_ns, n
+        {g: eff for g, (_, eff) in kv.items()},
+        {g: us for g, (us, _) in kv.items()},
+        ratios,
+        moe_terms(rows, profiles, moe_at_bandwidth),
     )

@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.accuracy import OPS_CSV
 from shardplan.hardware import get_gpu, parse_cluster
 from shardplan.hardware.profile import get_profile
 from shardplan.models import DType, SpecError, get_model
 from shardplan.solver.cost.calibration.op_terms import (
+    MoeTerms,
+    OpTerms,
     _expert_gemm_us,
+    fit_moe,
     kv_stream_terms,
     low_precision_stream_ratios,
+    moe_held_out_errors,
+    moe_points,
     moe_terms,
+    moe_terms_per_gpu,
+    read_op_points,
 )
 from shardplan.solver.cost.operators import CostContext, LayerKind, Phase, Step
 from shardplan.solver.cost.stage import shape_of
@@ -60,6 +68,10 @@ def test_the_fp8_stream_ratio_compares_bytes_per_second_of_the_same_shape():
     assert low_precision_stream_ratios(rows) == {"H200-SXM": pytest.approx((1 / 30.0) / (2 / 36.0))}
 
 
+HOPPER = {"H100-SXM": "h100-sxm", "H200-SXM": "h200-sxm"}
+HOPPER_ROWS = {"H100-SXM": "H100-SXM-80GB", "H200-SXM": "H200-SXM-141GB"}
+
+
 def test_moe_terms_recover_the_fixed_and_per_assignment_costs_added_to_the_modelled_gemms():
     profile = get_profile("h100-sxm")
     fixed_us, per_ns = 20.0, 50.0
@@ -68,10 +80,78 @@ def test_moe_terms_recover_the_fixed_and_per_assignment_costs_added_to_the_model
         assignments = tokens * 8 / 8
         gemm = _expert_gemm_us("H100-SXM", tokens, 8, profile)
         rows.append(moe_row("H100-SXM-80GB", tokens, gemm + fixed_us + per_ns * 1e-3 * assignments))
-    fitted_fixed, fitted_per, used = moe_terms(rows, {"H100-SXM": profile})
-    assert used == 3
-    assert fitted_fixed == pytest.approx(fixed_us, rel=1e-6)
-    assert fitted_per == pytest.approx(per_ns, rel=1e-6)
+    terms = moe_terms(rows, {"H100-SXM": profile}, at_bandwidth=False)
+    assert terms.points == 3 and not terms.at_bandwidth
+    assert terms.fixed_us == pytest.approx(fixed_us, rel=1e-6)
+    assert terms.per_assignment == pytest.approx(per_ns, rel=1e-6)
+    assert terms.routed_token_ns("B200-SXM") == terms.routed_token_ns("H100-SXM")  # one figure on every GPU
+
+
+def test_moe_terms_at_bandwidth_recover_the_bytes_per_assignment_each_gpu_moves_at_its_own_peak():
+    # Points made as gemm + 20 us + assignments x 7,168 x 25 bytes / HBM peak on H100 and H200: one fit of both
+    # GPUs returns the 20 us and the 25 bytes.
+    fixed_us, bytes_per_element = 20.0, 25.0
+    profiles = {gpu: get_profile(name) for gpu, name in HOPPER.items()}
+    rows = []
+    for gpu, profile in profiles.items():
+        for tokens in (1, 128, 4096):
+            assignments = tokens * 8 / 8
+            routed_us = assignments * 7168 * bytes_per_element / get_gpu(gpu).hbm_bytes_per_s * 1e6
+            gemm = _expert_gemm_us(gpu, tokens, 8, profile)
+            rows.append(moe_row(HOPPER_ROWS[gpu], tokens, gemm + fixed_us + routed_us))
+    terms = moe_terms(rows, profiles, at_bandwidth=True)
+    assert terms.points == 6 and terms.at_bandwidth
+    assert terms.fixed_us == pytest.approx(fixed_us, rel=1e-6)
+    assert terms.per_assignment == pytest.approx(bytes_per_element, rel=1e-6)
+    # Each GPU alone, as a fixed time per assignment: 25 x 7,168 bytes at 3.35 and 4.8 TB/s.
+    per_gpu = moe_terms_per_gpu(rows, profiles)
+    assert per_gpu["H100-SXM"][1] == pytest.approx(25 * 7168 / 3.35e12 * 1e9, rel=1e-6)  # 53.5 ns
+    assert per_gpu["H200-SXM"][1] == pytest.approx(25 * 7168 / 4.8e12 * 1e9, rel=1e-6)  # 37.3 ns
+    assert per_gpu["H100-SXM"][0] == pytest.approx(fixed_us, rel=1e-6)
+
+
+def test_at_bandwidth_a_gpu_without_points_takes_the_same_bytes_at_its_own_peak():
+    moe = MoeTerms(fixed_us=28.0, per_assignment=20.0, at_bandwidth=True, points=6)
+    assert moe.routed_token_ns("H100-SXM") == pytest.approx(20 * 7168 / 3.35e12 * 1e9)  # 42.8 ns
+    # B200 and GB200: 8 TB/s (datasheets, gpus.json), so H100's figure x 3.35 / 8.
+    assert moe.routed_token_ns("B200-SXM") == pytest.approx(moe.routed_token_ns("H100-SXM") * 3.35 / 8)
+    assert moe.routed_token_ns("GB200-NVL72") == moe.routed_token_ns("B200-SXM")
+    fields, measured = OpTerms({"H100-SXM": 0.7}, {"H100-SXM": 16.0}, {"H100-SXM": 0.6}, moe).for_gpu("B200-SXM")
+    assert not measured and fields["moe_fixed_us"] == 28.0
+    assert fields["moe_routed_token_ns"] == round(20 * 7168 / 8e12 * 1e9, 2)  # 17.92 ns
+
+
+def hopper_profiles():
+    return {gpu: get_profile(name) for gpu, name in HOPPER.items()}
+
+
+def test_the_measured_moe_points_per_gpu_say_the_fixed_part_is_a_launch_cost_and_the_rest_is_not_a_fixed_time():
+    # op_points.csv, three balanced DeepSeek-V3 points per GPU. Same die, HBM 3.35 vs 4.8 TB/s: the fixed
+    # part comes out within 10 % on both GPUs, the per-assignment part at most the bandwidth ratio (0.70) of
+    # H100's on H200, not the 1.0 a fixed time on every GPU would give.
+    per_gpu = moe_terms_per_gpu(read_op_points(OPS_CSV), hopper_profiles())
+    (h100_fixed, h100_ns), (h200_fixed, h200_ns) = per_gpu["H100-SXM"], per_gpu["H200-SXM"]
+    assert h200_fixed / h100_fixed == pytest.approx(1.0, abs=0.1)
+    assert 0 < h200_ns / h100_ns <= 3.35 / 4.8
+
+
+def test_bytes_at_bandwidth_reproduce_the_measured_points_and_carry_from_one_hopper_to_the_other_better():
+    rows = read_op_points(OPS_CSV)
+    points = moe_points(rows, hopper_profiles())
+    terms = moe_terms(rows, hopper_profiles(), at_bandwidth=True)
+    # In sample: each of the six points within 15 % (the 128-token points, weight-read bound, are the worst).
+    for p in points:
+        predicted = p.gemm_us + terms.fixed_us + terms.routed_token_ns(p.gpu) * 1e-3 * p.assignments
+        assert abs(predicted / p.measured_us - 1) < 0.15
+    as_bytes, as_time = moe_held_out_errors(points, True), moe_held_out_errors(points, False)
+    # The held-out H200 by hand: fit H100's points alone, one figure, and price H200's 4,096-token point.
+    fixed, per_us = fit_moe([p for p in points if p.gpu == "H100-SXM"], {"H100-SXM": 1.0})
+    big = next(p for p in points if p.gpu == "H200-SXM" and p.assignments == 4096)
+    assert dict(as_time["H200-SXM"])[4096] == pytest.approx((big.gemm_us + fixed + per_us * 4096) / big.measured_us - 1)
+    # Fitted on the other GPU alone, each GPU's 4,096-token point, where the per-assignment part is largest,
+    # comes out closer as bytes at its own bandwidth than as the other GPU's time per assignment.
+    for gpu in HOPPER:
+        assert abs(dict(as_bytes[gpu])[4096]) < abs(dict(as_time[gpu])[4096])
 
 
 def test_moe_terms_need_two_points():
