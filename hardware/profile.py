@@ -78,6 +78,14 @@ class Profile(BaseModel):
         "fixed time per kernel, attention_fixed_us); None: hbm_efficiency, as profiles fitted before this term "
         "assumed",
     )
+    mla_stream_efficiency: PositiveFloat | None = Field(
+        default=None,
+        le=1,
+        description="fraction of peak HBM bandwidth an MLA decode kernel reads the compressed latent cache at: one "
+        "wide latent head shared by every query head streams better than the per-head GQA kernels of "
+        "kv_stream_efficiency (FlashMLA: 3,000 GB/s on H800 SXM5, 0.90 of its 3.35 TB/s, against 0.75 for "
+        "op_points.csv's generation-attention kernels on H100, the same HBM3); None: kv_stream_efficiency",
+    )
     attention_fixed_us: NonNegativeFloat = Field(
         default=0.0,
         description="fixed time of one generation-attention kernel whatever its KV size (measured: the intercept "
@@ -254,7 +262,8 @@ _FILE_FLOOR = 1e-4  # efficiencies and scales: a GPU at a ten-thousandth of its 
 _FILE_LIMITS: dict[str, tuple[float, float]] = {
     **{name: (_FILE_FLOOR, 2.0) for name in (
         "gemm_efficiency", "low_precision_gemm_ratio", "attention_efficiency", "moe_efficiency", "hbm_efficiency",
-        "kv_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency", "low_precision_stream_ratio",
+        "kv_stream_efficiency", "mla_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency",
+        "low_precision_stream_ratio",
     )},
     "attention_fixed_us": (0.0, 1e9),
     "full_width_passes": (0.0, 1e4),  # kernels per layer over the hidden width: a handful in practice

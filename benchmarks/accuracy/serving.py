@@ -64,7 +64,7 @@ from shardplan.solver.cost.calibration.engine_fit import (
     table_errors,
     tpot_errors,
 )
-from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.fit import FLASHMLA_H800_SHARE, mla_stream_efficiency, write_profile
 from shardplan.solver.cost.calibration.op_terms import (
     MOE_ROUTED_AT_BANDWIDTH,
     OpTerms,
@@ -470,11 +470,14 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     del per_gpu["low_precision_stream_ratio"]
     base = _hardware_profile(gpu).model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
+        "mla_stream_efficiency": mla_stream_efficiency(terms, gpu),
         "full_width_passes": FULL_WIDTH_PASSES,
     })
     where = "this GPU's" if measured else "the mean of the H100's and H200's (an assumption: no points for this GPU)"
     note = (f"op_points.csv: attention_fixed_us and kv_stream_efficiency from {where} generation-attention "
-            f"kernels (fixed time + bytes / stream); moe_fixed_us and moe_routed_token_ns from {terms.moe.points} "
+            f"kernels (fixed time + bytes / stream), mla_stream_efficiency that stream x FlashMLA's share of peak on "
+            f"H800 ({FLASHMLA_H800_SHARE:.3f}) over the H100 kernels' (same HBM3); moe_fixed_us and "
+            f"moe_routed_token_ns from {terms.moe.points} "
             "balanced DeepSeek-V3 MoE points (H100, H200) less the modelled expert GEMMs"
             f"{_moe_bandwidth_note(gpu, terms)}; full_width_passes "
             f"{FULL_WIDTH_PASSES:g} (two fused residual-add + RMSNorm kernels per layer, each reading and writing "

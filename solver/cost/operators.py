@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
 from shardplan.hardware.profile import Profile
-from shardplan.models import ModelSpec
+from shardplan.models import AttentionKind, ModelSpec
 from shardplan.models.derived import (
     LayerParams,
     attention_score_flops,
@@ -111,15 +111,23 @@ class CostContext:
             return p.hbm_efficiency * p.low_precision_stream_ratio
         return p.hbm_efficiency
 
-    def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16") -> float:
+    def stream_s(self, flops: float, nbytes: float, compute_class: str = "bf16", kv_eff: float | None = None) -> float:
         """A fused attention kernel: FLOPs at attention efficiency against the KV cache read from HBM at
-        the attention kernels' own stream efficiency (``kv_stream_efficiency``; measured generation-
-        attention kernels stream well below a weight-reading GEMM)."""
+        ``kv_eff`` of peak, by default the attention kernels' own stream efficiency (``kv_stream_efficiency``;
+        measured generation-attention kernels stream well below a weight-reading GEMM)."""
         p = self.profile
         compute = flops / (self.gpu.flops_per_s(compute_class) * p.attention_efficiency)
-        kv_eff = p.kv_stream_efficiency if p.kv_stream_efficiency is not None else p.hbm_efficiency
+        if kv_eff is None:
+            kv_eff = p.kv_stream_efficiency if p.kv_stream_efficiency is not None else p.hbm_efficiency
         memory = nbytes / (self.gpu.hbm_bytes_per_s * kv_eff)
         return max(compute, memory)
+
+    def _decode_kv_efficiency(self) -> float | None:
+        """The share of HBM peak a decode step's attention reads the cache at: MLA's latent cache at
+        ``mla_stream_efficiency`` where the profile sets it, else ``stream_s``'s default (None)."""
+        if self.model.attention.kind is AttentionKind.MLA:
+            return self.profile.mla_stream_efficiency
+        return None
 
     def collective_s(self, op: Collective, nbytes: float, group: Sequence[int]) -> float:
         if len(group) <= 1 or nbytes <= 0:
@@ -205,7 +213,7 @@ class CostContext:
             return self.stream_s(flops, kv, kv_class)
         flops = seqs * attention_score_flops(m, layer, step.context, absorbed=True) * heads_share
         kv = seqs * cached_tokens(m, layer, step.context) * kv_bytes_per_token_layer(m) / s.kv_split / s.sp
-        return self.stream_s(flops, kv, kv_class)
+        return self.stream_s(flops, kv, kv_class, self._decode_kv_efficiency())
 
     def _sp_exchange(self, layer: int, step: Step, seqs: int) -> float:
         """Sequence parallelism: prefill gathers every shard's K and V (ring attention moves the

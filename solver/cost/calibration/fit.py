@@ -274,6 +274,21 @@ TERM_SOFTWARE: tuple[str, ...] = ()
 # RMSNorm kernels (vLLM, SGLang and TensorRT-LLM alike), each reading the input and the residual and
 # writing both.
 FULL_WIDTH_PASSES = 8.0
+# FlashMLA's decode kernel streams the latent cache at up to 3,000 GB/s memory-bound on H800 SXM5 (deepseek-ai/
+# FlashMLA README), 0.896 of the 3.35 TB/s HBM3 H800 shares with H100 SXM, where op_points.csv's GQA generation-
+# attention kernels stream at 0.752: one wide latent head shared by every query head reads better than per-head
+# KV. Carried to other GPUs as that ratio to their own measured KV stream (HBM3e streams worse: the GQA kernels
+# reach 0.597 on H200), an assumption beyond H100.
+FLASHMLA_H800_SHARE = 3000 / 3350
+MLA_REFERENCE_GPU = "H100-SXM"  # same HBM3 as the H800 FlashMLA was measured on
+
+
+def mla_stream_efficiency(terms: OpTerms, gpu: str) -> float:
+    """The MLA latent-cache stream on ``gpu``: FlashMLA's share of peak times the GPU's measured KV stream over
+    the reference GPU's."""
+    reference = terms.for_gpu(MLA_REFERENCE_GPU)[0]["kv_stream_efficiency"]
+    own = terms.for_gpu(gpu)[0]["kv_stream_efficiency"]
+    return round(min(1.0, FLASHMLA_H800_SHARE * own / reference), 4)
 
 
 def with_op_terms(profile: Profile, terms: OpTerms) -> Profile:
@@ -285,6 +300,7 @@ def with_op_terms(profile: Profile, terms: OpTerms) -> Profile:
     del per_gpu["low_precision_stream_ratio"]
     return profile.model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
+        "mla_stream_efficiency": mla_stream_efficiency(terms, profile.gpu),
         "full_width_passes": FULL_WIDTH_PASSES,
     })
 
@@ -557,5 +573,6 @@ def _id_ranges(ids: Iterable[str]) -> str:
 
 __all__ = [
     "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "calibrate", "calibrate_to_file", "field_bounds",
-    "fit_profile", "op_factors", "profile_json", "profile_name", "residual", "shared_profile", "write_profile",
+    "fit_profile", "mla_stream_efficiency", "op_factors", "profile_json", "profile_name", "residual",
+    "shared_profile", "write_profile",
 ]

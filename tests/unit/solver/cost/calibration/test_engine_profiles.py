@@ -33,7 +33,8 @@ from tests.unit.solver.cost.calibration.known_misses import KNOWN_MISSES
 
 METADATA = {"name", "software", "engine", "default", "engine_default", "source", "fit_rows", "fit_median_abs_error"}
 # op_points.csv (and the fused-kernel pass count), not fitted to runs
-OP_TERMS = {"kv_stream_efficiency", "attention_fixed_us", "moe_fixed_us", "moe_routed_token_ns", "full_width_passes"}
+OP_TERMS = {"kv_stream_efficiency", "mla_stream_efficiency", "attention_fixed_us", "moe_fixed_us",
+            "moe_routed_token_ns", "full_width_passes"}
 
 ENGINE_PROFILES = [p for p in list_profiles() if p.engine_default]
 
@@ -74,6 +75,8 @@ def test_engine_profiles_keep_the_gpu_hardware_fields(profile: Profile):
     # fixed ~16 us per attention kernel, a MoE block's fixed cost of tens of microseconds; the FP8 weight-stream
     # ratio of bare GEMMs is not applied (the engines fuse the activation quantisation it includes).
     assert profile.kv_stream_efficiency is not None and 0.59 <= profile.kv_stream_efficiency <= 0.76
+    # MLA's latent cache: FlashMLA's 0.896 of peak on H100's memory, the same ratio to the KV stream elsewhere
+    assert profile.mla_stream_efficiency == pytest.approx(profile.kv_stream_efficiency * 0.8955 / 0.7521, abs=2e-4)
     assert 15 <= profile.attention_fixed_us <= 17
     assert profile.full_width_passes == 8 and profile.low_precision_stream_ratio is None
     assert 0 < profile.moe_fixed_us < 100 and 0 < profile.moe_routed_token_ns < 1000
