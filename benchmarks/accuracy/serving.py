@@ -43,6 +43,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -63,7 +64,13 @@ from shardplan.solver.cost.calibration.engine_fit import (
     table_errors,
     tpot_errors,
 )
-from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.fit import (
+    OpFactors,
+    allreduce_terms,
+    gemm_terms,
+    op_factors,
+    write_profile,
+)
 from shardplan.solver.cost.calibration.op_terms import OpTerms, op_terms
 from shardplan.solver.cost.calibration.points import THROUGHPUT, Point, load_points
 from shardplan.solver.cost.calibration.ttft_fit import (
@@ -420,11 +427,15 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     # quantises its activation in a kernel of its own, which the engines fuse into the RMSNorm before it, and
     # priced with it 7 of the 8 engine fits end 4-17 points worse (benchmarks/accuracy/README.md).
     del per_gpu["low_precision_stream_ratio"]
+    allreduce = allreduce_terms(_op_factors(), gpu) if ALLREDUCE_TERMS else {}
+    gemm = gemm_terms(_op_factors(), gpu)
     base = _hardware_profile(gpu).model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
         "moe_fixed_us": round(terms.moe_fixed_us, 2),
         "moe_routed_token_ns": round(terms.moe_routed_token_ns, 2),
         "full_width_passes": FULL_WIDTH_PASSES,
+        **gemm,
+        **allreduce,
     })
     where = "this GPU's" if measured else "the mean of the H100's and H200's (an assumption: no points for this GPU)"
     note = (f"op_points.csv: attention_fixed_us and kv_stream_efficiency from {where} generation-attention "
@@ -432,7 +443,30 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
             "balanced DeepSeek-V3 MoE points (H100, H200) less the modelled expert GEMMs; full_width_passes "
             f"{FULL_WIDTH_PASSES:g} (two fused residual-add + RMSNorm kernels per layer, each reading and writing "
             "two hidden vectors)")
+    if gemm:
+        note += ("; the GEMM curve (gemm_efficiency, gemm_half_tokens, low_precision_gemm_ratio) from this GPU's own "
+                 "BF16 and FP8 GEMMs at M >= 1,024")
+    if allreduce:
+        bandwidth = ("and its ring bandwidth share scaleup_bw_efficiency " if "scaleup_bw_efficiency" in allreduce
+                     else "(an assumption on this GPU: H100 and H200 measured; its ring bandwidth stays the hardware "
+                          "profile's) ")
+        note += (f"; all-reduce inside the NVSwitch domain: one-shot kernel allreduce_oneshot_us and ring step "
+                 f"latency allreduce_latency_scale {bandwidth}fitted with the ring to the 12 custom all-reduce points "
+                 "of H100 and H200")
     return base, note
+
+
+# Whether the engine profiles carry the all-reduce of op_points.csv's custom kernels (the one-shot kernel beside a ring
+# with its own step latency, fit.allreduce_terms). False: measured and not taken (benchmarks/accuracy/README.md, "The
+# prefill lean is the all-reduce"): it takes the tables' prefill lean from -5.5 to -4.6 %, but the engine fits then
+# push hbm_efficiency to its bound on four more profiles. Set True and run --refit to repeat the experiment.
+ALLREDUCE_TERMS = False
+
+
+@lru_cache(maxsize=1)
+def _op_factors() -> OpFactors:
+    """The shared operator factors of op_points.csv (the all-reduce fit with the one-shot kernel among them)."""
+    return op_factors(OPS_CSV)
 
 
 # The engine whose offline tables perf_points.csv holds (trtllm-bench), and the software generation of the tables
