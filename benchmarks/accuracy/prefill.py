@@ -1,5 +1,5 @@
 """``python -m benchmarks.accuracy.prefill``: where the user-facing tables' prefill lean comes from (README, "The
-prefill lean is the all-reduce").
+prefill lean: each GPU's GEMM curve, and the all-reduce").
 
 1. Each operator op_points.csv measured on H100 and H200 (GEMMs, context attention, custom all-reduce) beside what
    the TensorRT-LLM engine profile of that GPU prices for the same shape, through the cost model's own primitives

@@ -458,8 +458,9 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
 
 # Whether the engine profiles carry the all-reduce of op_points.csv's custom kernels (the one-shot kernel beside a ring
 # with its own step latency, fit.allreduce_terms). False: measured and not taken (benchmarks/accuracy/README.md, "The
-# prefill lean is the all-reduce"): it takes the tables' prefill lean from -5.5 to -4.6 %, but the engine fits then
-# push hbm_efficiency to its bound on four more profiles. Set True and run --refit to repeat the experiment.
+# prefill lean: each GPU's GEMM curve, and the all-reduce"): on top of the GEMM curve it takes the user-facing tables
+# from 8.4 to 8.3 % and their prefill lean from -4.5 to -3.5 %, but the engine fits then push hbm_efficiency to its
+# bound on five more profiles and the disaggregated TPOT worsens. Set True and run --refit to repeat the experiment.
 ALLREDUCE_TERMS = False
 
 

@@ -273,9 +273,10 @@ def allreduce_seconds(point: AllReducePoint, factors: AllReduceFactors) -> float
 def allreduce_fit(points: Sequence[AllReducePoint], oneshot: bool) -> AllReduceFactors:
     """Least squares on log(priced / measured) over the all-reduce points: the ring's (bandwidth, latency) pair,
     and with ``oneshot`` the one-shot kernel's fixed time as well. The ring alone cannot follow the custom kernels
-    across sizes (8 GPUs: 3.6 us at 16 KiB, 35 us at 2 MiB, 322 us at 64 MiB; one pair prices them 2.5x, 0.7x and
-    1.7x on H100), which a prefill chunk's all-reduce of tens of MiB pays (benchmarks/accuracy/README.md,
-    "The prefill lean is the all-reduce")."""
+    across sizes (8 GPUs: 3.6 us at 16 KiB, 35 us at 2 MiB, 322 us at 64 MiB; h100-sxm's ring, its bandwidth share
+    fitted on the tables, prices them 2.5x, 0.7x and 1.7x), and a prefill chunk's all-reduce of tens of MiB pays the
+    last (benchmarks/accuracy/README.md,
+    "The prefill lean: each GPU's GEMM curve, and the all-reduce")."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
