@@ -12,6 +12,7 @@ from shardplan.hardware.collectives import (
     collective_time_s,
     compute_time_s,
     memory_time_s,
+    oneshot_allreduce_s,
     tier_of,
 )
 from shardplan.hardware.gpu import GPUSpec, get_gpu, list_gpus
@@ -28,6 +29,7 @@ __all__ = [
     "get_gpu",
     "list_gpus",
     "memory_time_s",
+    "oneshot_allreduce_s",
     "parse_cluster",
     "tier_of",
 ]

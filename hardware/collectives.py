@@ -136,6 +136,26 @@ def collective_time_on_tier_s(
     return steps * (alpha + nbytes * share / beta)
 
 
+def oneshot_allreduce_s(
+    nbytes: float, group_size: int, cluster: ClusterSpec, *, fixed_s: float, bw_efficiency: float = 1.0
+) -> float:
+    """Seconds for a one-shot all-reduce of ``nbytes`` inside one scale-up domain: every GPU reads each of
+    its ``group_size - 1`` peers' whole buffers over the fabric and sums them itself, in one kernel
+    (``fixed_s``, its launch and synchronisation) instead of the ring's 2(n - 1) latency-bound steps. It
+    moves (n - 1) x nbytes per GPU against the ring's 2(n - 1) / n x nbytes, so engines run it for small
+    messages and the ring (or two-shot) for large ones (TensorRT-LLM's and vLLM's custom all-reduce).
+
+    >>> from shardplan.hardware.cluster import parse_cluster
+    >>> round(oneshot_allreduce_s(450e3, 8, parse_cluster("8xH100"), fixed_s=3e-6) * 1e6, 3)  # 3 us + 7 x 1 us
+    10.0
+    """
+    _check_nonnegative(nbytes, "nbytes")
+    _check_positive(bw_efficiency, "bw_efficiency")
+    if group_size <= 1 or nbytes == 0:
+        return 0.0
+    return fixed_s + (group_size - 1) * nbytes / (cluster.scaleup_bytes_per_s * bw_efficiency)
+
+
 def _latency_s(tier: Tier, cluster: ClusterSpec) -> float:
     return cluster.scaleup_latency_s if tier is Tier.SCALE_UP else cluster.scaleout_latency_s
 

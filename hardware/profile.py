@@ -122,6 +122,19 @@ class Profile(BaseModel):
     )
     scaleout_bw_efficiency: PositiveFloat = Field(le=1, description="fraction of NIC bandwidth achieved (empirical)")
     collective_latency_scale: PositiveFloat = Field(description="multiplier on the link latency per step (empirical)")
+    allreduce_oneshot_us: NonNegativeFloat | None = Field(
+        default=None,
+        description="fixed time of the engine's one-shot all-reduce kernel inside a scale-up domain (each GPU reads "
+        "every peer's buffer, (n - 1) x the bytes at scaleup_bw_efficiency), priced instead of the ring where it is "
+        "faster: small messages; fitted with the ring's latency and bandwidth to the custom all-reduce points of "
+        "op_points.csv (H100, H200: ~3 us); None: the ring alone, as profiles fitted before this term assumed",
+    )
+    allreduce_latency_scale: PositiveFloat | None = Field(
+        default=None,
+        description="multiplier on the scale-up link latency per ring step of an all-reduce (the engine's two-shot "
+        "or NCCL kernel; fitted with allreduce_oneshot_us to the custom all-reduce points: ~1.4 on H100 and H200, "
+        "where the ring alone fitted ~0.6 to serve small messages too); None: collective_latency_scale",
+    )
     # Fixed costs of running a step.
     layer_overhead_us: NonNegativeFloat = Field(
         description="per layer per forward: launches, norms, elementwise (empirical)"
@@ -270,6 +283,8 @@ _FILE_LIMITS: dict[str, tuple[float, float]] = {
     "ttft_queue_share": (0.0, 1.0),  # 1: a new prompt waits for every other prompt in flight
     "ttft_wait_steps": (0.0, 16.0),
     "collective_latency_scale": (_FILE_FLOOR, 1e4),
+    "allreduce_oneshot_us": (0.0, 1e9),
+    "allreduce_latency_scale": (_FILE_FLOOR, 1e4),
     "usable_memory_fraction": (_FILE_FLOOR, 1.0),
     "gemm_half_tokens": (0.0, 1e9),
     **{name: (0.0, 1e9) for name in ("moe_fixed_us", "moe_routed_token_ns", "layer_overhead_us", "step_overhead_us")},

@@ -379,7 +379,8 @@ def share_fit(runs: Sequence[DisaggRun]) -> None:
 # cost) on top of GB200's hardware fields. Nothing is fitted to the GB200 runs.
 SAME_DIE = {"GB200-NVL72": "B200-SXM"}
 OP_TERMS = ("kv_stream_efficiency", "mla_stream_efficiency", "attention_fixed_us", "moe_fixed_us",
-            "moe_routed_token_ns", "full_width_passes", "low_precision_stream_ratio")
+            "moe_routed_token_ns", "full_width_passes", "low_precision_stream_ratio", "allreduce_oneshot_us",
+            "allreduce_latency_scale")
 
 
 def same_die_profile(engine_profile: Profile, hardware: Profile) -> Profile:

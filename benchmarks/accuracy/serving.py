@@ -43,6 +43,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -64,7 +65,15 @@ from shardplan.solver.cost.calibration.engine_fit import (
     table_errors,
     tpot_errors,
 )
-from shardplan.solver.cost.calibration.fit import FLASHMLA_H800_SHARE, mla_stream_efficiency, write_profile
+from shardplan.solver.cost.calibration.fit import (
+    FLASHMLA_H800_SHARE,
+    OpFactors,
+    allreduce_terms,
+    gemm_terms,
+    mla_stream_efficiency,
+    op_factors,
+    write_profile,
+)
 from shardplan.solver.cost.calibration.op_terms import (
     MOE_ROUTED_AT_BANDWIDTH,
     OpTerms,
@@ -468,10 +477,14 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     # quantises its activation in a kernel of its own, which the engines fuse into the RMSNorm before it, and
     # priced with it 7 of the 8 engine fits end 4-17 points worse (benchmarks/accuracy/README.md).
     del per_gpu["low_precision_stream_ratio"]
+    allreduce = allreduce_terms(_op_factors(), gpu) if ALLREDUCE_TERMS else {}
+    gemm = gemm_terms(_op_factors(), gpu)
     base = _hardware_profile(gpu).model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
         "mla_stream_efficiency": mla_stream_efficiency(terms, gpu),
         "full_width_passes": FULL_WIDTH_PASSES,
+        **gemm,
+        **allreduce,
     })
     where = "this GPU's" if measured else "the mean of the H100's and H200's (an assumption: no points for this GPU)"
     note = (f"op_points.csv: attention_fixed_us and kv_stream_efficiency from {where} generation-attention "
@@ -482,6 +495,16 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
             f"{_moe_bandwidth_note(gpu, terms)}; full_width_passes "
             f"{FULL_WIDTH_PASSES:g} (two fused residual-add + RMSNorm kernels per layer, each reading and writing "
             "two hidden vectors)")
+    if gemm:
+        note += ("; the GEMM curve (gemm_efficiency, gemm_half_tokens, low_precision_gemm_ratio) from this GPU's own "
+                 "BF16 and FP8 GEMMs at M >= 1,024")
+    if allreduce:
+        bandwidth = ("and its ring bandwidth share scaleup_bw_efficiency " if "scaleup_bw_efficiency" in allreduce
+                     else "(an assumption on this GPU: H100 and H200 measured; its ring bandwidth stays the hardware "
+                          "profile's) ")
+        note += (f"; all-reduce inside the NVSwitch domain: one-shot kernel allreduce_oneshot_us and ring step "
+                 f"latency allreduce_latency_scale {bandwidth}fitted with the ring to the 12 custom all-reduce points "
+                 "of H100 and H200")
     return base, note
 
 
@@ -492,6 +515,20 @@ def _moe_bandwidth_note(gpu: str, terms: OpTerms) -> str:
     where = "measured" if gpu in terms.kv_stream_efficiency else "an assumption: no MoE points for this GPU"
     return (f", the per-assignment part {terms.moe.per_assignment:.1f} bytes per hidden element at this GPU's HBM "
             f"peak ({get_gpu(gpu).hbm_bytes_per_s / 1e12:g} TB/s, {where})")
+
+
+# Whether the engine profiles carry the all-reduce of op_points.csv's custom kernels (the one-shot kernel beside a ring
+# with its own step latency, fit.allreduce_terms). False: measured and not taken (benchmarks/accuracy/README.md, "The
+# prefill lean: each GPU's GEMM curve, and the all-reduce"): on top of the GEMM curve it takes the user-facing tables
+# from 8.4 to 8.3 % and their prefill lean from -4.5 to -3.5 %, but the engine fits then push hbm_efficiency to its
+# bound on five more profiles and the disaggregated TPOT worsens. Set True and run --refit to repeat the experiment.
+ALLREDUCE_TERMS = False
+
+
+@lru_cache(maxsize=1)
+def _op_factors() -> OpFactors:
+    """The shared operator factors of op_points.csv (the all-reduce fit with the one-shot kernel among them)."""
+    return op_factors(OPS_CSV)
 
 
 # The engine whose offline tables perf_points.csv holds (trtllm-bench), and the software generation of the tables

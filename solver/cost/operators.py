@@ -14,7 +14,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardplan.hardware import ClusterSpec, Collective, GPUSpec, Tier, collective_time_on_tier_s
+from shardplan.hardware import (
+    ClusterSpec,
+    Collective,
+    GPUSpec,
+    Tier,
+    collective_time_on_tier_s,
+    oneshot_allreduce_s,
+)
 from shardplan.hardware.profile import Profile
 from shardplan.models import AttentionKind, ModelSpec
 from shardplan.models.derived import (
@@ -135,9 +142,21 @@ class CostContext:
         p = self.profile
         tier = self._tier(group)
         eff = p.scaleup_bw_efficiency if tier is Tier.SCALE_UP else p.scaleout_bw_efficiency
-        return collective_time_on_tier_s(
-            op, nbytes, len(group), tier, self.cluster, bw_efficiency=eff, latency_scale=p.collective_latency_scale
+        custom = op is Collective.ALL_REDUCE and tier is Tier.SCALE_UP
+        latency_scale = p.collective_latency_scale
+        if custom and p.allreduce_latency_scale is not None:
+            latency_scale = p.allreduce_latency_scale  # the all-reduce kernels' own step latency, measured apart
+        ring = collective_time_on_tier_s(
+            op, nbytes, len(group), tier, self.cluster, bw_efficiency=eff, latency_scale=latency_scale
         )
+        if not custom or p.allreduce_oneshot_us is None:
+            return ring
+        # Engines' custom all-reduce picks its kernel by message size: one-shot for the small messages of decode,
+        # the ring for a prefill chunk's tens of MiB, which the one-shot's (n - 1)-fold reads would make slower.
+        oneshot = oneshot_allreduce_s(
+            nbytes, len(group), self.cluster, fixed_s=p.allreduce_oneshot_us * 1e-6, bw_efficiency=eff
+        )
+        return min(ring, oneshot)
 
     def _tier(self, group: Sequence[int]) -> Tier:
         """The group's tier, cached: groups here are runs or strides of ids, so first, last and

@@ -103,6 +103,7 @@ def floor_profile(profile: Profile) -> Profile:
         "mla_stream_efficiency": 1.0,
         "low_precision_stream_ratio": None, "attention_fixed_us": 0.0, "full_width_passes": 0.0,
         "moe_fixed_us": 0.0, "moe_routed_token_ns": 0.0, "scaleup_bw_efficiency": scaleup_bw_max(profile.gpu),
+        "allreduce_latency_scale": None, "allreduce_oneshot_us": None,
         "scaleout_bw_efficiency": 1.0, "collective_latency_scale": 0.0, "layer_overhead_us": 0.0,
         "step_overhead_us": 0.0,
     })

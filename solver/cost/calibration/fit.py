@@ -32,12 +32,12 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from shardplan.hardware import Collective, collective_time_s, get_gpu, parse_cluster
+from shardplan.hardware import Collective, collective_time_s, get_gpu, oneshot_allreduce_s, parse_cluster
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
@@ -136,6 +136,30 @@ class OpFactors:
     scaleup_bw_efficiency: float
     collective_latency_scale: float
     note: str
+    # The same points fitted with the one-shot kernel beside the ring (``oneshot_allreduce_s``): what fabrics
+    # whose engines run a custom all-reduce use (ONESHOT_ALLREDUCE_GPUS); the ring-only pair above for the rest.
+    oneshot: AllReduceFactors | None = None
+    # The GEMM curve of each GPU fitted on its own points (the fields above pool H100 and H200).
+    gemm_by_gpu: dict[str, GemmCurve] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """One GPU's GEMM curve: 16-bit ``efficiency x M / (M + half_tokens)``, FP8 at ``low_precision_ratio`` of it."""
+
+    efficiency: float
+    half_tokens: float
+    low_precision_ratio: float
+
+
+@dataclass(frozen=True)
+class AllReduceFactors:
+    """An all-reduce price fitted to the custom all-reduce points: the ring's bandwidth share and latency scale,
+    and the one-shot kernel's fixed time (None: the ring alone)."""
+
+    scaleup_bw_efficiency: float
+    collective_latency_scale: float
+    allreduce_oneshot_us: float | None
 
 
 def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
@@ -148,42 +172,12 @@ def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
 
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
-    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
-    from scipy.optimize import least_squares
-
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     gemm = [r for r in rows if r["op"] == "gemm"]
 
-    def gemm_fit(dtype: str) -> tuple[float, float]:
-        pts = []
-        for r in gemm:
-            if r["dtype"] != dtype:
-                continue
-            (m,) = _shape_ints(r, r"M=(\d+)")
-            if m < 1024:
-                continue  # below that the GEMM is bound by weight reads, not by the curve
-            gpu = get_gpu(r["gpu"])
-            n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
-            achieved = (
-                2.0
-                * m
-                * n
-                * k
-                / (float(r["latency_us"]) * 1e-6)
-                / gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
-            )
-            pts.append((m, achieved))
-
-        def res(x: Sequence[float]) -> list[float]:
-            eff, half = x
-            return [math.log(eff * m / (m + half) / a) for m, a in pts]
-
-        fit = least_squares(res, [0.8, 100.0], bounds=([0.1, 0.0], [1.0, 4096.0]))
-        return float(fit.x[0]), float(fit.x[1])
-
-    bf16_eff, bf16_half = gemm_fit("bfloat16")
-    fp8_eff, _ = gemm_fit("fp8")
+    bf16_eff, bf16_half = gemm_curve(gemm, "bfloat16")
+    fp8_eff, _ = gemm_curve(gemm, "fp8")
     # M = 1 GEMMs only read their weights: the best bandwidth a weight stream reaches.
     stream = []
     for r in gemm:
@@ -199,30 +193,104 @@ def op_factors(path: str | Path) -> OpFactors:
             (elements,) = _shape_ints(r, r"elements=(\d+)")
             ar.append((r["gpu"], n, elements * 2, float(r["latency_us"]) * 1e-6))
 
-    def ar_res(x: Sequence[float]) -> list[float]:
-        bw, lat = x
-        out = []
-        for gpu, n, nbytes, seconds in ar:
-            cluster = parse_cluster(f"{n}x{get_gpu(gpu).name}")
-            t = collective_time_s(Collective.ALL_REDUCE, nbytes, range(n), cluster, bw_efficiency=bw, latency_scale=lat)
-            out.append(math.log(t / seconds))
-        return out
-
-    ar_fit = least_squares(ar_res, [0.7, 1.0], bounds=([0.1, 0.01], [2.0, 10.0]))
+    ring = allreduce_fit(ar, oneshot=False)
+    both = allreduce_fit(ar, oneshot=True)
     note = (
         f"op_points.csv: GEMM curve at M>=1024 (bf16 {bf16_eff:.3f} x M/(M+{bf16_half:.0f}), fp8/bf16 share "
         f"{fp8_eff / bf16_eff:.3f}), M=1 weight stream {max(stream):.3f} of HBM peak (upper bound of hbm_efficiency), "
-        f"custom all-reduce alpha-beta fit (bandwidth {ar_fit.x[0]:.3f}, latency x{ar_fit.x[1]:.3f})"
+        f"custom all-reduce alpha-beta fit (bandwidth {ring.scaleup_bw_efficiency:.3f}, latency "
+        f"x{ring.collective_latency_scale:.3f}; with the one-shot kernel beside the ring on NVSwitch GPUs: "
+        f"bandwidth {both.scaleup_bw_efficiency:.3f}, latency x{both.collective_latency_scale:.3f}, one-shot "
+        f"{both.allreduce_oneshot_us:.2f} us)"
     )
     return OpFactors(
         gemm_efficiency=bf16_eff,
         gemm_half_tokens=bf16_half,
         low_precision_gemm_ratio=min(1.0, fp8_eff / bf16_eff),
         hbm_efficiency_max=max(stream),
-        scaleup_bw_efficiency=float(ar_fit.x[0]),
-        collective_latency_scale=float(ar_fit.x[1]),
+        scaleup_bw_efficiency=ring.scaleup_bw_efficiency,
+        collective_latency_scale=ring.collective_latency_scale,
         note=note,
+        oneshot=both,
+        gemm_by_gpu=gemm_curves(gemm),
     )
+
+
+def gemm_curve(rows: Sequence[dict[str, str]], dtype: str) -> tuple[float, float]:
+    """(efficiency, half tokens) of the GEMM curve ``efficiency x M / (M + half)`` fitted by least squares on the log
+    of the share of peak that ``rows``' GEMMs of ``dtype`` reached at M >= 1024."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
+    from scipy.optimize import least_squares
+
+    pts = []
+    for r in rows:
+        if r["dtype"] != dtype:
+            continue
+        (m,) = _shape_ints(r, r"M=(\d+)")
+        if m < 1024:
+            continue  # below that the GEMM is bound by weight reads, not by the curve
+        gpu = get_gpu(r["gpu"])
+        n, k = _shape_ints(r, r"N=(\d+) K=(\d+)")
+        peak = gpu.flops_per_s("bf16" if dtype == "bfloat16" else "fp8")
+        pts.append((m, 2.0 * m * n * k / (float(r["latency_us"]) * 1e-6) / peak))
+
+    def res(x: Sequence[float]) -> list[float]:
+        eff, half = x
+        return [math.log(eff * m / (m + half) / a) for m, a in pts]
+
+    fit = least_squares(res, [0.8, 100.0], bounds=([0.1, 0.0], [1.0, 4096.0]))
+    return float(fit.x[0]), float(fit.x[1])
+
+
+def gemm_curves(rows: Sequence[dict[str, str]]) -> dict[str, GemmCurve]:
+    """The GEMM curve of each GPU the rows measured, fitted on its own points (``gemm_curve``)."""
+    out = {}
+    for gpu in sorted({get_gpu(r["gpu"]).name for r in rows}):
+        mine = [r for r in rows if get_gpu(r["gpu"]).name == gpu]
+        bf16_eff, bf16_half = gemm_curve(mine, "bfloat16")
+        fp8_eff, _ = gemm_curve(mine, "fp8")
+        out[gpu] = GemmCurve(bf16_eff, bf16_half, min(1.0, fp8_eff / bf16_eff))
+    return out
+
+
+# A measured all-reduce: (GPU, group size, bytes, seconds).
+AllReducePoint = tuple[str, int, int, float]
+
+
+def allreduce_seconds(point: AllReducePoint, factors: AllReduceFactors) -> float:
+    """The model's price of a measured all-reduce under ``factors``: the ring, or the one-shot kernel where that
+    is faster (``CostContext.collective_s``)."""
+    gpu, n, nbytes, _ = point
+    cluster = parse_cluster(f"{n}x{get_gpu(gpu).name}")
+    bw, lat = factors.scaleup_bw_efficiency, factors.collective_latency_scale
+    ring = collective_time_s(Collective.ALL_REDUCE, nbytes, range(n), cluster, bw_efficiency=bw, latency_scale=lat)
+    if factors.allreduce_oneshot_us is None:
+        return ring
+    one = oneshot_allreduce_s(nbytes, n, cluster, fixed_s=factors.allreduce_oneshot_us * 1e-6, bw_efficiency=bw)
+    return min(ring, one)
+
+
+def allreduce_fit(points: Sequence[AllReducePoint], oneshot: bool) -> AllReduceFactors:
+    """Least squares on log(priced / measured) over the all-reduce points: the ring's (bandwidth, latency) pair,
+    and with ``oneshot`` the one-shot kernel's fixed time as well. The ring alone cannot follow the custom kernels
+    across sizes (8 GPUs: 3.6 us at 16 KiB, 35 us at 2 MiB, 322 us at 64 MiB; h100-sxm's ring, its bandwidth share
+    fitted on the tables, prices them 2.5x, 0.7x and 1.7x), and a prefill chunk's all-reduce of tens of MiB pays the
+    last (benchmarks/accuracy/README.md,
+    "The prefill lean: each GPU's GEMM curve, and the all-reduce")."""
+    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
+    from scipy.optimize import least_squares
+
+    def factors(x: Sequence[float]) -> AllReduceFactors:
+        return AllReduceFactors(float(x[0]), float(x[1]), float(x[2]) if oneshot else None)
+
+    def res(x: Sequence[float]) -> list[float]:
+        f = factors(x)
+        return [math.log(allreduce_seconds(p, f) / p[3]) for p in points]
+
+    start, low, high = [0.7, 1.0], [0.1, 0.01], [2.0, 10.0]
+    if oneshot:
+        start, low, high = start + [3.0], low + [0.0], high + [50.0]
+    return factors(least_squares(res, start, bounds=(low, high)).x)
 
 
 # --- profiles ------------------------------------------------------------------------------------
@@ -338,6 +406,45 @@ _OP_GPUS = ("H100-SXM", "H200-SXM")
 # looks like a ring efficiency above 1. Every other GPU's ring cannot beat its link.
 IN_SWITCH_REDUCTION = ("H100-SXM", "H200-SXM", "B200-SXM", "GB200-NVL72")
 IN_SWITCH_GPUS = 8  # the node the tables' all-reduces span
+
+
+# GPUs whose engines run a custom all-reduce with a one-shot kernel over the NVSwitch fabric (TensorRT-LLM, vLLM and
+# SGLang alike; measured on H100 and H200, assumed on B200 and GB200 at their own link rate). The PCIe servers and the
+# older fabrics keep the ring alone.
+ONESHOT_ALLREDUCE_GPUS = IN_SWITCH_REDUCTION
+
+
+def allreduce_terms(ops: OpFactors, gpu: str) -> dict[str, float]:
+    """The all-reduce fields the operator points give a profile of ``gpu`` (``op_factors``' fit with the one-shot
+    kernel): the one-shot's fixed time and the ring's step latency on ONESHOT_ALLREDUCE_GPUS, and the ring's
+    bandwidth share where it was measured (H100, H200; elsewhere the fabric's own fitted share stays). Empty for
+    other GPUs, and without the fit. The engine profiles carry them (``benchmarks/accuracy/serving.base_profile``);
+    the table profiles keep the ring alone, fitted with the rest of their fields."""
+    if ops.oneshot is None or ops.oneshot.allreduce_oneshot_us is None or gpu not in ONESHOT_ALLREDUCE_GPUS:
+        return {}
+    terms = {
+        "allreduce_oneshot_us": _sig(ops.oneshot.allreduce_oneshot_us),
+        "allreduce_latency_scale": _sig(ops.oneshot.collective_latency_scale),
+    }
+    if gpu in _OP_GPUS:
+        terms["scaleup_bw_efficiency"] = _sig(ops.oneshot.scaleup_bw_efficiency)
+    return terms
+
+
+def gemm_terms(ops: OpFactors, gpu: str) -> dict[str, float]:
+    """The GEMM curve ``gpu``'s own operator points give (``OpFactors.gemm_by_gpu``): the 16-bit efficiency and half
+    tokens and the FP8 share, where they were measured (H100, H200); empty elsewhere. The table profiles fit
+    ``gemm_efficiency`` on their rows with the pooled curve's half tokens, and on H200 that fit lands 9 % below the
+    GPU's measured kernels (0.7436 against 0.815 at M = 8,192), below H100's although the two share a die and the
+    bare GEMMs of H200 run no slower; the engine profiles carry the measured curve instead."""
+    curve = ops.gemm_by_gpu.get(gpu)
+    if curve is None:
+        return {}
+    return {
+        "gemm_efficiency": _sig(curve.efficiency),
+        "gemm_half_tokens": _sig(curve.half_tokens),
+        "low_precision_gemm_ratio": _sig(curve.low_precision_ratio),
+    }
 
 
 def scaleup_bw_max(gpu: str) -> float:

@@ -93,28 +93,58 @@ def _drain_throughput(point: Point, profile: Profile, requests: int) -> Measure:
     last one of the remainder, each wave its prompts' prefill then OSL decode rounds (``_wave_ms``). A steady
     state at the largest batch would price the partial last wave as a full one: too fast where the run holds
     only one or two waves (1,500 requests of 128/4096 at a batch of 1,058)."""
-    top = max_batch(point.problem, point.layout, profile)
-    if top == 0:
+    parts = drain_parts(point, profile, requests)
+    if parts is None:
         return Measure(0.0, profile.name, 0, fits=False)
     layout, osl = point.layout, point.problem.workload.osl
     per_replica = math.ceil(requests / layout.dp)
+    return Measure(layout.dp * per_replica * osl / (parts.run_ms / 1e3), profile.name, parts.batch)
+
+
+@dataclass(frozen=True)
+class DrainParts:
+    """One replica's offline run as ``_drain_throughput`` prices it: the batch its waves run at, and the run's time
+    split into its waves' prefill chunks and their decode rounds."""
+
+    batch: int
+    prefill_ms: float
+    decode_ms: float
+
+    @property
+    def run_ms(self) -> float:
+        return self.prefill_ms + self.decode_ms
+
+
+def drain_parts(point: Point, profile: Profile, requests: int) -> DrainParts | None:
+    """The drain of ``requests`` requests (``_drain_throughput``) per replica: ``k`` full waves at the largest batch
+    that fits and one of the remainder, each its prefill then its decode rounds (``_wave_ms``); None when not one
+    sequence fits."""
+    top = max_batch(point.problem, point.layout, profile)
+    if top == 0:
+        return None
+    per_replica = math.ceil(requests / point.layout.dp)
     batch = min(per_replica, top)
     full, rest = divmod(per_replica, batch)
-    run_ms = full * _wave_ms(point, profile, batch) + (_wave_ms(point, profile, rest) if rest else 0.0)
-    return Measure(layout.dp * per_replica * osl / (run_ms / 1e3), profile.name, batch)
+    prefill_ms = decode_ms = 0.0
+    for waves, size in ((full, batch), (1 if rest else 0, rest)):
+        if waves:
+            wave_prefill_ms, wave_decode_ms = _wave_ms(point, profile, size)
+            prefill_ms += waves * wave_prefill_ms
+            decode_ms += waves * wave_decode_ms
+    return DrainParts(batch, prefill_ms, decode_ms)
 
 
-def _wave_ms(point: Point, profile: Profile, batch: int) -> float:
-    """One wave of ``batch`` sequences admitted together: their prompts in chunks of ``p`` through the stages
-    (pipelined: the first chunk through every stage, each further one a slowest stage later), then OSL decode
-    rounds at the whole batch. No serving-stack terms: the offline benchmark feeds token ids in process, and its
-    queue is the waves themselves."""
+def _wave_ms(point: Point, profile: Profile, batch: int) -> tuple[float, float]:
+    """One wave of ``batch`` sequences admitted together, (prefill, decode) in ms: their prompts in chunks of ``p``
+    through the stages (pipelined: the first chunk through every stage, each further one a slowest stage later),
+    then OSL decode rounds at the whole batch. No serving-stack terms: the offline benchmark feeds token ids in
+    process, and its queue is the waves themselves."""
     bare = profile.model_copy(update={"ttft_queue_share": 0.0, "request_overhead_ms": 0.0})
     pred = evaluate(point.problem, point.layout.model_copy(update={"batch": batch}), bare)
     chunks = math.ceil(batch / pred.prefill_chunk)
     slowest_ms = max(s.prefill_ms + s.send_prefill_ms for s in pred.stages)
     prefill_ms = pred.prefill_ms + (chunks - 1) * slowest_ms
-    return prefill_ms + point.problem.workload.osl * pred.metrics.decode_step_ms
+    return prefill_ms, point.problem.workload.osl * pred.metrics.decode_step_ms
 
 
 def _static_throughput(point: Point, profile: Profile) -> Measure:

@@ -9,7 +9,8 @@ by the test that reads every default profile.
   software generation, within ``fit.BOUNDS``, narrowed where op_points.csv measured the bare kernel (no
   weight stream or GEMM faster than it on H100/H200) and by the GPU's scale-up fabric (``scaleup_bw_max``).
 - An engine profile (``engine_default``): those hardware fields as inherited, plus the engine's own
-  (``engine_fit.ENGINE_BOUNDS``) and its TTFT pair (``ttft_fit.TTFT_BOUNDS``).
+  (``engine_fit.ENGINE_BOUNDS``) and its TTFT pair (``ttft_fit.TTFT_BOUNDS``); not the GEMM curve where
+  op_points.csv measured the GPU's own kernels (``fit.gemm_terms``): there it is a measurement, not a fit.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
 from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
-from shardplan.solver.cost.calibration.fit import FITTED, FITTED_BY_SOFTWARE, OpFactors, field_bounds
+from shardplan.solver.cost.calibration.fit import FITTED, FITTED_BY_SOFTWARE, OpFactors, field_bounds, gemm_terms
 from shardplan.solver.cost.calibration.points import GENERATIONS
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
 
@@ -59,7 +60,8 @@ def fitted_fields(profile: Profile, ops: OpFactors) -> list[FittedField]:
     ranges: dict[str, tuple[float, float]] = {}
     if profile.default or profile.engine_default:
         hardware = FITTED if profile.engine_default else FITTED_BY_SOFTWARE.get(generation(profile), FITTED)
-        ranges.update({f: field_bounds(f, ops, profile.gpu) for f in hardware})
+        measured = set(gemm_terms(ops, profile.gpu)) if profile.engine_default else set()
+        ranges.update({f: field_bounds(f, ops, profile.gpu) for f in hardware if f not in measured})
     if profile.engine_default:
         ranges.update({f: ENGINE_BOUNDS[f] for f in ENGINE_FIELDS})
         ranges.update({f: TTFT_BOUNDS[f] for f in TTFT_FIELDS})

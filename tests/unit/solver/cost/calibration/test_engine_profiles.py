@@ -35,6 +35,8 @@ METADATA = {"name", "software", "engine", "default", "engine_default", "source",
 # op_points.csv (and the fused-kernel pass count), not fitted to runs
 OP_TERMS = {"kv_stream_efficiency", "mla_stream_efficiency", "attention_fixed_us", "moe_fixed_us",
             "moe_routed_token_ns", "full_width_passes"}
+GEMM_CURVE = {"gemm_efficiency", "gemm_half_tokens", "low_precision_gemm_ratio"}  # fit.gemm_terms
+MEASURED_GEMM_GPUS = ("H100-SXM", "H200-SXM")  # op_points.csv's GEMMs
 
 ENGINE_PROFILES = [p for p in list_profiles() if p.engine_default]
 
@@ -66,6 +68,11 @@ def test_ttft_fields_are_inside_their_physical_range_and_shared_by_the_engine(pr
 def test_engine_profiles_keep_the_gpu_hardware_fields(profile: Profile):
     base = next(p for p in list_profiles() if p.default and p.gpu == profile.gpu)
     own = set(ENGINE_FIELDS) | set(TTFT_FIELDS) | set(ENGINE_LIMITS[profile.engine]) | METADATA | OP_TERMS
+    if profile.gpu in MEASURED_GEMM_GPUS:
+        own |= GEMM_CURVE
+        # the GPU's own measured GEMM curve (op_points.csv, M >= 1,024: 0.80-0.82 of the 16-bit peak, FP8 at
+        # 0.77-0.80 of that), not the table fit's gemm_efficiency
+        assert 0.79 <= profile.gemm_efficiency <= 0.82 and 0.77 <= profile.low_precision_gemm_ratio <= 0.80
     for field in Profile.model_fields:
         if field not in own:
             assert getattr(profile, field) == getattr(base, field), field

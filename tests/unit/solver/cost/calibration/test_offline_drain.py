@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from shardplan.hardware.profile import get_profile
-from shardplan.solver.cost.calibration.measures import predict
+from shardplan.solver.cost.calibration.measures import drain_parts, predict
 from shardplan.solver.cost.calibration.points import OFFLINE_REQUESTS, points_from_rows
 from shardplan.solver.cost.evaluate import evaluate, max_batch
 
@@ -67,3 +67,20 @@ def test_fewer_requests_than_fit_are_one_wave_of_them():
     got = predict(dataclasses.replace(point, requests=100), PROFILE)
     assert got.batch == 100
     assert got.value == pytest.approx(100 * point.problem.workload.osl / (_wave_ms(point, 100) / 1e3), rel=1e-9)
+
+
+def test_the_drain_splits_into_its_waves_prefill_and_decode():
+    point = _point()
+    top = max_batch(point.problem, point.layout, PROFILE)
+    parts = drain_parts(point, PROFILE, 2 * top + 1)
+    assert parts is not None and parts.batch == top
+    bare = PROFILE.model_copy(update={"ttft_queue_share": 0.0, "request_overhead_ms": 0.0})
+    osl = point.problem.workload.osl
+    prefill_ms = decode_ms = 0.0
+    for waves, size in ((2, top), (1, 1)):  # two full waves and the one request left over
+        pred = evaluate(point.problem, point.layout.model_copy(update={"batch": size}), bare)
+        prefill_ms += waves * -(-size // pred.prefill_chunk) * pred.prefill_ms
+        decode_ms += waves * osl * pred.metrics.decode_step_ms
+    assert parts.prefill_ms == pytest.approx(prefill_ms, rel=1e-12)
+    assert parts.decode_ms == pytest.approx(decode_ms, rel=1e-12)
+    assert parts.run_ms == pytest.approx(_wave_ms(point, top) * 2 + _wave_ms(point, 1), rel=1e-12)
