@@ -7,7 +7,7 @@ import pytest
 
 from shardplan.hardware.profile import get_profile
 from shardplan.solver.cost.calibration.fit import FLASHMLA_H800_SHARE, mla_stream_efficiency
-from shardplan.solver.cost.calibration.op_terms import OpTerms
+from shardplan.solver.cost.calibration.op_terms import MoeTerms, OpTerms
 from shardplan.solver.cost.evaluate import evaluate
 from tests.unit.solver.cost.factory import layout, problem
 
@@ -52,7 +52,7 @@ def test_the_mla_stream_is_flashmla_on_h100_memory_and_scales_with_each_gpu_kv_s
     terms = OpTerms(kv_stream_efficiency={"H100-SXM": 0.75, "H200-SXM": 0.375, "B200-SXM": 1.0},
                     attention_fixed_us={"H100-SXM": 16.0, "H200-SXM": 16.0, "B200-SXM": 16.0},
                     low_precision_stream_ratio={"H100-SXM": 0.6, "H200-SXM": 0.6, "B200-SXM": 0.6},
-                    moe_fixed_us=0.0, moe_routed_token_ns=0.0, moe_points=0)
+                    moe=MoeTerms(fixed_us=0.0, per_assignment=0.0, at_bandwidth=False, points=0))
     assert FLASHMLA_H800_SHARE == pytest.approx(0.8955, abs=1e-4)
     assert mla_stream_efficiency(terms, "H100-SXM") == pytest.approx(0.8955, abs=1e-4)
     assert mla_stream_efficiency(terms, "H200-SXM") == pytest.approx(0.8955 / 2, abs=1e-4)
