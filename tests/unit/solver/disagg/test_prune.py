@@ -123,16 +123,17 @@ def test_a_seed_that_keeps_a_binding_ttft_lets_the_pruned_search_equal_brute_for
 
 
 def test_a_seed_from_the_next_pairs_when_the_best_pair_has_none() -> None:
-    """Qwen3-235B on 2x8xH200 (the README's 16-GPU case): the best pair's one deployment that fits the
-    cluster (one worker each) breaks TTFT, so the seed comes from another pair of the best few; the
-    pruned search still returns what the search over every candidate returns (held to brute force on
-    the small cases above)."""
-    p = problem(model="qwen3-235b-a22b", cluster="2x8xH200", isl=4000, osl=500, ttft_ms=2000, tpot_ms=50,
+    """Qwen3-235B on 2x8xH200 (the README's 16-GPU case, TTFT limit 1.5 s instead of 2 s: with the profiles
+    of 2026-11-24 the best pair's deployment meets 2 s, and the case is about one that does not): the best
+    pair's one deployment that fits the cluster (one worker each) breaks TTFT, so the seed comes from another
+    pair of the best few; the pruned search still returns what the search over every candidate returns (held
+    to brute force on the small cases above)."""
+    p = problem(model="qwen3-235b-a22b", cluster="2x8xH200", isl=4000, osl=500, ttft_ms=1500, tpot_ms=50,
                 objective="throughput")
     profile = resolve_profile(p)
     pruned, first = pruned_pools(p, profile)
     full = build_pools(p, profile)
-    assert first is not None and first.plan.prediction.metrics.ttft_ms <= 2000
+    assert first is not None and first.plan.prediction.metrics.ttft_ms <= 1500
     best_p = max(range(len(full.prefill)), key=lambda j: (Fraction(full.prefill[j].capacity_units,
                                                                    full.prefill[j].gpus), -j))
     best_d = max(range(len(full.decode)), key=lambda j: (Fraction(full.decode[j].capacity_units,
