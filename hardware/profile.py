@@ -62,6 +62,14 @@ class Profile(BaseModel):
         description="FP8/FP4 GEMMs on tensor cores of that class reach this share of gemm_efficiency "
         "(empirical: op_points.csv, H100 M=8192, 62.8 % of the FP8 peak against 79.1 % of the BF16 peak)",
     )
+    fp4_gemm_ratio: PositiveFloat | None = Field(
+        default=None,
+        le=1,
+        description="FP4 GEMMs on tensor cores with an FP4 class (Blackwell) reach this share of gemm_efficiency "
+        "of the FP4 peak; fitted on a GPU's FP4 rows where they are all its rows identify (B200, GB200: every "
+        "TRTLLM-PERF-v1.0 row is NVFP4, while its 16-bit and FP8 GEMM curve is the H100's and H200's measured "
+        "one, an assumption); None: low_precision_gemm_ratio, Hopper's FP8 share reused",
+    )
     attention_efficiency: PositiveFloat = Field(le=1, description="fraction of peak in fused attention (empirical)")
     moe_efficiency: PositiveFloat = Field(
         le=1, description="grouped-expert GEMM efficiency relative to dense GEMMs (empirical)"
@@ -274,7 +282,8 @@ def load_profile_file(path: str | Path) -> Profile:
 _FILE_FLOOR = 1e-4  # efficiencies and scales: a GPU at a ten-thousandth of its peak is not a profile
 _FILE_LIMITS: dict[str, tuple[float, float]] = {
     **{name: (_FILE_FLOOR, 2.0) for name in (
-        "gemm_efficiency", "low_precision_gemm_ratio", "attention_efficiency", "moe_efficiency", "hbm_efficiency",
+        "gemm_efficiency", "low_precision_gemm_ratio", "fp4_gemm_ratio", "attention_efficiency", "moe_efficiency",
+        "hbm_efficiency",
         "kv_stream_efficiency", "mla_stream_efficiency", "scaleup_bw_efficiency", "scaleout_bw_efficiency",
         "low_precision_stream_ratio",
     )},

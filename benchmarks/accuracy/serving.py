@@ -498,6 +498,10 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     if gemm:
         note += ("; the GEMM curve (gemm_efficiency, gemm_half_tokens, low_precision_gemm_ratio) from this GPU's own "
                  "BF16 and FP8 GEMMs at M >= 1,024")
+    elif base.fp4_gemm_ratio is not None:
+        note += ("; the GEMM curve (gemm_efficiency, gemm_half_tokens, low_precision_gemm_ratio) the hardware "
+                 "profile's: the mean of the H100's and H200's measured curves (an assumption), with fp4_gemm_ratio "
+                 "fitted on this GPU's FP4 table rows")
     if allreduce:
         bandwidth = ("and its ring bandwidth share scaleup_bw_efficiency " if "scaleup_bw_efficiency" in allreduce
                      else "(an assumption on this GPU: H100 and H200 measured; its ring bandwidth stays the hardware "

@@ -103,7 +103,9 @@ class CostContext:
             return 0.0
         p = self.profile
         eff = p.gemm_efficiency * eff_scale
-        if compute_class in ("fp8", "fp4") and self.gpu.supports(compute_class):
+        if compute_class == "fp4" and p.fp4_gemm_ratio is not None and self.gpu.supports(compute_class):
+            eff *= p.fp4_gemm_ratio  # fitted on the GPU's own FP4 rows (Blackwell), apart from its FP8 share
+        elif compute_class in ("fp8", "fp4") and self.gpu.supports(compute_class):
             eff *= p.low_precision_gemm_ratio  # native 8/4-bit GEMMs reach a lower share of their peak
         peak = self.gpu.flops_per_s(compute_class) * eff
         compute = 2.0 * params * (tokens + p.gemm_half_tokens) / peak

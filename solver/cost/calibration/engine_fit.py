@@ -98,7 +98,7 @@ def floor_profile(profile: Profile) -> Profile:
     no latency, and no fixed cost or extra pass. The decode step it prices is the least time in which every
     sequence of a step can gain one token; memory and the scheduler's limits are the profile's own."""
     return profile.model_copy(update={
-        "gemm_efficiency": 1.0, "low_precision_gemm_ratio": 1.0, "gemm_half_tokens": 0.0,
+        "gemm_efficiency": 1.0, "low_precision_gemm_ratio": 1.0, "fp4_gemm_ratio": 1.0, "gemm_half_tokens": 0.0,
         "attention_efficiency": 1.0, "moe_efficiency": 1.0, "hbm_efficiency": 1.0, "kv_stream_efficiency": 1.0,
         "mla_stream_efficiency": 1.0,
         "low_precision_stream_ratio": None, "attention_fixed_us": 0.0, "full_width_passes": 0.0,

@@ -85,6 +85,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "scaleup_bw_efficiency": (0.05, 1.0),
     "request_overhead_ms": (0.0, 100.0),
     "collective_latency_scale": (0.01, 100.0),
+    # The FP4 share of gemm_efficiency: at most the 16-bit share itself (no GEMM reaches more of its peak).
+    "fp4_gemm_ratio": (0.1, 1.0),
 }
 
 # Weak priors: (typical value, width). A fitted value one width away from its prior costs as much
@@ -99,6 +101,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "scaleup_bw_efficiency": (0.6, 0.5),
     "request_overhead_ms": (5.0, 10.0),
     "collective_latency_scale": (1.0, 5.0),
+    "fp4_gemm_ratio": (0.78, 0.3),  # Hopper's measured FP8 share (op_points.csv), what FP4 was priced at before
 }
 PRIOR_WEIGHT = 0.3
 
@@ -447,6 +450,33 @@ def gemm_terms(ops: OpFactors, gpu: str) -> dict[str, float]:
     }
 
 
+def hopper_gemm_terms(ops: OpFactors) -> dict[str, float]:
+    """The GEMM curve a GPU without operator points takes: the mean of the H100's and H200's measured curves
+    (``gemm_by_gpu``; the pooled curve where the factors carry none), as the KV stream takes their mean kernels."""
+    curves = [ops.gemm_by_gpu[g] for g in _OP_GPUS if g in ops.gemm_by_gpu]
+    if not curves:
+        curves = [GemmCurve(ops.gemm_efficiency, ops.gemm_half_tokens, ops.low_precision_gemm_ratio)]
+    return {
+        "gemm_efficiency": _sig(sum(c.efficiency for c in curves) / len(curves)),
+        "gemm_half_tokens": _sig(sum(c.half_tokens for c in curves) / len(curves)),
+        "low_precision_gemm_ratio": _sig(sum(c.low_precision_ratio for c in curves) / len(curves)),
+    }
+
+
+def all_fp4(points: Sequence[Point]) -> bool:
+    """Whether every row's GEMMs run in FP4 (weights and experts): then the rows identify the FP4 share of peak
+    and nothing of the 16-bit or FP8 curve."""
+    return bool(points) and all(
+        p.problem.model.weights_dtype.compute_class == "fp4" and p.problem.model.expert_dtype.compute_class == "fp4"
+        for p in points
+    )
+
+
+def fp4_share_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    """``fields`` with ``fp4_gemm_ratio`` fitted in place of ``gemm_efficiency`` (a GPU whose rows are all FP4)."""
+    return tuple("fp4_gemm_ratio" if f == "gemm_efficiency" else f for f in fields)
+
+
 def scaleup_bw_max(gpu: str) -> float:
     """The physical upper end of ``scaleup_bw_efficiency`` on ``gpu``."""
     if gpu in IN_SWITCH_REDUCTION:
@@ -570,7 +600,14 @@ def calibrate(
 def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool, OpTerms | None]) -> FitResult:
     (gpu, software), pts, ops, default, terms = task
     fields = FITTED_BY_SOFTWARE.get(software, FITTED)
-    return fit_profile(pts, shared_profile(ops, gpu, software, default, terms), ops, fields)
+    start = shared_profile(ops, gpu, software, default, terms)
+    if gpu not in _OP_GPUS and "gemm_efficiency" in fields and all_fp4(pts):
+        # Rows all in FP4 price every GEMM at gemm_efficiency x the FP4 share: they see only the product, so the
+        # 16-bit and FP8 curve is taken from the measured Hopper kernels and the FP4 share fitted on them.
+        curve = hopper_gemm_terms(ops)
+        start = start.model_copy(update={**curve, "fp4_gemm_ratio": curve["low_precision_gemm_ratio"]})
+        fields = fp4_share_fields(fields)
+    return fit_profile(pts, start, ops, fields)
 
 
 def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | Path, ops: OpFactors) -> FitResult:
@@ -585,6 +622,10 @@ def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | P
             f"points less their expert GEMMs at the bare kernels' efficiencies{routed}, full_width_passes "
             f"{FULL_WIDTH_PASSES:g}"
         )
+    if "fp4_gemm_ratio" in result.fields:
+        terms += ("; every row FP4: gemm_efficiency, gemm_half_tokens and low_precision_gemm_ratio are the mean of "
+                  "the H100's and H200's GEMM curves of op_points.csv (an assumption: no 16-bit or FP8 points for this "
+                  "GPU), fp4_gemm_ratio (the FP4 share of gemm_efficiency) fitted on the rows")
     source = (
         f"fitted by shardplan calibrate: least squares on log(predicted/measured) of {result.rows} rows of "
         f"{Path(points_csv).name} ({', '.join(sources)}; rows {_id_ranges(p.row_id for p in points)}), "
@@ -679,7 +720,7 @@ def _id_ranges(ids: Iterable[str]) -> str:
 
 
 __all__ = [
-    "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "calibrate", "calibrate_to_file", "field_bounds",
-    "fit_profile", "mla_stream_efficiency", "op_factors", "profile_json", "profile_name", "residual",
-    "shared_profile", "write_profile",
+    "BOUNDS", "DIGITS", "FITTED", "FitResult", "OpFactors", "all_fp4", "calibrate", "calibrate_to_file", "field_bounds",
+    "fit_profile", "fp4_share_fields", "hopper_gemm_terms", "mla_stream_efficiency", "op_factors", "profile_json",
+    "profile_name", "residual", "shared_profile", "write_profile",
 ]

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
 from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
-from shardplan.solver.cost.calibration.fit import FITTED, FITTED_BY_SOFTWARE, OpFactors, field_bounds, gemm_terms
+from shardplan.solver.cost.calibration.fit import (
+    FITTED,
+    FITTED_BY_SOFTWARE,
+    OpFactors,
+    field_bounds,
+    fp4_share_fields,
+    gemm_terms,
+)
 from shardplan.solver.cost.calibration.points import GENERATIONS
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, TTFT_FIELDS
 
@@ -60,6 +67,8 @@ def fitted_fields(profile: Profile, ops: OpFactors) -> list[FittedField]:
     ranges: dict[str, tuple[float, float]] = {}
     if profile.default or profile.engine_default:
         hardware = FITTED if profile.engine_default else FITTED_BY_SOFTWARE.get(generation(profile), FITTED)
+        if profile.fp4_gemm_ratio is not None:  # a GPU whose rows are all FP4 (fit._fit_task)
+            hardware = fp4_share_fields(hardware)
         measured = set(gemm_terms(ops, profile.gpu)) if profile.engine_default else set()
         ranges.update({f: field_bounds(f, ops, profile.gpu) for f in hardware if f not in measured})
     if profile.engine_default:
