@@ -139,10 +139,10 @@ def decode_batch_limit(profile: Profile, layout: Layout) -> int:
 
 
 def worker_memory_limit(problem: Problem, layout: Layout, profile: Profile) -> int:
-    """The most sequences one decode worker of ``layout`` holds at ISL + OSL, up to the engine's
-    ``decode_batch_limit`` (0 if not even one fits)."""
-    scheduler = profile.model_copy(update={"max_batch": decode_batch_limit(profile, layout)})
-    return max_batch(role_problem(problem, "decode", 1), layout.model_copy(update={"dp": 1}), scheduler)
+    """The most sequences one decode worker of ``layout`` holds at ISL + OSL, up to the engine's limit per
+    attention-DP rank times the ranks (``evaluate.max_batch``; ``decode_batch_limit`` without --max-batch);
+    0 if not even one fits."""
+    return max_batch(role_problem(problem, "decode", 1), layout.model_copy(update={"dp": 1}), profile)
 
 
 def decode_memory_limit(problem: Problem, layout: DisaggLayout, profile: Profile) -> int:

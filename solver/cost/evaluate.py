@@ -443,8 +443,10 @@ def fits(problem: Problem, layout: Layout, profile: Profile | None = None) -> bo
 
 
 def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) -> int:
-    """Largest batch (concurrent sequences at ISL + OSL) whose memory fits on every stage; 0 if
-    not even one sequence fits. Memory grows with the batch, so a bisection finds it."""
+    """Largest batch (concurrent sequences at ISL + OSL) whose memory fits on every stage, within the engine's
+    limit in each attention group (BAT-001: ``--max-batch``, else the profile's, times ``attn_dp``, as the search
+    and the disaggregated pools count it); 0 if not even one sequence fits. Memory grows with the batch, so a
+    bisection finds it."""
     profile = resolve_profile(problem, profile)
     one = layout.model_copy(update={"batch": 1})
     key = (problem, one, _memory_fields(profile))
@@ -454,7 +456,7 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
     if not fits(problem, one, profile):
         lo = 0
     else:
-        lo, hi = 1, profile.max_batch
+        lo, hi = 1, layout.attn_dp * (problem.max_batch or profile.max_batch)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if fits(problem, layout.model_copy(update={"batch": mid}), profile):

@@ -6,7 +6,7 @@ import pytest
 
 from shardplan.models.derived import weight_bytes_total
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Problem
+from shardplan.rules.problem import Objective, Problem, resolve_profile
 from shardplan.solver.cost.evaluate import best_throughput, evaluate, max_batch, memory_reports
 from tests.unit.solver.cost.factory import GIB, layout, problem
 
@@ -69,3 +69,15 @@ def test_layout_that_does_not_fit_reports_what_it_lacks():
     assert worst.short_gib >= weights_gib - 80
     assert max_batch(p, layout(p)) == 0
     assert best_throughput(p, layout(p)) is None
+
+
+def test_max_batch_stops_at_the_engine_limit_of_each_attention_group():
+    # Llama-3.1-8B on H100s holds thousands of 1,280-token sequences per GPU, far above a limit of 16: the
+    # limit binds. BAT-001 counts it per attention group, as the search and the decode pools do, so a
+    # replica of 4 attention-DP ranks holds 4 x 16; --max-batch replaces the profile's limit the same way.
+    p = problem("llama-3.1-8b", "8xH100")
+    small = resolve_profile(p).model_copy(update={"max_batch": 16})
+    assert max_batch(p, layout(p, tp=4), small) == 16
+    assert max_batch(p, layout(p, tp=1, attn_dp=4), small) == 4 * 16
+    capped = p.model_copy(update={"max_batch": 8})
+    assert max_batch(capped, layout(capped, tp=1, attn_dp=4), small) == 4 * 8
