@@ -142,3 +142,4 @@ def test_the_json_names_the_engine_and_the_profile_that_priced_it(
     assert code == 0
     assert data["engine"] == engine
     assert data["profile"] == profile_for_gpu("H100-SXM", engine).name
+    assert "solve_time_s" in data and data["solve_time_s"] is None  # nothing solved, as colocated evaluate says
