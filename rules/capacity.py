@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardplan.models.derived import weight_bytes_total
+from shardplan.models.derived import kv_bytes_per_sequence, weight_bytes_total
 from shardplan.rules.base import Diagnostic, Rule, ShapeRule, StageDegrees
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics
@@ -48,12 +48,27 @@ class MemoryFits(Rule):
         n = problem.cluster.num_gpus
         weights = weight_bytes_total(problem.model) / n / GIB
         fixed = profile.runtime_overhead_gib + (profile.comm_buffer_gib if n > 1 else 0.0)
-        need = weights + fixed
+        kv, kv_text = pinned_batch_kv_gib(problem, n)
+        need = weights + fixed + kv
         short = f", {need - limit:.1f} GiB short" if need > limit else ""
         return (
             f"needs at least {need:.1f} GiB per GPU (weights {weights:.1f} spread over all {n} GPUs + "
-            f"{fixed:.1f} runtime and buffers, before any KV cache), has {limit:.1f}{short}"
+            f"{fixed:.1f} runtime and buffers{kv_text}), has {limit:.1f}{short}"
         )
+
+
+def pinned_batch_kv_gib(problem: Problem, gpus: int) -> tuple[float, str]:
+    """The KV cache a --batch pins, spread over all ``gpus`` GPUs, and how the message says it.
+
+    A lower bound on every layout: a replica holds its whole batch's cache at full context on its own
+    GPUs (replicating KV heads only adds to it), so its fullest GPU holds at least that over all GPUs.
+    Without --batch the searched batch may be 1, so the bound stays "before any KV cache"."""
+    batch = problem.workload.batch
+    if batch is None:
+        return 0.0, ", before any KV cache"
+    context = problem.workload.context
+    kv = batch * kv_bytes_per_sequence(problem.model, context) / gpus / GIB
+    return kv, f" + KV cache {kv:.1f} for batch {batch} x {context} tokens"
 
 
 def engine_batch_limit(problem: Problem) -> int:

@@ -285,7 +285,8 @@ class CriticalPath(DagRule):
     id = "DAG-029"
     name = "critical-path-mismatch"
     statement = (
-        "the longest path of each branch (sum of est_us) matches the plan's prefill (TTFT at concurrency 1) and "
+        "the longest path of each branch (sum of est_us) matches the plan's prefill (TTFT at concurrency 1 less the "
+        "serving stack's fixed cost per request) and "
         "decode step (TPOT less the prefill sharing its steps) within 1 %"
     )
     source = "004 §6 (critical path), DESIGN.md (Cost model)"

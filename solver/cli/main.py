@@ -77,15 +77,20 @@ def problem_options(func: Command) -> Command:
         click.option("--model", default=DEFAULT_MODEL, show_default=True,
                      help="preset id or alias, or a config.json path"),
         click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="e.g. 8xH100, 4x8xH200, 72xGB200"),
-        click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True),
-        click.option("--isl", type=int, default=1024, show_default=True, help="input tokens per request"),
-        click.option("--osl", type=int, default=256, show_default=True, help="output tokens per request"),
+        click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+                     help="latency: the lowest end-to-end time of one request (batch 1 unless --batch); throughput: "
+                          "the most output tokens/s, batch decided unless --batch (evaluate only records it)"),
+        click.option("--isl", type=int, default=1024, show_default=True, help="input (prompt) tokens per request"),
+        click.option("--osl", type=int, default=256, show_default=True, help="output (generated) tokens per request"),
         click.option("--batch", type=int, default=None,
-                     help="concurrent sequences per replica (default: 1 for latency, decided for throughput)"),
+                     help="requests in flight per replica (with --serving disagg: over the whole deployment); "
+                          "default: 1 for latency and for evaluate, decided for throughput"),
         click.option("--mem-cap-gib", type=float, default=None,
                      help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
-        click.option("--ttft-ms", type=float, default=None, help="limit on time to first token"),
-        click.option("--tpot-ms", type=float, default=None, help="limit on time per output token"),
+        click.option("--ttft-ms", type=float, default=None,
+                     help="limit on time to first token in ms, at the plan's concurrency (default: none)"),
+        click.option("--tpot-ms", type=float, default=None,
+                     help="limit on time per output token in ms, at the plan's concurrency (default: none)"),
         click.option("--max-batch", type=int, default=None,
                      help="the engine's limit on sequences one attention group runs at once (vLLM --max-num-seqs, "
                           "SGLang --max-running-requests); default: the calibration profile's"),
@@ -99,20 +104,21 @@ def problem_options(func: Command) -> Command:
                      help="calibration profile: a name from `shardplan profiles`, or a JSON file `shardplan "
                           "calibrate` wrote (default: the GPU's profile for the engine)"),
         click.option("--allow", multiple=True,
-                     help="turn a default rule off, e.g. --allow expert-tp (see `shardplan rules`)"),
-        click.option("--dp", type=int, default=None, help="pin replicas"),
-        click.option("--pp", type=int, default=None, help="pin pipeline stages"),
+                     help="turn a default rule off, e.g. --allow expert-tp; repeatable (switches: `shardplan rules`)"),
+        click.option("--dp", type=int, default=None, help="pin replicas (whole copies of the model)"),
+        click.option("--pp", type=int, default=None, help="pin pipeline stages per replica"),
         click.option("--tp", type=int, default=None, help="pin tensor parallelism"),
         click.option("--sp", type=int, default=None, help="pin sequence parallelism"),
         click.option("--ep", type=int, default=None, help="pin expert parallelism (= GPUs per stage / expert-tp)"),
         click.option("--attn-dp", type=int, default=None, help="pin attention groups per stage"),
         click.option("--expert-tp", type=int, default=None,
                      help="pin tensor parallelism inside experts (needs --allow expert-tp)"),
-        click.option("--stages", default=None, help="pin stage boundaries, e.g. 0:30,30:61"),
+        click.option("--stages", default=None,
+                     help="pin stage boundaries as start:end layer ranges, end exclusive, e.g. 0:30,30:61"),
         click.option("--load-profile", default=None,
                      help="tokens routed to each expert per MoE layer (.json or .csv; default: uniform routing)"),
         click.option("--zipf", type=float, default=None,
-                     help="synthetic Zipf routing with this exponent (fixed seed) instead of a profile"),
+                     help="synthetic Zipf routing with this exponent (fixed seed) instead of a load profile"),
         click.option("--redundant-slots", type=int, default=0, show_default=True,
                      help="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts"),
         click.option("--json", "as_json", is_flag=True, help="print one JSON object"),
@@ -143,7 +149,11 @@ def cli() -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def models(as_json: bool) -> None:
-    """List the model presets with parameter counts and KV bytes per token."""
+    """List the model presets with parameter counts and KV bytes per token.
+
+    \b
+    Example: shardplan models --json
+    """
     rows = cli_views().model_rows()
     if as_json:
         emit_json(rows)
@@ -154,7 +164,11 @@ def models(as_json: bool) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def hardware(as_json: bool) -> None:
-    """List the GPU presets: capacity, bandwidths, peak rates."""
+    """List the GPU presets: capacity, bandwidths, peak rates.
+
+    \b
+    Example: shardplan hardware --json
+    """
     rows = cli_views().gpu_rows()
     if as_json:
         emit_json(rows)
@@ -165,7 +179,11 @@ def hardware(as_json: bool) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def profiles(as_json: bool) -> None:
-    """List the calibration profiles: engine, GPU, software version, rows fitted and their median |error|."""
+    """List the calibration profiles: engine, GPU, software version, rows fitted and their median |error|.
+
+    \b
+    Example: shardplan profiles --json
+    """
     rows = cli_views().profile_rows()
     if as_json:
         emit_json(rows)
@@ -190,15 +208,24 @@ experts_out_option = click.option(
               help="with --serving disagg: the decode pool, e.g. workers=1,attn_dp=8,ep=8,batch=64")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
               help="with --serving disagg: write the execution DAG (.json, .graphml, .dot, .mmd)")
-@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
+@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True,
+              help="--dag's detail: one node per operator, or one per GPU shard")
 @click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
               help="with --serving disagg: print the launch commands for this engine instead of the plan")
 def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool: str | None,
              decode_pool: str | None, dag_path: str | None, detail: str, emit_engine: str | None,
              **kw: Any) -> None:
     """Predict TTFT, TPOT, throughput and memory of one layout (pinned with --tp/--pp/...), and judge it:
-    every rule and limit the layout breaks is listed under ``violations`` and the exit code is 1.
-    With --serving disagg, of a prefill pool and a decode pool at --batch requests in flight over both."""
+    every rule and limit the layout breaks is listed under "violations" and the exit code is 1.
+    With --serving disagg, of a prefill pool and a decode pool at --batch requests in flight over both.
+    A degree not given is 1.
+
+    \b
+    Examples:
+      shardplan evaluate --model llama-3.1-70b --cluster 8xH100 --tp 4 --dp 2 --json
+      shardplan evaluate --model llama-3.1-8b --cluster 8xH100 --serving disagg \\
+          --prefill workers=2,tp=2 --decode workers=1,tp=4 --batch 32
+    """
     if serving == "disagg":
         # Lazily on purpose: the disaggregated path builds DAGs (networkx, about 0.2 s of CPU to import).
         from shardplan.solver.cli.disagg import DisaggOutputs, evaluate_disagg_cmd
@@ -261,6 +288,7 @@ def calibrate(
     A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
     (a leading byte-order mark is dropped, as for every file shardplan reads)
     exit 2 with the column or row named. Write the profile with --out and plan with --profile FILE.
+    Example: shardplan calibrate perf_points.csv --gpu H100 --software trtllm --out h100.json
     """
     if not 1 <= jobs <= MAX_JOBS:
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
@@ -299,13 +327,17 @@ def calibrate(
 
 @cli.command()
 @problem_options
-@click.option("--time-limit", type=float, default=None, help="seconds; the best plan found is returned as 'feasible'")
+@click.option("--time-limit", type=float, default=None,
+              help="seconds the search may take; the best plan found by then is returned as 'feasible' with its "
+                   "bound and gap (default: none)")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
               help="write the execution DAG (.json, .graphml, .dot, .mmd)")
-@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True)
+@click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True,
+              help="--dag's detail: one node per operator, or one per GPU shard")
 @experts_out_option
 @click.option("--emit", "emit_engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default=None,
-              help="print a ready-to-run launch command for this serving engine instead of the plan")
+              help="print ready-to-run launch commands for this serving engine instead of the plan (and price with "
+                   "it)")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report of the plan")
 @click.option("--runner-up/--no-runner-up", default=None,
@@ -315,7 +347,8 @@ def calibrate(
               show_default=True, help="one layout for both phases, a prefill pool and a decode pool chosen "
                                       "together, or both planned and the better returned (tokens/s per GPU)")
 @click.option("--rate", "rate_rps", type=float, default=None,
-              help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits")
+              help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits (alone: "
+                   "colocated layouts; with --serving disagg|auto, those modes); default: none")
 @click.pass_context
 def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path: str | None, detail: str,
           experts_out: str | None, emit_engine: str | None, report_path: str | None, runner_up: bool | None,
@@ -325,6 +358,12 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
     With --serving disagg|auto or --rate: tokens/s per GPU (or the fewest GPUs for the rate) over
     colocated layouts, disaggregated prefill and decode pools, or both.
+    Exit 0 with a plan, 1 infeasible (the conflicting rules named), 2 bad input.
+
+    \b
+    Examples:
+      shardplan solve --model llama-3.1-70b --cluster 2x8xH100 --objective throughput --mem-cap-gib 60
+      shardplan solve --model qwen3-235b-a22b --cluster 2x8xH200 --serving auto --tpot-ms 50 --json
     """
     check_time_limit(time_limit)
     if serving != "colocated" or rate_rps is not None:
@@ -417,8 +456,10 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
 @cli.command(name="enumerate")
 @problem_options
 @click.option("--jsonl", is_flag=True, help="stream one JSON object per layout, then the frontier")
-@click.option("--limit", type=int, default=None, help="stop after this many layouts")
-@click.option("--time-limit", type=float, default=None, help="seconds for the whole enumeration")
+@click.option("--limit", type=int, default=None,
+              help="stop after this many layouts; the output is marked partial (default: none)")
+@click.option("--time-limit", type=float, default=None,
+              help="seconds for the whole enumeration; the output is marked partial (default: none)")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
 @click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
@@ -428,7 +469,11 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
                   serving: str, **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
-    into 8 stages): each layout shows its best ones."""
+    into 8 stages): each layout shows its best ones.
+
+    \b
+    Example: shardplan enumerate --model llama-3.1-70b --cluster 2x8xH100 --report layouts.html
+    """
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
@@ -485,11 +530,15 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
         click.echo(f"wrote {report_path}")
 
 
-@cli.command()
+@cli.command(short_help="The rule catalog, or one rule (e.g. TP-001) explained.")
 @click.argument("rule_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def rules(rule_id: str | None, as_json: bool) -> None:
-    """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why."""
+    """The rule catalog; with an ID (e.g. TP-001), what the rule enforces and why.
+
+    \b
+    Examples: shardplan rules          shardplan rules TP-001 --json
+    """
     selected = [get_rule(rule_id)] if rule_id else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
@@ -510,7 +559,12 @@ cli.add_command(validate)  # `shardplan validate FILE.json` (solver/cli/validate
               help="the most seconds a call may ask for")
 def mcp_server(root: str | None, time_limit: float, max_time_limit: float) -> None:
     """Serve plan, enumerate, evaluate, validate_dag, fix_dag, explain_rule and the preset lists as
-    Model Context Protocol tools on stdin/stdout, for an agent (needs the mcp extra)."""
+    Model Context Protocol tools on stdin/stdout, for an agent (needs the mcp extra:
+    pip install 'shardplan[mcp]').
+
+    \b
+    Example: shardplan mcp --root ./plans --time-limit 30
+    """
     limits = TimeLimits(default_s=time_limit, max_s=max_time_limit)
     checked_root = Root(root).path  # a missing folder is bad input before the SDK loads
     try:

@@ -53,8 +53,11 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
     if rate_rps is not None and not (rate_rps > 0 and rate_rps <= MAX_RATE_RPS):
         raise SpecError("rate", f"must be a number of requests/s in (0, {MAX_RATE_RPS:g}], got {rate_rps:g}")
     if objective_given and problem.objective is Objective.LATENCY:
-        raise SpecError("objective", f"--serving {serving} plans tokens/s per GPU (or the fewest GPUs for --rate); "
-                                     "a latency objective is only planned colocated")
+        # --rate alone leaves --serving colocated: name what actually asked for a throughput question.
+        asked = "--rate plans the fewest GPUs for the rate" if serving == "colocated" else (
+            f"--serving {serving} plans tokens/s per GPU (or the fewest GPUs for --rate)")
+        raise SpecError("objective", f"{asked}; a latency objective is planned only with --serving colocated "
+                                     "and without --rate")
     if serving != "colocated" and problem.workload.osl < 2:
         raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
     if serving != "colocated":

@@ -1,7 +1,7 @@
 """``shardplan validate FILE.json [--json] [--fix --out FIXED.json]``: check a DAG file on its own.
 
 Exit codes: 0 valid, 1 violations (each with its rule ID and node id; after ``--fix``, those that
-remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``cli.py`` registers the command.
+remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``main.py`` registers the command.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The JSON shape of a disaggregated plan (DESIGN.md "Command line": ``prefill`` and ``decode`` objects,
-each with its workers, degrees, stages and memory, and the deployment's metrics at its concurrency).
+each with its workers, degrees, stages and memory, the deployment's metrics at its concurrency, and the
+``engine`` and ``profile`` that priced it).
 
 Values are rounded as in ``plan_json`` so output bytes are stable.
 """
@@ -54,7 +55,9 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
             "bottleneck": pred.bottleneck,
         },
         "fits": plan.prefill_plan.prediction.fits and plan.decode_plan.prediction.fits,
+        "engine": problem.engine,
         "profile": pred.profile,
+        "solve_time_s": None,  # what a search sets through ``extra``; evaluate's and enumerate's rows solve nothing
     }
     if extra:
         out.update(extra)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from shardplan.hardware.profile import ENGINES, profile_for_gpu
 from shardplan.solver.cli.main import main
 
 LLAMA_8B = ["--model", "llama-3.1-8b", "--isl", "1000", "--osl", "100"]
@@ -129,3 +130,16 @@ def test_emit_prints_the_launch_script(capsys: pytest.CaptureFixture[str]) -> No
 def test_dag_and_emit_need_disagg_here(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     code, out, err = run(["evaluate", *LLAMA_8B, "--dag", str(tmp_path / "x.json")], capsys)
     assert code == 2 and out == "" and "dag" in err and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_json_names_the_engine_and_the_profile_that_priced_it(
+        engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # DESIGN.md's contract lists `profile` and `engine` among the keys every plan's JSON carries; the
+    # disaggregated JSON named the profile only. The profile is the engine's own for the GPU.
+    code, data = evaluate_json([*LLAMA_8B, "--cluster", "2x8xH100", *POOLS, "--batch", "32", "--engine", engine],
+                               capsys)
+    assert code == 0
+    assert data["engine"] == engine
+    assert data["profile"] == profile_for_gpu("H100-SXM", engine).name
+    assert "solve_time_s" in data and data["solve_time_s"] is None  # nothing solved, as colocated evaluate says

@@ -103,6 +103,15 @@ def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and field in err
 
 
+def test_rate_with_a_latency_objective_blames_the_rate(capsys) -> None:
+    # --rate alone keeps --serving at its default, colocated: the refusal named "--serving colocated" as
+    # what cannot plan latency and then said latency is "only planned colocated", contradicting itself.
+    code, out, err = run(["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", "--rate", "5",
+                          "--objective", "latency"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "objective" in err and "--rate plans" in err and "--serving colocated plans" not in err
+
+
 def test_nothing_feasible_exits_1_naming_the_rules(capsys) -> None:
     code, out, err = run(["solve", "--serving", "disagg", "--model", "llama-3.1-70b", "--cluster", "1xH100",
                           "--json"], capsys)
