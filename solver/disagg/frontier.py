@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.rules.problem import Problem, resolve_profile
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.disagg import engine_profile
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import Frontier
@@ -29,7 +30,7 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
 
 class DisaggEnumeration:
     def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None):
-        profile = resolve_profile(problem)
+        profile = engine_profile(problem)
         self.pools = Pools(problem, profile, prefill_workers(problem, profile),
                            decode_workers(problem, profile, smaller_batches=True))
         self.limit, self.deadline = limit, Deadline(time_limit_s)
