@@ -317,6 +317,8 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
         if not (as_json or jsonl):
             click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + report.pools_brief(row))
     if run.count == 0:
+        if run.partial and time_limit_s is not None:  # stopped before any deployment: nothing is proven
+            raise SolverLimitError(f"time-limit: no deployment found within {time_limit_s:g} s")
         exc = no_deployment(run)
         if as_json:  # solve's infeasible object, as colocated enumerate prints it; the line goes to stderr
             click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))

@@ -13,7 +13,12 @@ import pytest
 from shardplan.rules.problem import resolve_profile
 from shardplan.solver.bound import pair_bounds, table_bound
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cost.disagg import engine_profile
+from shardplan.solver.disagg.brute import choices
+from shardplan.solver.disagg.deploy import Pools
+from shardplan.solver.disagg.frontier import PAIR_CHOICES, pair_choices
 from shardplan.solver.disagg.serving import throughput_problem
+from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
@@ -105,3 +110,45 @@ def test_pair_bounds_equal_one_excluding_oracle_per_pair() -> None:
         found = bounds.get(pair)
         assert (None if found is None else found.objective) == alone.objective
         assert (None if found is None else found.e2e_floor_ns) == alone.e2e_floor_ns
+
+
+def test_an_enumeration_the_time_limit_stops_before_any_deployment_is_not_infeasible(capsys) -> None:
+    """Under a TTFT limit few deployments keep, ``enumerate --serving disagg --time-limit`` stopped with no
+    deployment and said "infeasible" (exit 1): nothing was proven. It is the time limit's line (exit 2),
+    as for colocated enumerate."""
+    code, _, err = run(["enumerate", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "2x8xH100",
+                        "--ttft-ms", "50", "--limit", "3", "--time-limit", "0.5"], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == ["shardplan: error: time-limit: no deployment found within 0.5 s"]
+
+
+def pools_of(cluster: str) -> Pools:
+    problem = throughput_problem(build_problem(ProblemArgs(model="llama-3.1-8b", cluster=cluster, pins={})))
+    profile = engine_profile(problem)
+    return Pools(problem, profile, prefill_workers(problem, profile), decode_workers(problem, profile))
+
+
+def test_a_pair_lists_every_worker_count_on_a_small_cluster() -> None:
+    pools = pools_of("8xH100")
+    for i, k in [(0, 0), (len(pools.prefill) - 1, len(pools.decode) - 1)]:
+        every = [c for c in choices(pools) if (c.prefill, c.decode) == (i, k) and pools.rate(c) > 0]
+        assert sorted(pair_choices(pools, i, k)) == sorted(every)
+
+
+def test_a_pair_on_a_huge_cluster_lists_a_bounded_number_of_worker_counts() -> None:
+    """4096x8xH200 with 1-GPU workers: 32,768 x 32,768 counts, which filled 12 GB before the time limit was
+    looked at. The bounded list fits the cluster, and for each decode count keeps the fewest prefill
+    workers that keep up with it (the per-GPU best of that row when nothing refuses it)."""
+    pools = pools_of("4096x8xH200")
+    k = next(j for j, d in enumerate(pools.decode) if d.gpus == 1)
+    i = next(j for j, p in enumerate(pools.prefill) if p.gpus == 1)
+    kept = pair_choices(pools, i, k)
+    last_y = max(c.y for c in kept)  # rows are added whole until the list reaches PAIR_CHOICES
+    assert 0 < len([c for c in kept if c.y != last_y]) < PAIR_CHOICES <= len(kept)
+    n = pools.problem.cluster.num_gpus
+    p, d = pools.prefill[i], pools.decode[k]
+    for c in kept:
+        assert pools.end_gpu(c) <= n
+    for y in {c.y for c in kept}:
+        keeps_up = min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus)
+        assert min(c.x for c in kept if c.y == y) == max(1, keeps_up)
