@@ -90,7 +90,8 @@ def _disagg(problem: Problem, rate_rps: float | None, time_limit_s: float | None
         raise SolverLimitError(deadline.no_plan() if time_limit_s is not None else
                                f"no disaggregated deployment found in {outcome.result.proposals} proposals")
     if plan is None:
-        return {"serving": "disagg", **infeasible_dict(throughput_problem(problem), why_no_deployment(outcome))}
+        why = why_no_deployment(outcome, rate_rps)
+        return {"serving": "disagg", **infeasible_dict(throughput_problem(problem), why)}
     status = "optimal" if outcome.result.proven else "feasible"
     data = disagg_dict(plan, status=status, extra={
         "solve_time_s": round(time.perf_counter() - started, 3),

@@ -135,7 +135,7 @@ def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
     return DisaggOutcome(result, pools, time.perf_counter() - started)
 
 
-def why_no_deployment(outcome: DisaggOutcome) -> InfeasibleError:
+def why_no_deployment(outcome: DisaggOutcome, rate_rps: float | None = None) -> InfeasibleError:
     """The rules that refused every deployment the search proposed, or why no worker qualified."""
     pools = outcome.pools
     wl = pools.problem.workload
@@ -149,7 +149,12 @@ def why_no_deployment(outcome: DisaggOutcome) -> InfeasibleError:
         if wl.tpot_ms is not None:
             reasons.append(("SLA-002", f"or keeps --tpot-ms {wl.tpot_ms} at batch 1"))
         return InfeasibleError(reasons)
-    refused = sorted(pools.refused.items()) or [("DIS-001", "no pools fit the cluster at the rate asked")]
+    # Nothing proposed was refused: no pair of pools fits the cluster (a single GPU holds no two pools), or
+    # none reaches the rate asked.
+    n = pools.problem.cluster.num_gpus
+    at_rate = "" if rate_rps is None else f" and sustain {rate_rps:g} requests/s"
+    fits = f"no prefill pool and decode pool fit the cluster's {n:,} GPU{'s' * (n != 1)} together{at_rate}"
+    refused = sorted(pools.refused.items()) or [("DIS-001", fits)]
     return InfeasibleError(refused)
 
 

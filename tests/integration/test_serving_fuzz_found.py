@@ -152,3 +152,16 @@ def test_a_pair_on_a_huge_cluster_lists_a_bounded_number_of_worker_counts() -> N
     for y in {c.y for c in kept}:
         keeps_up = min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus)
         assert min(c.x for c in kept if c.y == y) == max(1, keeps_up)
+
+
+ONE_GPU = "fit the cluster's 1 GPU together"
+
+
+@pytest.mark.parametrize(("extra", "tail"), [([], ONE_GPU), (["--rate", "5"], ONE_GPU + " and sustain 5 requests/s")])
+def test_no_room_for_two_pools_says_so_and_names_a_rate_only_when_one_was_asked(extra, tail, capsys) -> None:
+    """One GPU holds no two pools. The line said "at the rate asked" also when no --rate was given."""
+    code, _, err = run(["solve", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "1xH100", *extra],
+                       capsys)
+    assert code == 1
+    line = f"shardplan: infeasible: DIS-001: disagg: no prefill pool and decode pool {tail}"
+    assert err.strip().splitlines() == [line]
