@@ -161,7 +161,7 @@ SEED_CHECKS = 256  # exact checks the seed may spend before the search starts wi
 SEED_CHOICES = 1 << 14
 
 
-def seed(pools: Pools) -> Accepted | None:
+def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     """A first incumbent, so the model's first question is already a hard one: the prefill and the
     decode candidate of the most rate per GPU each, at the first worker counts in order of rate per GPU
     (the fewest GPUs on a tie) that keep every rule; None if none of the first ``SEED_CHECKS`` does.
@@ -186,6 +186,8 @@ def seed(pools: Pools) -> Accepted | None:
         if len(tried) >= SEED_CHOICES:
             break
     for c in sorted(tried, key=pools.per_gpu_key)[:SEED_CHECKS]:
+        if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
+            return None
         plan = pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))

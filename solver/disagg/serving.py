@@ -127,7 +127,7 @@ def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
     started = time.perf_counter()
     profile = engine_profile(problem, profile)
     if rate_rps is None:  # only the candidates that can beat the seed per GPU (prune.py), same optimum
-        pools, first = pruned_pools(problem, profile)
+        pools, first = pruned_pools(problem, profile, deadline)
         result = max_throughput_from(pools, first, deadline)
     else:
         pools = build_pools(problem, profile)

@@ -6,6 +6,7 @@ that the disaggregated search ignored while its check enforced it, and the coloc
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -17,9 +18,11 @@ from shardplan.solver.cost.disagg import engine_profile
 from shardplan.solver.disagg.brute import choices
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.frontier import PAIR_CHOICES, pair_choices
+from shardplan.solver.disagg.search import seed
 from shardplan.solver.disagg.serving import throughput_problem
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import candidate_pairs
+from shardplan.solver.optimise import Deadline
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
 from shardplan.solver.tables import build_tables
@@ -165,3 +168,15 @@ def test_no_room_for_two_pools_says_so_and_names_a_rate_only_when_one_was_asked(
     assert code == 1
     line = f"shardplan: infeasible: DIS-001: disagg: no prefill pool and decode pool {tail}"
     assert err.strip().splitlines() == [line]
+
+
+def test_the_seed_stops_at_the_deadline() -> None:
+    """The seed's exact checks (up to 256, each a bisection over the requests in flight) ran past --time-limit
+    0.5 on 18x72xGB200 (27 s whole process). Past the deadline it proposes nothing and checks nothing."""
+    pools = pools_of("8xH100")
+    assert seed(pools) is not None
+    late = pools_of("8xH100")
+    passed = Deadline(1e-9)
+    time.sleep(1e-6)
+    assert seed(late, passed) is None
+    assert late.refused == {}
