@@ -16,6 +16,7 @@ when a search step ran out of time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -47,16 +48,33 @@ def relative_gap(value: float, bound: float, objective: Objective) -> float:
 
 def table_bound(oracle: Oracle) -> TableBound:
     """The relaxation's best objective over every combination the oracle would visit (see the module)."""
+    bounds = pair_bounds(oracle).values()
+    values = [b.objective for b in bounds if b.objective is not None]
+    floors = [b.e2e_floor_ns for b in bounds if b.e2e_floor_ns is not None]
     throughput = oracle.problem.objective is Objective.THROUGHPUT
-    best: float | None = None
-    floor: int | None = None
+    best = (max(values) if throughput else min(values)) if values else None
+    return TableBound(best, min(floors) if floors else None)
+
+
+def pair_bounds(oracle: Oracle, check: Callable[[], None] | None = None) -> dict[tuple[Shape, int], TableBound]:
+    """``table_bound`` of each (shape, stage count) the oracle visits, in one pass: what an oracle that
+    excludes every other pair would bound (``--rate``'s colocated search asks it of every pair; one
+    oracle per pair, each excluding the other thousand, took minutes on 512 GPUs). ``check`` is called
+    before each pair (a deadline's, which raises when it has passed): a decided batch prices every
+    integer batch of every pair."""
+    throughput = oracle.problem.objective is Objective.THROUGHPUT
+    out: dict[tuple[Shape, int], TableBound] = {}
     for o in oracle.shapes():
         weights_bytes, kv_bytes_per_seq = _whole_model_bytes(oracle, o)
         sums: dict[int, _Sums] = {}  # per microbatch: options of the same micro share their step
         for S in oracle.stage_counts(o):
+            if check is not None:
+                check()
             replicas = oracle.replicas(o, S)
             if not replicas:
                 continue
+            best: float | None = None
+            floor: int | None = None
             # A decided batch: every integer batch exactly (the CP-SAT search, the only caller, runs
             # this for a fixed batch; a decided one is the branch and bound's, which bounds itself).
             for opt in oracle.options(o, S):
@@ -74,7 +92,9 @@ def table_bound(oracle: Oracle) -> TableBound:
                     best = value if best is None else max(best, value)
                 else:
                     best = e2e_ns if best is None else min(best, e2e_ns)
-    return TableBound(best, floor)
+            if best is not None or floor is not None:
+                out[(o, S)] = TableBound(best, floor)
+    return out
 
 
 def _whole_model_bytes(oracle: Oracle, o: Shape) -> tuple[int, int]:

@@ -11,7 +11,10 @@ too). No solver runs in this process, so no thread is alive at a fork. The table
 cases, exit codes, signals, hangs, internal errors (exit 3), exit-2 messages that name no field, files
 written on error, and the peak memory of any case.
 
-    python -m benchmarks.fuzz [--cases 20000] [--seed 0] [--jobs 2] [--timeout 60] [--failures F]
+    python -m benchmarks.fuzz [--cases 20000] [--seed 0] [--jobs 2] [--timeout 60] [--failures F] [--serving]
+
+``--serving`` draws only the cases of the serving flags (issue 15: ``solve --serving/--rate``, ``evaluate
+--serving disagg --prefill/--decode``, ``enumerate --serving disagg``), spread over those three commands.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardplan.solver.cli.main import main as shardplan_main
-from tests.fuzz.cases import Case, draw
+from tests.fuzz.cases import Case, draw, draw_serving
 from tests.fuzz.harness import Outcome, materialise, problems
 
 COMMANDS = ("solve", "evaluate", "enumerate", "validate", "calibrate")
+SERVING_COMMANDS = COMMANDS[:3]
 OUT, ERR = ".stdout", ".stderr"  # the child's streams, in its folder (left out of "files written")
 CHILD_UNCAUGHT = 4  # a child whose main() raised instead of exiting: counted as a problem
 
@@ -192,9 +196,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="cases run at once")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as hung")
     parser.add_argument("--failures", type=Path, default=None, help="write every failing case here (JSON lines)")
+    parser.add_argument("--serving", action="store_true", help="only the serving flags' cases (issue 15)")
     args = parser.parse_args()
-    base = dag_base()
-    cases = (draw(COMMANDS[i % len(COMMANDS)], random.Random(args.seed + i), base) for i in range(args.cases))
+    if args.serving:
+        cases = (draw_serving(SERVING_COMMANDS[i % 3], random.Random(args.seed + i)) for i in range(args.cases))
+    else:
+        base = dag_base()
+        cases = (draw(COMMANDS[i % len(COMMANDS)], random.Random(args.seed + i), base) for i in range(args.cases))
     began = time.monotonic()
     results: list[Result] = []
 

@@ -93,7 +93,9 @@ def problem_options(func: Command) -> Command:
                      help="limit on time per output token in ms, at the plan's concurrency (default: none)"),
         click.option("--max-batch", type=int, default=None,
                      help="the engine's limit on sequences one attention group runs at once (vLLM --max-num-seqs, "
-                          "SGLang --max-running-requests); default: the calibration profile's"),
+                          "SGLang --max-running-requests); with --serving disagg it holds in each pool: a decode "
+                          "worker's batch and a prefill step's prompts per attention group; default: the "
+                          "calibration profile's"),
         click.option("--weights-dtype", default=None,
                      help="bf16, fp16, fp8, fp4, mxfp4, int4 (default: the checkpoint's)"),
         click.option("--kv-dtype", default=None, help="bf16, fp16 or fp8 (default: 16-bit)"),

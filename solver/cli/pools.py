@@ -46,7 +46,7 @@ def parse_pool(role: str, text: str) -> dict[str, Any]:
         value = value.strip()
         if key == "stages":
             values[key] = value
-        elif not value.isdigit() or len(value) > 9:
+        elif not value.isdecimal() or len(value) > 9:  # isdigit() takes "²", which int() refuses
             raise SpecError(f"{role} {key}", f"must be a positive integer, got {value!r}")
         else:
             values[key] = int(value)

@@ -93,7 +93,8 @@ def _disagg(problem: Problem, rate_rps: float | None, time_limit_s: float | None
         raise SolverLimitError(deadline.no_plan() if time_limit_s is not None else
                                f"no disaggregated deployment found in {outcome.result.proposals} proposals")
     if plan is None:
-        return {"serving": "disagg", **infeasible_dict(throughput_problem(problem), why_no_deployment(outcome))}
+        why = why_no_deployment(outcome, rate_rps)
+        return {"serving": "disagg", **infeasible_dict(throughput_problem(problem), why)}
     status = "optimal" if outcome.result.proven else "feasible"
     data = disagg_dict(plan, status=status, extra={
         "solve_time_s": round(time.perf_counter() - started, 3),
@@ -320,6 +321,8 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
         if not (as_json or jsonl):
             click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + report.pools_brief(row))
     if run.count == 0:
+        if run.partial and time_limit_s is not None:  # stopped before any deployment: nothing is proven
+            raise SolverLimitError(f"time-limit: no deployment found within {time_limit_s:g} s")
         exc = no_deployment(run)
         if as_json:  # solve's infeasible object, as colocated enumerate prints it; the line goes to stderr
             click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))

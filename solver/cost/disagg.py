@@ -124,6 +124,19 @@ def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) 
     return DecodeStep(batch, _ns(pred.metrics.decode_step_ms), pred)
 
 
+def engine_profile(problem: Problem, profile: Profile | None = None) -> Profile:
+    """The profile a disaggregated deployment is priced and searched with: the problem's, its engine batch
+    limit (sequences one attention-DP rank's scheduler runs at once) replaced by ``--max-batch`` when
+    given. So a decode worker's batch stays within ``--max-batch`` x attn_dp and a prefill step's chunk
+    within ``--max-batch`` per rank in the search, the pricing and the check alike (BAT-001 judges each
+    pool's plan by the same limit); read from the profile only, the search offered batches the check
+    then refused one deployment at a time."""
+    profile = resolve_profile(problem, profile)
+    if problem.max_batch is None or problem.max_batch == profile.max_batch:
+        return profile
+    return profile.model_copy(update={"max_batch": problem.max_batch})
+
+
 def largest_chunk(problem: Problem, profile: Profile) -> int:
     """Prompts one attention-DP rank's prefill step may hold: the engine's token budget over ISL, at
     least one."""
@@ -336,7 +349,7 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
                     queue_share: float | None = None) -> DisaggPlan:
     """Price ``layout`` for ``problem`` at its concurrency (module docstring); ``queue_share``, if given,
     replaces the profile's ``ttft_queue_share`` (the accuracy benchmark's refit tries others)."""
-    profile = resolve_profile(problem, profile)
+    profile = engine_profile(problem, profile)
     osl, C = problem.workload.osl, layout.concurrency
     kv = kv_transfer(problem, layout, profile)
     state = steady_state(problem, layout, kv, profile, queue_share)
@@ -377,4 +390,4 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
     )
 
 
-__all__ = ["evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem", "steady_state"]
+__all__ = ["engine_profile", "evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem", "steady_state"]

@@ -13,23 +13,41 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.rules.problem import Problem, resolve_profile
+from shardplan.rules.problem import Problem
+from shardplan.solver.cost.disagg import engine_profile
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import Frontier
 from shardplan.solver.optimise import Deadline
 
+# Worker counts one pair may list in full; past it (x and y each up to the cluster over a worker's GPUs:
+# 10^9 on 4096x8xH200 with 1-GPU workers, which filled 12 GB before any time limit was looked at)
+# each y keeps the prefill counts from the fewest that keep up with it to twice that, the fewest decode
+# workers first, as the search's seed does (``search.seed``), up to this many in all.
+PAIR_CHOICES = 1 << 12
+
 
 def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
+    """The pair's worker counts that fit the cluster and carry a rate: every (x, y) on a cluster where
+    they are at most ``PAIR_CHOICES``, else the bounded list above."""
     n = pools.problem.cluster.num_gpus
     p, d = pools.prefill[i], pools.decode[k]
-    out = [Choice(i, k, x, y) for x in range(1, n // p.gpus + 1) for y in range(1, n // d.gpus + 1)]
-    return [c for c in out if pools.end_gpu(c) <= n and pools.rate(c) > 0]
+    if (n // p.gpus) * (n // d.gpus) <= PAIR_CHOICES:
+        out = [Choice(i, k, x, y) for x in range(1, n // p.gpus + 1) for y in range(1, n // d.gpus + 1)]
+        return [c for c in out if pools.end_gpu(c) <= n and pools.rate(c) > 0]
+    kept: list[Choice] = []
+    for y in range(1, n // d.gpus + 1):
+        fewest = max(1, min(-(-y * d.capacity_units // max(p.capacity_units, 1)), (n - y * d.gpus) // p.gpus))
+        row = (Choice(i, k, x, y) for x in range(fewest, 2 * fewest + 1))
+        kept += [c for c in row if pools.end_gpu(c) <= n and pools.rate(c) > 0]
+        if len(kept) >= PAIR_CHOICES:
+            break
+    return kept
 
 
 class DisaggEnumeration:
     def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None):
-        profile = resolve_profile(problem)
+        profile = engine_profile(problem)
         self.pools = Pools(problem, profile, prefill_workers(problem, profile),
                            decode_workers(problem, profile, smaller_batches=True))
         self.limit, self.deadline = limit, Deadline(time_limit_s)
@@ -53,11 +71,15 @@ class DisaggEnumeration:
         self.partial = False
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
+        """The pair's first deployment in per-GPU order that keeps every rule (None also when the time
+        limit passes first: ``__iter__`` then stops, the enumeration partial)."""
         for c in sorted(pair_choices(self.pools, i, k), key=self.pools.per_gpu_key):
+            if self.deadline.passed():
+                return None
             plan = self.pools.feasible_plan(c)
             if plan is not None:
                 return plan
         return None
 
 
-__all__ = ["DisaggEnumeration", "pair_choices"]
+__all__ = ["PAIR_CHOICES", "DisaggEnumeration", "pair_choices"]

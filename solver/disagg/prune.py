@@ -45,6 +45,7 @@ from shardplan.solver.disagg.workers import (
     decode_searches,
     prefill_priced,
 )
+from shardplan.solver.optimise import Deadline
 
 
 def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
@@ -89,7 +90,7 @@ SEED_RANKS = 3  # the seed is sought among pairs of the first few candidates of 
 
 
 def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
-               refused: dict[str, str]) -> tuple[int, int, Accepted] | None:
+               refused: dict[str, str], deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
     """(prefill index, decode index, seed) of the first pair whose ``search.seed`` keeps every rule:
     the best candidates of each role first, then the other pairs of the ``SEED_RANKS`` best of each by
     ``pair_bound``; None if none does. The best pair alone may have none: on 2x8xH200 its one
@@ -99,8 +100,10 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
     others = sorted(((i, k) for i in ranked_p for k in ranked_d if (i, k) != (ranked_p[0], ranked_d[0])),
                     key=lambda ik: -pair_bound(per_gpu(prefill.priced[ik[0]]), decode_bound_per_gpu(searches[ik[1]])))
     for n, (i, k) in enumerate([(ranked_p[0], ranked_d[0]), *others]):
+        if deadline is not None and deadline.passed():
+            return None
         pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
-        found = seed(pair)
+        found = seed(pair, deadline)
         if n == 0:
             refused.update(pair.refused)
         if found is not None:
@@ -108,9 +111,11 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
     return None
 
 
-def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | None]:
+def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None = None,
+                 ) -> tuple[Pools, Accepted | None]:
     """The pools of every candidate that may be in a deployment at least as good per GPU as the seed,
-    and the seed (its choice indexing these pools); every candidate when there is no seed."""
+    and the seed (its choice indexing these pools); every candidate when there is no seed (also when
+    ``deadline`` passes while the seed is sought: its exact checks ran past --time-limit on 1,296 GPUs)."""
     prefill = PrefillJudged(problem, profile)
     searches = decode_searches(problem, profile)
     i = prefill.best()
@@ -118,7 +123,7 @@ def pruned_pools(problem: Problem, profile: Profile) -> tuple[Pools, Accepted | 
         return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
     k = searches.index(best_decode(searches))
     refused: dict[str, str] = {}
-    found = first_seed(problem, profile, prefill, searches, refused)
+    found = first_seed(problem, profile, prefill, searches, refused, deadline)
     if found is None:  # every candidate, and why the best pair's seed was refused (as seed(pools) records it)
         pools = Pools(problem, profile, prefill.all(), [s.worker() for s in searches])
         pools.refused.update(refused)

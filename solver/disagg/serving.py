@@ -20,7 +20,8 @@ from shardplan.models.errors import InfeasibleError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
-from shardplan.solver.bound import table_bound
+from shardplan.solver.bound import pair_bounds
+from shardplan.solver.cost.disagg import engine_profile
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.prune import pruned_pools
 from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput_from
@@ -58,21 +59,26 @@ def one_replica_of(problem: Problem, shape: Shape, stages: int) -> Problem:
 
 
 def replicas_for(rate_rps: float, replica_rps: float) -> int:
-    return math.ceil(rate_rps / replica_rps - 1e-12)
+    """Replicas that sustain ``rate_rps``: at least one, however small the rate (``--rate 1e-300`` made the
+    quotient round to zero replicas, a plan of no GPUs)."""
+    return max(1, math.ceil(rate_rps / replica_rps - 1e-12))
 
 
-def fewest_gpus_bounds(problem: Problem, rate_rps: float) -> list[tuple[int, Shape, int]]:
+def fewest_gpus_bounds(problem: Problem, rate_rps: float, deadline: Deadline | None = None,
+                       ) -> list[tuple[int, Shape, int]]:
     """(a lower bound on the GPUs, shape, stages) of every pair that might sustain the rate in the
-    cluster, fewest first: the bound's relaxation of one replica (``bound.table_bound``) is at least
-    its requests/s, so at least ``ceil(rate / that)`` replicas are needed."""
+    cluster, fewest first: the bound's relaxation of one replica (``bound.pair_bounds``) is at least
+    its requests/s, so at least ``ceil(rate / that)`` replicas are needed. Raises SolverLimitError
+    when ``deadline`` passes (its grace included) before every pair is bounded."""
+    check = None if deadline is None else deadline.check
     base = throughput_problem(problem)
     single = base.model_copy(update={"pins": base.pins.model_copy(update={"dp": 1})})
-    tables = build_tables(single, SearchSpace(single, resolve_profile(single)))
-    pairs = candidate_pairs(base)
+    tables = build_tables(single, SearchSpace(single, resolve_profile(single)), check)
+    bounds = pair_bounds(Oracle(tables), check)
     out = []
-    for shape, stages in pairs:
-        others = [pair for pair in pairs if pair != (shape, stages)]
-        top = table_bound(Oracle(tables, excluded=others)).objective
+    for shape, stages in candidate_pairs(base):
+        found = bounds.get((shape, stages))
+        top = None if found is None else found.objective
         if top is None or top <= 0:
             continue
         gpus = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
@@ -86,7 +92,7 @@ def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> Col
     searched in the order of their bound on the GPUs, and the search stops at the first pair whose
     bound exceeds the best found: none after it can need fewer."""
     best: tuple[tuple[int, float], ColocatedRate] | None = None
-    for bound_gpus, shape, stages in fewest_gpus_bounds(problem, rate_rps):
+    for bound_gpus, shape, stages in fewest_gpus_bounds(problem, rate_rps, deadline):
         if best is not None and bound_gpus > best[0][0]:
             break
         pinned = one_replica_of(problem, shape, stages)
@@ -119,9 +125,9 @@ class DisaggOutcome:
 def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
                  profile: Profile | None = None) -> DisaggOutcome:
     started = time.perf_counter()
-    profile = resolve_profile(problem, profile)
+    profile = engine_profile(problem, profile)
     if rate_rps is None:  # only the candidates that can beat the seed per GPU (prune.py), same optimum
-        pools, first = pruned_pools(problem, profile)
+        pools, first = pruned_pools(problem, profile, deadline)
         result = max_throughput_from(pools, first, deadline)
     else:
         pools = build_pools(problem, profile)
@@ -129,7 +135,7 @@ def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
     return DisaggOutcome(result, pools, time.perf_counter() - started)
 
 
-def why_no_deployment(outcome: DisaggOutcome) -> InfeasibleError:
+def why_no_deployment(outcome: DisaggOutcome, rate_rps: float | None = None) -> InfeasibleError:
     """The rules that refused every deployment the search proposed, or why no worker qualified."""
     pools = outcome.pools
     wl = pools.problem.workload
@@ -143,7 +149,12 @@ def why_no_deployment(outcome: DisaggOutcome) -> InfeasibleError:
         if wl.tpot_ms is not None:
             reasons.append(("SLA-002", f"or keeps --tpot-ms {wl.tpot_ms} at batch 1"))
         return InfeasibleError(reasons)
-    refused = sorted(pools.refused.items()) or [("DIS-001", "no pools fit the cluster at the rate asked")]
+    # Nothing proposed was refused: no pair of pools fits the cluster (a single GPU holds no two pools), or
+    # none reaches the rate asked.
+    n = pools.problem.cluster.num_gpus
+    at_rate = "" if rate_rps is None else f" and sustain {rate_rps:g} requests/s"
+    fits = f"no prefill pool and decode pool fit the cluster's {n:,} GPU{'s' * (n != 1)} together{at_rate}"
+    refused = sorted(pools.refused.items()) or [("DIS-001", fits)]
     return InfeasibleError(refused)
 
 

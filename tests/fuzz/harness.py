@@ -58,7 +58,10 @@ def problems(outcome: Outcome, case: Case | None = None) -> list[str]:
         elif not NAMES_A_FIELD.match(lines[0]):
             found.append(f"message names no field: {lines[0][:200]!r}")
     # validate --fix writes the repaired DAG and exits 1 when violations remain: that file is its result.
-    fixed = case is not None and case.command == "validate" and "--fix" in case.argv and outcome.code == 1
-    if outcome.code != 0 and outcome.written and not fixed:
+    # evaluate's exit 1 is its verdict on a layout it priced whole (the violations are listed): the DAG or
+    # placement it was asked for describes that layout, colocated or disaggregated alike.
+    verdict = case is not None and outcome.code == 1 and (
+        case.command == "evaluate" or (case.command == "validate" and "--fix" in case.argv))
+    if outcome.code != 0 and outcome.written and not verdict:
         found.append(f"exit {outcome.code} but wrote {outcome.written}")
     return found

@@ -1,6 +1,8 @@
 """Fuzzing every command in-process (issue 14): config.json mutations, cluster strings, numeric flags, stage
-strings, load profiles, DAG files and calibration CSVs. Fixed seed (``derandomize``), so a run is
-repeatable; long runs with fresh seeds are ``python -m benchmarks.fuzz``."""
+strings, load profiles, DAG files and calibration CSVs; and the serving flags (issue 15: --serving, --rate,
+--prefill/--decode pool specs, --max-batch, --engine, --emit, enumerate --serving disagg) on small clusters
+with short time limits. Fixed seed (``derandomize``), so a run is repeatable; long runs with fresh seeds
+and big clusters are ``python -m benchmarks.fuzz [--serving]``."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardplan.solver.cli.main import main
-from tests.fuzz.cases import draw
+from tests.fuzz.cases import draw, draw_serving
 from tests.fuzz.harness import problems, run_in_process
 
 CASES_PER_COMMAND = 1000
+# A serving solve or enumeration may run for its --time-limit 0.3; a pool spec mostly ends in parsing.
+SERVING_CASES = {"solve": 60, "evaluate": 400, "enumerate": 60}
 FUZZ = settings(max_examples=CASES_PER_COMMAND, derandomize=True, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
 
@@ -31,8 +35,9 @@ def dag_base(tmp_path_factory) -> dict[str, object]:
     return json.loads(path.read_text())
 
 
-def check(command: str, seed: int, dag_base: dict[str, object] | None = None) -> None:
-    case = draw(command, random.Random(seed), dag_base)
+def check(command: str, seed: int, dag_base: dict[str, object] | None = None, serving: bool = False) -> None:
+    case = draw_serving(command, random.Random(seed), quick=True) if serving else draw(command, random.Random(seed),
+                                                                                       dag_base)
     with tempfile.TemporaryDirectory() as folder:
         outcome = run_in_process(case, Path(folder))
     found = problems(outcome, case)
@@ -48,6 +53,16 @@ def test_problem_commands(command: str, capsys) -> None:
     @given(seed=SEEDS)
     def one(seed: int) -> None:
         check(command, seed)
+
+    one()
+
+
+@pytest.mark.parametrize("command", ["solve", "evaluate", "enumerate"])
+def test_serving_flags(command: str) -> None:
+    @settings(FUZZ, max_examples=SERVING_CASES[command])
+    @given(seed=SEEDS)
+    def one(seed: int) -> None:
+        check(command, seed, serving=True)
 
     one()
 
