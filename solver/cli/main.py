@@ -83,7 +83,8 @@ def problem_options(func: Command) -> Command:
         click.option("--isl", type=int, default=1024, show_default=True, help="input (prompt) tokens per request"),
         click.option("--osl", type=int, default=256, show_default=True, help="output (generated) tokens per request"),
         click.option("--batch", type=int, default=None,
-                     help="requests in flight per replica (with --serving disagg: over the whole deployment); "
+                     help="requests in flight per replica (evaluate --serving disagg: over the whole deployment; "
+                          "solve --serving disagg|auto decides it and refuses --batch); "
                           "default: 1 for latency and for evaluate, decided for throughput"),
         click.option("--mem-cap-gib", type=float, default=None,
                      help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),

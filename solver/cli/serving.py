@@ -60,6 +60,10 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
                                      "and without --rate")
     if serving != "colocated" and problem.workload.osl < 2:
         raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
+    if serving != "colocated" and problem.workload.batch is not None:
+        # The disaggregated search decides the requests in flight; a given one is evaluate's question.
+        raise SpecError("batch", f"--serving {serving} decides the requests in flight; --batch fixes one colocated "
+                                 "layout's batch (evaluate --serving disagg --batch C prices a given concurrency)")
     if serving != "colocated":
         for degree, value in problem.pins.model_dump().items():
             if value is not None:

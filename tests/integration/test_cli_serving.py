@@ -97,6 +97,9 @@ def test_a_rate_is_sustained_on_the_fewest_gpus_in_both_modes(capsys) -> None:
     (["--serving", "auto", "--emit", "vllm", "--engine", "sglang"], "emit"),
     (["--serving", "auto", "--runner-up"], "runner-up"),
     (["--serving", "disagg", "--osl", "1"], "osl"),
+    # the disaggregated search decides the requests in flight: a --batch it would ignore is refused
+    (["--serving", "disagg", "--batch", "64"], "batch"),
+    (["--serving", "auto", "--batch", "64"], "batch"),
 ])
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
     code, out, err = run(["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", *argv], capsys)
