@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardplan.hardware.profile import Profile
 from shardplan.models.derived import kv_bytes_per_sequence, weight_bytes_total
 from shardplan.rules.base import Diagnostic, Rule, ShapeRule, StageDegrees
 from shardplan.rules.plan import Plan
@@ -71,9 +72,10 @@ def pinned_batch_kv_gib(problem: Problem, gpus: int) -> tuple[float, str]:
     return kv, f" + KV cache {kv:.1f} for batch {batch} x {context} tokens"
 
 
-def engine_batch_limit(problem: Problem) -> int:
-    """Sequences one attention group may run at once: --max-batch, else the profile's."""
-    return problem.max_batch or resolve_profile(problem).max_batch
+def engine_batch_limit(problem: Problem, profile: Profile | None = None) -> int:
+    """Sequences one attention group may run at once: --max-batch, else the profile's (``profile`` if given,
+    as ``resolve_profile`` reads it)."""
+    return problem.max_batch or resolve_profile(problem, profile).max_batch
 
 
 class EngineBatchLimit(ShapeRule):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from shardplan.hardware.profile import Profile
+from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cost.evaluate import microbatching
 
@@ -183,7 +184,7 @@ class SearchSpace:
     def batch_limit(self) -> int:
         """Sequences one attention group may hold at once (over its microbatches): the engine's limit,
         --max-batch or the profile's."""
-        return self.problem.max_batch or self.profile.max_batch
+        return engine_batch_limit(self.problem, self.profile)
 
     def replica_batch_limit(self, attn_dp: int) -> int:
         """Sequences one replica may hold at once: the limit in each of its ``attn_dp`` attention groups

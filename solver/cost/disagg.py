@@ -47,6 +47,7 @@ from functools import lru_cache
 from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
 from shardplan.hardware.profile import Profile
 from shardplan.models.derived import kv_bytes_per_sequence
+from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.disagg import DisaggLayout, Pool
 from shardplan.rules.disagg_plan import DecodeRole, DisaggPlan, DisaggPrediction, KvTransfer, PrefillRole
 from shardplan.rules.layout import Layout
@@ -132,9 +133,8 @@ def engine_profile(problem: Problem, profile: Profile | None = None) -> Profile:
     pool's plan by the same limit); read from the profile only, the search offered batches the check
     then refused one deployment at a time."""
     profile = resolve_profile(problem, profile)
-    if problem.max_batch is None or problem.max_batch == profile.max_batch:
-        return profile
-    return profile.model_copy(update={"max_batch": problem.max_batch})
+    limit = engine_batch_limit(problem, profile)
+    return profile if limit == profile.max_batch else profile.model_copy(update={"max_batch": limit})
 
 
 def largest_chunk(problem: Problem, profile: Profile) -> int:

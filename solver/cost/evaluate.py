@@ -59,6 +59,7 @@ from typing import Any
 from shardplan.hardware.profile import Profile
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
+from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
@@ -456,7 +457,7 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
     if not fits(problem, one, profile):
         lo = 0
     else:
-        lo, hi = 1, layout.attn_dp * (problem.max_batch or profile.max_batch)
+        lo, hi = 1, layout.attn_dp * engine_batch_limit(problem, profile)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if fits(problem, layout.model_copy(update={"batch": mid}), profile):

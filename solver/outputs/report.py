@@ -28,6 +28,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from shardplan.models.errors import SolverLimitError
+from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import StageTiming
 from shardplan.rules.problem import Objective, Problem
@@ -130,7 +131,7 @@ def binding_constraints(plan: Plan) -> list[Finding]:
     if decides:
         probe = evaluate(p, lay.model_copy(update={"batch": next_batch}))
         probe_reasons = []
-        if seqs + lay.pp > (p.max_batch or profile.max_batch):
+        if seqs + lay.pp > engine_batch_limit(p, profile):
             probe_reasons.append("batch")
         if not probe.fits:
             probe_reasons.append("memory")
