@@ -77,6 +77,22 @@ class Pools:
         start = -(-c.x * self.prefill[c.prefill].gpus // unit) * unit
         return start + c.y * self.decode[c.decode].gpus
 
+    def keeping_up(self, i: int, k: int, most: int) -> list[Choice]:
+        """Worker counts of the pair (prefill ``i``, decode ``k``), the fewest decode workers first: for each
+        y, x from the fewest prefill workers that keep up with the y decode workers (or the cluster's rest)
+        to twice that, those that fit the cluster and carry a rate. Whole y rows are listed until at least
+        ``most`` are kept (on 4096x8xH200 with 1-GPU workers every y made ~10^8 choices)."""
+        n = self.problem.cluster.num_gpus
+        p, d = self.prefill[i], self.decode[k]
+        kept: list[Choice] = []
+        for y in range(1, n // d.gpus + 1):
+            fewest = max(1, min(-(-y * d.capacity_units // max(p.capacity_units, 1)), (n - y * d.gpus) // p.gpus))
+            row = (Choice(i, k, x, y) for x in range(fewest, 2 * fewest + 1))
+            kept += [c for c in row if self.end_gpu(c) <= n and self.rate(c) > 0]
+            if len(kept) >= most:
+                break
+        return kept
+
     def gpus(self, c: Choice) -> int:
         return c.x * self.prefill[c.prefill].gpus + c.y * self.decode[c.decode].gpus
 

@@ -23,7 +23,7 @@ from shardplan.solver.optimise import Deadline
 # Worker counts one pair may list in full; past it (x and y each up to the cluster over a worker's GPUs:
 # 10^9 on 4096x8xH200 with 1-GPU workers, which filled 12 GB before any time limit was looked at)
 # each y keeps the prefill counts from the fewest that keep up with it to twice that, the fewest decode
-# workers first, as the search's seed does (``search.seed``), up to this many in all.
+# workers first (``Pools.keeping_up``, the list the search's seed ranks too), up to this many in all.
 PAIR_CHOICES = 1 << 12
 
 
@@ -35,14 +35,7 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
     if (n // p.gpus) * (n // d.gpus) <= PAIR_CHOICES:
         out = [Choice(i, k, x, y) for x in range(1, n // p.gpus + 1) for y in range(1, n // d.gpus + 1)]
         return [c for c in out if pools.end_gpu(c) <= n and pools.rate(c) > 0]
-    kept: list[Choice] = []
-    for y in range(1, n // d.gpus + 1):
-        fewest = max(1, min(-(-y * d.capacity_units // max(p.capacity_units, 1)), (n - y * d.gpus) // p.gpus))
-        row = (Choice(i, k, x, y) for x in range(fewest, 2 * fewest + 1))
-        kept += [c for c in row if pools.end_gpu(c) <= n and pools.rate(c) > 0]
-        if len(kept) >= PAIR_CHOICES:
-            break
-    return kept
+    return pools.keeping_up(i, k, PAIR_CHOICES)
 
 
 class DisaggEnumeration:

@@ -172,20 +172,9 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     prompt (``cost.disagg.serving_stack_ns``), and a pool with spare rate runs a smaller chunk. Any
     deployment that keeps every rule is a sound seed (``prune.py`` needs only that); the best of this
     pair is a high floor."""
-    n = pools.problem.cluster.num_gpus
     i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
     k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
-    p, d = pools.prefill[i], pools.decode[k]
-    tried: list[Choice] = []
-    for y in range(1, n // d.gpus + 1):
-        fewest = max(1, min(-(-y * d.capacity_units // p.capacity_units), (n - y * d.gpus) // p.gpus))
-        for x in range(fewest, 2 * fewest + 1):
-            c = Choice(i, k, x, y)
-            if pools.end_gpu(c) <= n and pools.rate(c) > 0:
-                tried.append(c)
-        if len(tried) >= SEED_CHOICES:
-            break
-    for c in sorted(tried, key=pools.per_gpu_key)[:SEED_CHECKS]:
+    for c in sorted(pools.keeping_up(i, k, SEED_CHOICES), key=pools.per_gpu_key)[:SEED_CHECKS]:
         if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
             return None
         plan = pools.feasible_plan(c)
