@@ -22,6 +22,10 @@ MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest preset config is ~5 KiB, a 384-e
 MAX_CSV_BYTES = 64 << 20  # measured-point CSVs are tables of thousands of rows
 MAX_JSON_DEPTH = 64  # configs nest 3 deep, DAG files 4: far below the parser's recursion limit
 _UTF8_BOM = b"\xef\xbb\xbf"
+# Byte-order marks of the encodings a spreadsheet's "Unicode text" export writes; UTF-32's first, since its
+# little-endian mark begins with UTF-16's.
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 # A JSON string literal, escapes included: its brackets are not nesting.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -51,6 +55,9 @@ def read_text(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) ->
         raise SpecError(field, f"{path} is larger than {max_bytes:,} bytes")
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM):]
+    for mark, encoding in _OTHER_BOMS:
+        if data.startswith(mark):
+            raise SpecError(field, f"{path} is {encoding} text (its byte-order mark says so); save it as UTF-8")
     try:
         return data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:

@@ -289,8 +289,9 @@ def calibrate(
       config_group       rows differing only in layout share it (blank allowed)
       notes              free text
     A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
-    (a leading byte-order mark is dropped, as for every file shardplan reads)
-    exit 2 with the column or row named. Write the profile with --out and plan with --profile FILE.
+    (a leading UTF-8 byte-order mark is dropped, as for every file shardplan reads; a UTF-16 or UTF-32
+    file is named as such) exit 2 with the column, row or byte named, and write nothing.
+    Write the profile with --out and plan with --profile FILE.
     Example: shardplan calibrate perf_points.csv --gpu H100 --software trtllm --out h100.json
     """
     if not 1 <= jobs <= MAX_JOBS:
