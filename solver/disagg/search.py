@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
 
 from ortools.sat.python import cp_model
@@ -36,6 +37,8 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.disagg.walk import Walk, walk
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
@@ -80,13 +83,13 @@ class Asked:
 
 def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
                     target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None,
-                    cut_ttft: bool = False) -> Asked:
+                    cut_ttft: bool = False, floor: ChoiceFloor | None = None) -> Asked:
     """Solve ``question()`` (the model with the question's constraints and objective), judge its
-    deployment exactly, forbid it if refused and ask again, until one is accepted or none is left.
-    ``screen()``, if given, is the question without its objective, asked first each time: CP-SAT
-    proves it has no solution far sooner than it proves an objective has none (on 512 GPUs 13 ms
-    against 1.2 s), and the last question of a search is that proof. ``cut_ttft``: a refused
-    deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
+    deployment (``floor``'s TTFT floor first, if given, then exactly), forbid it if refused and ask
+    again, until one is accepted or none is left. ``screen()``, if given, is the question without its
+    objective, asked first each time: CP-SAT proves it has no solution far sooner than it proves an
+    objective has none (on 512 GPUs 13 ms against 1.2 s), and the last question of a search is that
+    proof. ``cut_ttft``: a refused deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
     for proposals in range(1, MAX_PROPOSALS + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
@@ -99,7 +102,8 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
         c = m.read(solver)
-        plan = pools.feasible_plan(c, target)
+        refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
+        plan = None if refused else pools.feasible_plan(c, target)
         if plan is not None:
             return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
         m.forbid(c)
@@ -174,10 +178,11 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     pair is a high floor."""
     i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
     k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
+    floor = ChoiceFloor(pools)
     for c in sorted(pools.keeping_up(i, k, SEED_CHOICES), key=pools.per_gpu_key)[:SEED_CHECKS]:
         if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
             return None
-        plan = pools.feasible_plan(c)
+        plan = None if floor.refuses(c, pools.rate(c)) else pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))
     return None
@@ -198,25 +203,45 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
-    proposals = 0
+    floor = ChoiceFloor(pools)
+    walked = walk(pools, Fraction(best.rate_units, best.gpus) if best else Fraction(0), deadline, floor=floor)
+    best = _told(m, pools, walked) or best
+    proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
         asked = _first_accepted(m, pools, partial(_better_than, m, r0, g0), deadline,
-                                screen=partial(_any_better, m, r0, g0), cut_ttft=True)
+                                screen=partial(_any_better, m, r0, g0), cut_ttft=True, floor=floor)
         proposals += asked.proposals
         if asked.accepted is None:
             break
         best = asked.accepted
     proven = asked.complete
     while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
-        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True)
+        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
+                                floor=floor)
         proposals += fewer.proposals
         if fewer.accepted is None:
             break
         best = fewer.accepted
     if best is None:
+        floor.explain()
         return DisaggResult(None, None, proven, proposals)
     return DisaggResult(best.plan, best.choice, proven, proposals)
+
+
+def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:
+    """Post what the walk refused into the model (each listed pair capped at the frontier's rate per
+    GPU, the refused deployments at exactly that rate forbidden one by one, for the tie question), and
+    return its accepted deployment, if any: brute force's answer, which the CP-SAT search then proves."""
+    if walked.frontier is not None:
+        for i, k in walked.expanded:
+            m.cap_pair(i, k, walked.frontier)
+        for c in walked.refused_at_frontier:
+            m.forbid(c)
+    if walked.accepted is None:
+        return None
+    c, plan = walked.accepted
+    return Accepted(c, plan, pools.rate(c), pools.gpus(c))
 
 
 def _fewest(m: PoolModel) -> cp_model.CpModel:
@@ -261,13 +286,16 @@ def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: boo
         m.cut_ttft_all()  # few pairs: every pair's cuts before the first question, as max_throughput
     target = target_units(rate_rps)
     m.cp.add(m.rate >= target)
-    asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft)
+    floor = ChoiceFloor(pools)  # sound at the target too (a deployment accepted there passes it there)
+    asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor)
     proposals = asked.proposals
     best = asked.accepted
     if best is None:
+        floor.explain()
         return DisaggResult(None, None, asked.complete, proposals)
     while True:  # ties on the fewest GPUs: most capacity, then brute force's order
-        ahead = _first_accepted(m, pools, partial(_tie_ahead, m, capacity, best), deadline, target, cut_ttft=cut_ttft)
+        ahead = _first_accepted(m, pools, partial(_tie_ahead, m, capacity, best), deadline, target,
+                                cut_ttft=cut_ttft, floor=floor)
         proposals += ahead.proposals
         if ahead.accepted is None:
             break
