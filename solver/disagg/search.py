@@ -1,8 +1,12 @@
 """The disaggregated search: the CP-SAT pool model (``model.py``) asked for better deployments until
 none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
 
-- **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): a ratio, maximised as
-  ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
+- **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): first the walk
+  (``walk.py``): the deployments that can beat the seed in brute force's order, each refused by the
+  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until one is accepted (brute force's answer);
+  what it refused is posted in the model, and the search below proves the answer (one screen, no tie
+  question: nothing comes before it). Cut short, the search below goes on from there. The ratio is
+  maximised as ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
   ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
   maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
   solved again; when the model has no better deployment the incumbent is optimal. The model carries
@@ -11,7 +15,8 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
   answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
 - **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
-  refused proposal forbidden (and its pair's TTFT cuts posted), until a proposal is accepted (then no
+  refused proposal (the TTFT floor at R first, then the exact check) forbidden (and its pair's TTFT cuts
+  posted), until a proposal is accepted (then no
   deployment with fewer GPUs keeps the rules: every one the model could still propose was refused or
   costs more). Ties on those GPUs are then broken toward the most capacity (the rate the pools carry
   at full load: headroom over R), then the most capacity in both pools together, then the first in
@@ -51,7 +56,7 @@ class DisaggResult:
     plan: DisaggPlan | None
     choice: Choice | None
     proven: bool
-    proposals: int  # deployments the model proposed (accepted or refused)
+    proposals: int  # deployments the walk judged exactly, and those the model proposed (accepted or refused)
 
 
 def build_pools(problem: Problem, profile: Profile) -> Pools:
@@ -206,6 +211,10 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     floor = ChoiceFloor(pools)
     walked = walk(pools, Fraction(best.rate_units, best.gpus) if best else Fraction(0), deadline, floor=floor)
     best = _told(m, pools, walked) or best
+    # A walk that ended at an accepted deployment judged every one ahead of it in brute force's order, so
+    # no tie comes before it; the tie question would only meet deployments the walk refused whose rate
+    # the model may lower to an equal rate per GPU (one solve each: 162 at TTFT 2,500 ms on 8xH200).
+    first_in_order = walked.accepted is not None
     proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
@@ -214,9 +223,9 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
         proposals += asked.proposals
         if asked.accepted is None:
             break
-        best = asked.accepted
+        best, first_in_order = asked.accepted, False
     proven = asked.complete
-    while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
+    while proven and best is not None and not first_in_order:  # ties toward fewer GPUs, then brute force's order
         fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
                                 floor=floor)
         proposals += fewer.proposals
