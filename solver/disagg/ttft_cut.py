@@ -41,6 +41,7 @@ fewer levels only loosen the floor, never break it.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,7 +170,8 @@ class ChoiceFloor:
     the capacity ``x ranks n / slowest(n)`` (``PrefillStep``: chunk ``n ranks``), so its ``n`` satisfies
     ``n >= r slowest(n) / (x ranks)``; as ``slowest`` grows with ``n``, any ``m <= n`` gives ``n >= r
     slowest(m) / (x ranks)``, and from ``m = 1`` that step repeated climbs to a fixed point, never past
-    ``n``. Likewise the batch, ``b >= r (OSL - 1) round(b) / y``. The pass and the round grow with the
+    ``n``. Likewise the batch, ``b >= r (OSL - 1) round(b) / y``, the round read at the highest rung at
+    or under the batch (``rungs``: still at most ``round(b)``, and never falling). The pass and the round grow with the
     chunk and the batch, so the pass is at least ``pass(m)`` and the round ``round(m')`` at those fixed
     points, and the floor is ``pair_cuts``' at exactly them, with the pool's own time per prompt (its
     largest chunk's over x workers), so it is close to the exact TTFT wherever the requests in flight
@@ -191,6 +193,7 @@ class ChoiceFloor:
         self._prefill: dict[tuple[int, int], PrefillStep] = {}  # _prefill[(i, n)]: candidate i at n per rank
         self._round: dict[tuple[int, int], int] = {}  # _round[(k, b)]: candidate k's round at batch b
         self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
+        self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
 
     def refuses(self, c: Choice, target_units: int) -> bool:
         """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
@@ -200,7 +203,7 @@ class ChoiceFloor:
         osl = self.pools.problem.workload.osl
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
         pass_ns = self._step(c.prefill, self._least_chunk(c.prefill, c.x, rps)).pass_ns
-        round_ns = self._round_at(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
+        round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
         transfer = self._transfer_ns(c.prefill, c.decode)
         spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer  # L' < 0: no rate keeps the limit
         full = self._step(c.prefill, self.top_chunk)
@@ -225,7 +228,16 @@ class ChoiceFloor:
 
     def _least_batch(self, k: int, y: int, rps: float) -> int:
         osl = self.pools.problem.workload.osl
-        return _climb(self.pools.decode[k].batch, lambda b: rps * (osl - 1) * self._round_at(k, b) / (y * NS_PER_S))
+        return _climb(self.pools.decode[k].batch, lambda b: rps * (osl - 1) * self._round_below(k, b) / (y * NS_PER_S))
+
+    def _round_below(self, k: int, b: int) -> int:
+        """At most the round at batch ``b`` and never falling as ``b`` grows (what the climb needs): the
+        round at the highest rung of ``rungs`` at or under ``b``. Rungs rather than every batch: each
+        round is an ``evaluate`` call, and exact batches cost 3,000 of them on 2x8xH200 (1.5 s)."""
+        if k not in self._rungs:
+            self._rungs[k] = rungs(self.pools.decode[k].batch)
+        ladder = self._rungs[k]
+        return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
 
     def _step(self, i: int, n: int) -> PrefillStep:
         if (i, n) not in self._prefill:
@@ -247,6 +259,18 @@ class ChoiceFloor:
         return self._transfer[(i, k)]
 
 
+RUNG_STEP = 1 / 16  # rungs above 16 grow by a sixteenth: a round between two is at most ~6% more KV read
+
+
+def rungs(top: int) -> list[int]:
+    """Batches 1 to 16, then each a sixteenth more than the last, and ``top`` itself (a pool whose decode
+    binds runs there), all within ``top``."""
+    out = list(range(1, min(top, 16) + 1))
+    while out[-1] < top:
+        out.append(min(top, max(out[-1] + 1, math.floor(out[-1] * (1 + RUNG_STEP)))))
+    return out
+
+
 def _climb(top: int, least_after: Callable[[int], float]) -> int:
     """The fixed point of ``n -> ceil(least_after(n))`` from 1, within ``top``: with ``least_after``
     nondecreasing and the answer ``n*`` (in 1..``top``) at least ``least_after(n*)``, every step stays at
@@ -262,5 +286,5 @@ def _climb(top: int, least_after: Callable[[int], float]) -> int:
 
 __all__ = [
     "ChoiceFloor", "PairCuts", "batch_levels", "capacity_below", "chunk_levels", "least_transfer_ns",
-    "most_utilisation", "pair_cuts",
+    "most_utilisation", "pair_cuts", "rungs",
 ]

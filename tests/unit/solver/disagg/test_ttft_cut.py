@@ -14,7 +14,15 @@ from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_ste
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.search import target_units
-from shardplan.solver.disagg.ttft_cut import ChoiceFloor, _climb, batch_levels, capacity_below, chunk_levels, pair_cuts
+from shardplan.solver.disagg.ttft_cut import (
+    ChoiceFloor,
+    _climb,
+    batch_levels,
+    capacity_below,
+    chunk_levels,
+    pair_cuts,
+    rungs,
+)
 from shardplan.solver.encode import new_solver
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
@@ -198,3 +206,10 @@ def test_the_climb_stops_at_the_least_n_that_covers_itself() -> None:
     assert _climb(100, lambda n: n / 2 + 3) == 6
     assert _climb(5, lambda n: n / 2 + 3) == 5
     assert _climb(100, lambda n: 0.5) == 1
+
+
+def test_rungs_cover_one_to_sixteen_then_grow_by_a_sixteenth_to_the_top() -> None:
+    assert rungs(1) == [1] and rungs(20) == list(range(1, 21))
+    ladder = rungs(316)
+    assert ladder[:16] == list(range(1, 17)) and ladder[-1] == 316
+    assert all(a < b <= max(a + 1, a * 17 / 16) for a, b in zip(ladder, ladder[1:], strict=False))
