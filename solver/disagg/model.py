@@ -15,7 +15,9 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
 - forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes;
 - TTFT cuts of a pair of candidates (``ttft_cut.py``: a rate per prefill worker no deployment keeping
   the TTFT limit passes, given the chunk and batch its pools must run at), added by the search for a
-  pair once the exact check has refused one of its deployments (``cut_ttft``).
+  pair once the exact check has refused one of its deployments (``cut_ttft``);
+- a pair's cap on rate per GPU (``cap_pair``): the walk in brute force's order (``walk.py``) refused
+  every deployment of the pair above it.
 
 ``order`` ranks choices as brute force lists them (prefill candidate, decode candidate, x, y): the search's
 last question asks for the first among the equally good (``search.py``).
@@ -29,6 +31,8 @@ objective is set by the search (``search.py``).
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
@@ -166,6 +170,12 @@ class PoolModel:
                     continue
                 when = pair + [self._above("x", prefill, chunk_floor), self._above("y", decode, batch_floor)]
                 self.cp.add(self.rate <= self.x * cap).only_enforce_if([lit for lit in when if lit is not None])
+
+    def cap_pair(self, prefill: int, decode: int, per_gpu: Fraction) -> None:
+        """No deployment of this pair of candidates above ``per_gpu`` rate units per GPU (the walk refused
+        every one, ``walk.py``)."""
+        self.cp.add(self.rate * per_gpu.denominator - per_gpu.numerator * self.gpus <= 0).only_enforce_if(
+            [self.p[prefill], self.d[decode]])
 
     def cut_ttft_all(self) -> None:
         for i in range(len(self.p)):

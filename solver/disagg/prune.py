@@ -38,6 +38,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import Accepted, seed
+from shardplan.solver.disagg.walk import pair_bound
 from shardplan.solver.disagg.workers import (
     DecodeSearch,
     PrefillPriced,
@@ -46,13 +47,6 @@ from shardplan.solver.disagg.workers import (
     prefill_priced,
 )
 from shardplan.solver.optimise import Deadline
-
-
-def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
-    """The most rate units per GPU a deployment of workers of these rates per GPU reaches (exact)."""
-    if prefill_per_gpu <= 0 or decode_per_gpu <= 0:
-        return Fraction(0)
-    return 1 / (1 / prefill_per_gpu + 1 / decode_per_gpu)
 
 
 def per_gpu(w: PrefillPriced | PrefillWorker) -> Fraction:

@@ -1,8 +1,12 @@
 """The disaggregated search: the CP-SAT pool model (``model.py``) asked for better deployments until
 none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
 
-- **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): a ratio, maximised as
-  ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
+- **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): first the walk
+  (``walk.py``): the deployments that can beat the seed in brute force's order, each refused by the
+  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until one is accepted (brute force's answer);
+  what it refused is posted in the model, and the search below proves the answer (one screen, no tie
+  question: nothing comes before it). Cut short, the search below goes on from there. The ratio is
+  maximised as ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
   ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
   maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
   solved again; when the model has no better deployment the incumbent is optimal. The model carries
@@ -11,7 +15,8 @@ none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
   answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
 - **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
-  refused proposal forbidden (and its pair's TTFT cuts posted), until a proposal is accepted (then no
+  refused proposal (the TTFT floor at R first, then the exact check) forbidden (and its pair's TTFT cuts
+  posted), until a proposal is accepted (then no
   deployment with fewer GPUs keeps the rules: every one the model could still propose was refused or
   costs more). Ties on those GPUs are then broken toward the most capacity (the rate the pools carry
   at full load: headroom over R), then the most capacity in both pools together, then the first in
@@ -26,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
 
 from ortools.sat.python import cp_model
@@ -36,6 +42,8 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.disagg.walk import Walk, walk
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
@@ -48,7 +56,7 @@ class DisaggResult:
     plan: DisaggPlan | None
     choice: Choice | None
     proven: bool
-    proposals: int  # deployments the model proposed (accepted or refused)
+    proposals: int  # deployments the walk judged exactly, and those the model proposed (accepted or refused)
 
 
 def build_pools(problem: Problem, profile: Profile) -> Pools:
@@ -80,13 +88,13 @@ class Asked:
 
 def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
                     target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None,
-                    cut_ttft: bool = False) -> Asked:
+                    cut_ttft: bool = False, floor: ChoiceFloor | None = None) -> Asked:
     """Solve ``question()`` (the model with the question's constraints and objective), judge its
-    deployment exactly, forbid it if refused and ask again, until one is accepted or none is left.
-    ``screen()``, if given, is the question without its objective, asked first each time: CP-SAT
-    proves it has no solution far sooner than it proves an objective has none (on 512 GPUs 13 ms
-    against 1.2 s), and the last question of a search is that proof. ``cut_ttft``: a refused
-    deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
+    deployment (``floor``'s TTFT floor first, if given, then exactly), forbid it if refused and ask
+    again, until one is accepted or none is left. ``screen()``, if given, is the question without its
+    objective, asked first each time: CP-SAT proves it has no solution far sooner than it proves an
+    objective has none (on 512 GPUs 13 ms against 1.2 s), and the last question of a search is that
+    proof. ``cut_ttft``: a refused deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
     for proposals in range(1, MAX_PROPOSALS + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
@@ -99,7 +107,8 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
         c = m.read(solver)
-        plan = pools.feasible_plan(c, target)
+        refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
+        plan = None if refused else pools.feasible_plan(c, target)
         if plan is not None:
             return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
         m.forbid(c)
@@ -174,10 +183,11 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     pair is a high floor."""
     i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
     k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
+    floor = ChoiceFloor(pools)
     for c in sorted(pools.keeping_up(i, k, SEED_CHOICES), key=pools.per_gpu_key)[:SEED_CHECKS]:
         if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
             return None
-        plan = pools.feasible_plan(c)
+        plan = None if floor.refuses(c, pools.rate(c)) else pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))
     return None
@@ -198,25 +208,49 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
-    proposals = 0
+    floor = ChoiceFloor(pools)
+    walked = walk(pools, Fraction(best.rate_units, best.gpus) if best else Fraction(0), deadline, floor=floor)
+    best = _told(m, pools, walked) or best
+    # A walk that ended at an accepted deployment judged every one ahead of it in brute force's order, so
+    # no tie comes before it; the tie question would only meet deployments the walk refused whose rate
+    # the model may lower to an equal rate per GPU (one solve each: 162 at TTFT 2,500 ms on 8xH200).
+    first_in_order = walked.accepted is not None
+    proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
         asked = _first_accepted(m, pools, partial(_better_than, m, r0, g0), deadline,
-                                screen=partial(_any_better, m, r0, g0), cut_ttft=True)
+                                screen=partial(_any_better, m, r0, g0), cut_ttft=True, floor=floor)
         proposals += asked.proposals
         if asked.accepted is None:
             break
-        best = asked.accepted
+        best, first_in_order = asked.accepted, False
     proven = asked.complete
-    while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
-        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True)
+    while proven and best is not None and not first_in_order:  # ties toward fewer GPUs, then brute force's order
+        fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
+                                floor=floor)
         proposals += fewer.proposals
         if fewer.accepted is None:
             break
         best = fewer.accepted
     if best is None:
+        floor.explain()
         return DisaggResult(None, None, proven, proposals)
     return DisaggResult(best.plan, best.choice, proven, proposals)
+
+
+def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:
+    """Post what the walk refused into the model (each listed pair capped at the frontier's rate per
+    GPU, the refused deployments at exactly that rate forbidden one by one, for the tie question), and
+    return its accepted deployment, if any: brute force's answer, which the CP-SAT search then proves."""
+    if walked.frontier is not None:
+        for i, k in walked.expanded:
+            m.cap_pair(i, k, walked.frontier)
+        for c in walked.refused_at_frontier:
+            m.forbid(c)
+    if walked.accepted is None:
+        return None
+    c, plan = walked.accepted
+    return Accepted(c, plan, pools.rate(c), pools.gpus(c))
 
 
 def _fewest(m: PoolModel) -> cp_model.CpModel:
@@ -261,13 +295,16 @@ def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: boo
         m.cut_ttft_all()  # few pairs: every pair's cuts before the first question, as max_throughput
     target = target_units(rate_rps)
     m.cp.add(m.rate >= target)
-    asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft)
+    floor = ChoiceFloor(pools)  # sound at the target too (a deployment accepted there passes it there)
+    asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor)
     proposals = asked.proposals
     best = asked.accepted
     if best is None:
+        floor.explain()
         return DisaggResult(None, None, asked.complete, proposals)
     while True:  # ties on the fewest GPUs: most capacity, then brute force's order
-        ahead = _first_accepted(m, pools, partial(_tie_ahead, m, capacity, best), deadline, target, cut_ttft=cut_ttft)
+        ahead = _first_accepted(m, pools, partial(_tie_ahead, m, capacity, best), deadline, target,
+                                cut_ttft=cut_ttft, floor=floor)
         proposals += ahead.proposals
         if ahead.accepted is None:
             break

@@ -41,14 +41,18 @@ fewer levels only loosen the floor, never break it.
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardplan.hardware import Tier
 from shardplan.hardware.profile import Profile
+from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step, transfer_ns
+from shardplan.solver.cost.disagg import PrefillStep, decode_step, largest_chunk, prefill_step, transfer_ns
 from shardplan.solver.cost.evaluate import NS_PER_S
+from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, DecodeWorker, PrefillWorker
 
 FLOAT_SLACK = 1e-9  # relative: every rounding of the exact check's floats is far below it
@@ -105,6 +109,19 @@ def capacity_below(levels: list[int], rounds_ns: list[int], osl: int) -> list[fl
     return out
 
 
+def least_transfer_ns(problem: Problem, profile: Profile, prefill: Layout, decode: Layout) -> int:
+    """One prompt's KV transfer (moved and re-laid out) over the faster tier: at most the placement's."""
+    return min(sum(transfer_ns(problem, prefill, decode, tier, profile)) for tier in (Tier.SCALE_UP, Tier.SCALE_OUT))
+
+
+def most_utilisation(spare_ns: float, e2e_floor_ns: float, share: float, per_prompt_ns: float) -> float:
+    """The most the prefill pool's utilisation ``v`` may be and keep TTFT within the limit: ``v <= (L' +
+    share s + 1/2) / (share (E + L'))`` (module docstring), ``spare_ns`` = L', ``e2e_floor_ns`` = E,
+    ``per_prompt_ns`` at least the pool's time per prompt ``s``; ``NS_SLACK`` covers the 1/2 and the
+    rounding of the limit's comparison."""
+    return (spare_ns + share * per_prompt_ns + NS_SLACK) / (share * (e2e_floor_ns + spare_ns))
+
+
 def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWorker) -> PairCuts | None:
     """The cuts of one pair (module docstring); None when the problem has no TTFT limit or no queue."""
     wl = problem.workload
@@ -113,8 +130,7 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
         return None
     limit_ns = wl.ttft_ms * 1e6 + NS_SLACK
     overhead_ns = round(profile.request_overhead_ms * 1e6)
-    transfer = min(sum(transfer_ns(problem, p.layout, d.layout, tier, profile)) for tier in (Tier.SCALE_UP,
-                                                                                             Tier.SCALE_OUT))
+    transfer = least_transfer_ns(problem, profile, p.layout, d.layout)
     top_chunk = min(largest_chunk(problem, profile), profile.max_batch)
     full = prefill_step(problem, p.layout, top_chunk, profile)
     s1_ns = full.slowest_ns / full.chunk  # one worker's time per prompt at its largest chunk
@@ -135,10 +151,140 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
                 row.append(-1)  # no rate keeps the limit at this chunk
                 continue
             e2e_floor_ns = overhead_ns + pass_ns + transfer + (wl.osl - 1) * round_ns
-            v_max = (spare_ns + share * s1_ns + NS_SLACK) / (share * (e2e_floor_ns + spare_ns))
+            v_max = most_utilisation(spare_ns, e2e_floor_ns, share, s1_ns)
             row.append(_units_above(v_max * NS_PER_S / s1_ns) + 1)
         caps.append(row)
     return PairCuts(chunk_floor, batch_floor, caps)
 
 
-__all__ = ["PairCuts", "batch_levels", "capacity_below", "chunk_levels", "pair_cuts"]
+class ChoiceFloor:
+    """The same floor for one deployment at one rate (``refuses``), its chunk and batch bounded from that
+    rate itself rather than from levels: what the search asks before the exact check, which it spares
+    for every deployment the floor refuses (on SGLang's profile at a tight TTFT limit nearly all: its
+    queue share, 0.148, makes TTFT bind for every deployment better per GPU than the answer).
+
+    **The least chunk and batch.** The exact check's steady state runs at a rate ``X >= r`` (``r`` the
+    rate asked, ``target_units``) and each pool at the chunk or batch ``smallest_sustaining`` picks,
+    whose capacity reaches ``X`` (its answer's capacity does: it is either a probe that did or the top,
+    which bounds ``X``). A prefill worker of ``ranks`` attention-DP ranks at ``n`` prompts per rank has
+    the capacity ``x ranks n / slowest(n)`` (``PrefillStep``: chunk ``n ranks``), so its ``n`` satisfies
+    ``n >= r slowest(n) / (x ranks)``; as ``slowest`` grows with ``n``, any ``m <= n`` gives ``n >= r
+    slowest(m) / (x ranks)``, and from ``m = 1`` that step repeated climbs to a fixed point, never past
+    ``n``. Likewise the batch, ``b >= r (OSL - 1) round(b) / y``, the round read at the highest rung at
+    or under the batch (``rungs``: still at most ``round(b)``, and never falling). The pass and the round grow with the
+    chunk and the batch, so the pass is at least ``pass(m)`` and the round ``round(m')`` at those fixed
+    points, and the floor is ``pair_cuts``' at exactly them, with the pool's own time per prompt (its
+    largest chunk's over x workers), so it is close to the exact TTFT wherever the requests in flight
+    bind. tests/unit/solver/disagg hold every deployment the exact check accepts to it (brute force), at
+    its own rate and at target rates, and check its premises (the step's chunk is ``n ranks``; the
+    slowest stage, the pass and the round grow with the chunk or batch) on every candidate."""
+
+    def __init__(self, pools: Pools):
+        self.pools = pools
+        problem, profile = pools.problem, pools.profile
+        wl = problem.workload
+        self.share = profile.ttft_queue_share
+        self.active = wl.ttft_ms is not None and 0 < self.share < 1
+        self.limit_ns = (wl.ttft_ms or 0) * 1e6 + NS_SLACK
+        self.overhead_ns = round(profile.request_overhead_ms * 1e6)
+        self.top_chunk = min(largest_chunk(problem, profile), profile.max_batch)
+        self._first_refused: tuple[Choice, int] | None = None  # for ``explain``
+        # memos by candidate index: the same few prices are read for every worker count
+        self._prefill: dict[tuple[int, int], PrefillStep] = {}  # _prefill[(i, n)]: candidate i at n per rank
+        self._round: dict[tuple[int, int], int] = {}  # _round[(k, b)]: candidate k's round at batch b
+        self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
+        self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
+
+    def refuses(self, c: Choice, target_units: int) -> bool:
+        """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
+        check at that target refuses it); False when the problem has no limit or no queue."""
+        if not self.active or target_units <= 0:
+            return False
+        osl = self.pools.problem.workload.osl
+        rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
+        pass_ns = self._step(c.prefill, self._least_chunk(c.prefill, c.x, rps)).pass_ns
+        round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
+        transfer = self._transfer_ns(c.prefill, c.decode)
+        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer  # L' < 0: no rate keeps the limit
+        full = self._step(c.prefill, self.top_chunk)
+        per_prompt_ns = full.slowest_ns / (c.x * full.chunk)  # the pool's, as serving_stack_ns prices it
+        e2e_floor_ns = self.overhead_ns + pass_ns + transfer + (osl - 1) * round_ns
+        v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
+        refused = spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + FLOAT_SLACK)
+        if refused and self._first_refused is None:
+            self._first_refused = (c, target_units)
+        return refused
+
+    def explain(self) -> None:
+        """Judge exactly the first deployment this floor refused, so that the pools' ``refused`` (the
+        rules an infeasible answer names, ``serving.why_no_deployment``) holds TTFT's own message, as if
+        the floor had not spared that check; nothing if TTFT's is there already."""
+        if self._first_refused is not None and "SLA-001" not in self.pools.refused:
+            self.pools.feasible_plan(*self._first_refused)
+
+    def _least_chunk(self, i: int, x: int, rps: float) -> int:
+        ranks = self.pools.prefill[i].layout.attn_dp
+        return _climb(self.top_chunk, lambda n: rps * self._step(i, n).slowest_ns / (x * ranks * NS_PER_S))
+
+    def _least_batch(self, k: int, y: int, rps: float) -> int:
+        osl = self.pools.problem.workload.osl
+        return _climb(self.pools.decode[k].batch, lambda b: rps * (osl - 1) * self._round_below(k, b) / (y * NS_PER_S))
+
+    def _round_below(self, k: int, b: int) -> int:
+        """At most the round at batch ``b`` and never falling as ``b`` grows (what the climb needs): the
+        round at the highest rung of ``rungs`` at or under ``b``. Rungs rather than every batch: each
+        round is an ``evaluate`` call, and exact batches cost 3,000 of them on 2x8xH200 (1.5 s)."""
+        if k not in self._rungs:
+            self._rungs[k] = rungs(self.pools.decode[k].batch)
+        ladder = self._rungs[k]
+        return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
+
+    def _step(self, i: int, n: int) -> PrefillStep:
+        if (i, n) not in self._prefill:
+            pools = self.pools
+            self._prefill[(i, n)] = prefill_step(pools.problem, pools.prefill[i].layout, n, pools.profile)
+        return self._prefill[(i, n)]
+
+    def _round_at(self, k: int, b: int) -> int:
+        if (k, b) not in self._round:
+            pools = self.pools
+            self._round[(k, b)] = decode_step(pools.problem, pools.decode[k].layout, b, pools.profile).round_ns
+        return self._round[(k, b)]
+
+    def _transfer_ns(self, i: int, k: int) -> int:
+        if (i, k) not in self._transfer:
+            pools = self.pools
+            self._transfer[(i, k)] = least_transfer_ns(pools.problem, pools.profile, pools.prefill[i].layout,
+                                                       pools.decode[k].layout)
+        return self._transfer[(i, k)]
+
+
+RUNG_STEP = 1 / 16  # rungs above 16 grow by a sixteenth: a round between two is at most ~6% more KV read
+
+
+def rungs(top: int) -> list[int]:
+    """Batches 1 to 16, then each a sixteenth more than the last, and ``top`` itself (a pool whose decode
+    binds runs there), all within ``top``."""
+    out = list(range(1, min(top, 16) + 1))
+    while out[-1] < top:
+        out.append(min(top, max(out[-1] + 1, math.floor(out[-1] * (1 + RUNG_STEP)))))
+    return out
+
+
+def _climb(top: int, least_after: Callable[[int], float]) -> int:
+    """The fixed point of ``n -> ceil(least_after(n))`` from 1, within ``top``: with ``least_after``
+    nondecreasing and the answer ``n*`` (in 1..``top``) at least ``least_after(n*)``, every step stays at
+    or under ``n*`` (``ChoiceFloor``); the float is shaved by ``FLOAT_SLACK`` before rounding up."""
+    n = 1
+    while n < top:
+        need = math.ceil(least_after(n) * (1 - FLOAT_SLACK))
+        if need <= n:
+            break
+        n = min(need, top)
+    return n
+
+
+__all__ = [
+    "ChoiceFloor", "PairCuts", "batch_levels", "capacity_below", "chunk_levels", "least_transfer_ns",
+    "most_utilisation", "pair_cuts", "rungs",
+]

@@ -16,7 +16,7 @@ from shardplan.solver.disagg.search import build_pools, max_throughput, max_thro
 from shardplan.solver.disagg.workers import decode_searches, decode_workers
 from shardplan.solver.optimise import Deadline
 from tests.factory import problem
-from tests.unit.solver.disagg.test_search import SMALL
+from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id
 
 IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}" for c in SMALL]
 
@@ -26,7 +26,7 @@ def chosen(pools, c):
     return pools.prefill[c.prefill], pools.decode[c.decode], c.x, c.y
 
 
-@pytest.mark.parametrize("case", SMALL, ids=IDS)
+@pytest.mark.parametrize("case", SMALL + SGL_TIGHT[:2], ids=case_id)
 def test_the_search_on_the_pruned_candidates_returns_the_brute_force_optimum(case) -> None:
     p = problem(**case, objective="throughput")
     full = build_pools(p, resolve_profile(p))

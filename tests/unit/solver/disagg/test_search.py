@@ -29,6 +29,18 @@ SMALL = [
     dict(model="qwen3-30b-a3b", cluster="4xH100", isl=1000, osl=500, ttft_ms=1000, tpot_ms=25),
 ]
 
+# SGLang's profile on H200 (queue share 0.148, 176 ms per request): TTFT binds for most deployments better
+# per GPU than the answer (the TTFT floor's and the walk's cases); on H100 the SGLang profile has no queue.
+SGL_TIGHT = [
+    dict(model="llama-3.1-8b", cluster="2x4xH200", isl=4000, osl=300, ttft_ms=800, tpot_ms=20, engine="sglang"),
+    dict(model="qwen3-30b-a3b", cluster="4xH200", isl=1000, osl=500, ttft_ms=400, tpot_ms=25, engine="sglang"),
+    dict(model="llama-3.1-8b", cluster="4xH200", isl=2000, osl=200, ttft_ms=500, tpot_ms=30, engine="sglang"),  # none
+]
+
+
+def case_id(case) -> str:
+    return f"{case['model']}-{case['cluster']}-{case['isl']}-{case.get('engine', 'vllm')}-ttft{case.get('ttft_ms')}"
+
 
 def pools_for(case):
     p = problem(**case, objective="throughput")
@@ -157,3 +169,31 @@ def test_colocated_fewest_gpus_for_a_rate_equal_brute_force(rate_rps) -> None:
     if found is not None:
         assert found.plan.layout.num_gpus == min(counts)
         assert found.plan.prediction.metrics.output_tokens_per_s / p.workload.osl >= rate_rps * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT, ids=case_id)
+def test_the_search_equals_brute_force_where_ttft_binds_under_sglang(case) -> None:
+    """The same deployment as brute force (or none, proven, with TTFT among the rules named), where most
+    deployments better per GPU than the answer break TTFT and the walk and the TTFT floor refuse them."""
+    pools = pools_for(case)
+    found = max_throughput(pools, Deadline(None))
+    best = brute.best_throughput(pools)
+    assert found.proven
+    assert found.choice == (None if best is None else best[0])
+    if best is None:
+        p = problem(**case, objective="throughput")
+        outcome = solve_disagg(p, None, Deadline(None))
+        assert outcome.result.plan is None and outcome.result.proven
+        assert "SLA-001" in [rule for rule, _ in why_no_deployment(outcome).conflicts]
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT[:2], ids=case_id)
+@pytest.mark.parametrize("rate_rps", [10.0, 20.0, 30.0])
+def test_the_fewest_gpus_for_a_rate_equal_brute_force_where_ttft_binds_under_sglang(case, rate_rps) -> None:
+    pools = pools_for(case)
+    found = fewest_gpus(pools, rate_rps, Deadline(None))
+    best = brute.fewest_gpus(pools, target_units(rate_rps))
+    assert (found.plan is None) == (best is None)
+    assert found.proven
+    if best is not None:
+        assert found.choice == best[0]

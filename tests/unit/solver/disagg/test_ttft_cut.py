@@ -2,7 +2,8 @@
 the exact check accepts breaks a cut, the CP-SAT encoding forbids exactly what the cuts' own test
 (``PairCuts.allows``) forbids, the cuts do forbid refused deployments where TTFT binds, and what the
 floor takes from the cost model (the pass and the round grow with the chunk and the batch, and so do
-a worker's capacities) holds on these cases."""
+a worker's capacities) holds on these cases. Likewise the floor of one deployment at one rate
+(``ChoiceFloor``), with SGLang's profile where TTFT binds."""
 
 from __future__ import annotations
 
@@ -13,9 +14,17 @@ from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_ste
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.search import target_units
-from shardplan.solver.disagg.ttft_cut import batch_levels, capacity_below, chunk_levels, pair_cuts
+from shardplan.solver.disagg.ttft_cut import (
+    ChoiceFloor,
+    _climb,
+    batch_levels,
+    capacity_below,
+    chunk_levels,
+    pair_cuts,
+    rungs,
+)
 from shardplan.solver.encode import new_solver
-from tests.unit.solver.disagg.test_search import SMALL, pools_for
+from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 WITH_TTFT = [c for c in SMALL if c.get("ttft_ms") is not None]
 IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}-ttft{c['ttft_ms']}" for c in WITH_TTFT]
@@ -24,6 +33,11 @@ IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}-ttft{c['ttft_ms']}" for c in WIT
 def cuts_of(pools):
     return {(i, k): pair_cuts(pools.problem, pools.profile, p, d)
             for i, p in enumerate(pools.prefill) for k, d in enumerate(pools.decode)}
+
+
+def accepted_at(pools, target: int) -> list:
+    """Every deployment (brute force) the exact check accepts at ``target`` rate units."""
+    return [c for c in brute.choices(pools) if pools.rate(c) >= target and pools.feasible_plan(c, target) is not None]
 
 
 @pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
@@ -38,21 +52,23 @@ def test_no_deployment_the_exact_check_accepts_breaks_a_cut(case) -> None:
     assert accepted > 0  # the cases have feasible deployments to hold the cuts to
 
 
-@pytest.mark.parametrize("case", WITH_TTFT, ids=IDS)
-@pytest.mark.parametrize("rate_rps", [3.0, 12.5])
-def test_no_deployment_accepted_at_a_target_rate_breaks_a_cut_at_that_rate(case, rate_rps) -> None:
-    """The ``--rate`` search's use of the cuts: the exact check prices a deployment at the concurrency
-    that reaches the target, and the model's rate may be the target, so every deployment accepted there
-    must pass every cut at the target's rate units."""
+AT_RATES = [(c, r) for c in WITH_TTFT for r in (3.0, 12.5)] + [(c, r) for c in SGL_TIGHT[:2] for r in (10.0, 20.0)]
+
+
+@pytest.mark.parametrize(("case", "rate_rps"), AT_RATES, ids=lambda v: case_id(v) if isinstance(v, dict) else f"{v:g}")
+def test_no_deployment_accepted_at_a_target_rate_breaks_a_cut_or_the_floor_at_that_rate(case, rate_rps) -> None:
+    """The ``--rate`` search's use of the cuts and the floor: the exact check prices a deployment at the
+    concurrency that reaches the target, and the model's rate may be the target, so every deployment
+    accepted there must pass every cut, and the floor, at the target's rate units."""
     pools = pools_for(case)
     cuts = cuts_of(pools)
+    floor = ChoiceFloor(pools)
     target = target_units(rate_rps)
-    accepted = 0
-    for c in brute.choices(pools):
-        if pools.rate(c) >= target and pools.feasible_plan(c, target) is not None:
-            accepted += 1
-            assert cuts[(c.prefill, c.decode)].allows(c.x, c.y, target), c
-    assert accepted > 0
+    accepted = accepted_at(pools, target)
+    assert accepted
+    for c in accepted:
+        assert cuts[(c.prefill, c.decode)].allows(c.x, c.y, target), c
+        assert not floor.refuses(c, target), c
 
 
 def test_the_cuts_forbid_refused_deployments_where_ttft_binds() -> None:
@@ -129,3 +145,71 @@ def test_levels_include_the_ends_and_stay_in_range() -> None:
     assert batch_levels(1) == [1]
     assert batch_levels(316)[-3:] == [314, 315, 316] and batch_levels(316)[0] == 1
     assert all(1 <= j <= 20 for j in batch_levels(20))
+
+
+# --- the floor of one deployment at one rate (ChoiceFloor) ------------------------------------------
+FLOOR_CASES = WITH_TTFT + SGL_TIGHT
+
+
+@pytest.mark.parametrize("case", FLOOR_CASES, ids=case_id)
+def test_no_deployment_the_exact_check_accepts_is_refused_by_the_floor(case) -> None:
+    """Brute force over every deployment: the floor at a deployment's own rate never refuses one the
+    exact check accepts; and under SGLang's profile it does refuse (most of) the rest."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    accepted = refused_by_floor = 0
+    for c in brute.choices(pools):
+        if pools.rate(c) == 0:
+            continue
+        refuses = floor.refuses(c, pools.rate(c))
+        refused_by_floor += refuses
+        if pools.feasible_plan(c) is not None:
+            accepted += 1
+            assert not refuses, c
+    if case.get("engine") == "sglang":
+        assert refused_by_floor > 0
+    assert accepted > 0 or case is SGL_TIGHT[-1]  # the last SGLang case has none (every one breaks TTFT)
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT, ids=case_id)
+def test_what_the_floor_refuses_breaks_the_ttft_limit(case) -> None:
+    """Not only refused: priced at its own rate, each deployment the floor refuses (a sample) has a TTFT
+    over the limit, so the floor does not stand in for another rule."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    refused = [c for c in brute.choices(pools) if pools.rate(c) > 0 and floor.refuses(c, pools.rate(c))]
+    assert refused
+    for c in refused[:: max(1, len(refused) // 30)]:
+        plan = pools.price(c)
+        assert plan is None or plan.prediction.metrics.ttft_ms > case["ttft_ms"], c
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT[:2], ids=case_id)
+def test_the_floor_s_premises_hold_on_sglang_candidates(case) -> None:
+    """The prefill step at n prompts per rank holds n x attn_dp prompts, and its slowest stage, its pass
+    and the decode round never fall as the chunk or the batch grows (``ChoiceFloor``'s climb)."""
+    pools = pools_for(case)
+    p, profile = pools.problem, pools.profile
+    top_chunk = min(largest_chunk(p, profile), profile.max_batch)
+    for w in pools.prefill:
+        steps = [prefill_step(p, w.layout, h, profile) for h in range(1, top_chunk + 1)]
+        assert [s.chunk for s in steps] == [h * w.layout.attn_dp for h in range(1, top_chunk + 1)]
+        for a, b in zip(steps, steps[1:], strict=False):
+            assert b.slowest_ns >= a.slowest_ns and b.pass_ns >= a.pass_ns
+    for w in pools.decode:
+        rounds = [decode_step(p, w.layout, j, profile).round_ns for j in range(1, w.batch + 1)]
+        assert rounds == sorted(rounds)
+
+
+def test_the_climb_stops_at_the_least_n_that_covers_itself() -> None:
+    """``n -> ceil(n / 2 + 3)`` from 1: 4, 5, 6, then 6 (the least n with n >= n / 2 + 3); within ``top``."""
+    assert _climb(100, lambda n: n / 2 + 3) == 6
+    assert _climb(5, lambda n: n / 2 + 3) == 5
+    assert _climb(100, lambda n: 0.5) == 1
+
+
+def test_rungs_cover_one_to_sixteen_then_grow_by_a_sixteenth_to_the_top() -> None:
+    assert rungs(1) == [1] and rungs(20) == list(range(1, 21))
+    ladder = rungs(316)
+    assert ladder[:16] == list(range(1, 17)) and ladder[-1] == 316
+    assert all(a < b <= max(a + 1, a * 17 / 16) for a, b in zip(ladder, ladder[1:], strict=False))

@@ -1,0 +1,143 @@
+"""The per-GPU search's first pass: the deployments that can beat the seed, listed lazily in brute
+force's order (most rate per GPU, then fewest GPUs, then ``brute.choices``' order) and judged in that
+order (the TTFT floor first, ``ttft_cut.ChoiceFloor``; the exact check only for what it does not
+refuse) until one is accepted: then that one is brute force's answer. The CP-SAT search
+(``search.max_throughput_from``) then proves it, told what the walk refused.
+
+**Why.** Where TTFT binds for every deployment better per GPU than the answer (SGLang's profile at a
+tight limit), the CP-SAT search proposed and refused them one at a time, a CP-SAT solve each (about
+0.1 s); the walk judges each in well under a millisecond when the floor refuses it.
+
+**The order, lazily.** Each pair of candidates (prefill i, decode k) enters a heap at its bound on rate
+per GPU (``pair_bound``: no deployment of the pair does better), ahead of any deployment of an equal
+rate per GPU; when it comes to the top its deployments that can still beat the seed are listed into
+the heap at their own keys. So every deployment comes off the heap in brute force's order, and a pair
+whose bound is below the seed's rate per GPU is never listed.
+
+**What it leaves the CP-SAT search** (``Walk``): ``frontier``, a rate per GPU such that every
+deployment of an ``expanded`` pair strictly above it was refused (the answer's, when one was
+accepted), and the refused deployments at exactly that rate per GPU. Stopped early (``most`` choices
+listed, or the deadline) it leaves what it had judged, and the CP-SAT search goes on from the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from shardplan.rules.disagg_plan import DisaggPlan
+from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.optimise import Deadline
+
+# Deployments the walk may list in all (each costs a Fraction, a heap entry and, judged, a floor of
+# about half a millisecond); past it, CP-SAT searches what is left. 2x8xH200 lists under 3,000.
+WALK_CHOICES = 1 << 15
+
+
+def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
+    """The most rate units per GPU a deployment of workers of these rates per GPU reaches (exact): with
+    rate ``R <= min(x a, y b)`` on ``x g + y h`` GPUs, ``x >= R / a`` and ``y >= R / b`` give ``R / G <=
+    1 / (g / a + h / b)``."""
+    if prefill_per_gpu <= 0 or decode_per_gpu <= 0:
+        return Fraction(0)
+    return 1 / (1 / prefill_per_gpu + 1 / decode_per_gpu)
+
+
+@dataclass
+class Walk:
+    """What the walk found and judged (module docstring)."""
+
+    accepted: tuple[Choice, DisaggPlan] | None = None
+    complete: bool = False  # it stopped at ``accepted``, or listed every deployment that can beat the seed
+    frontier: Fraction | None = None  # None: nothing judged
+    expanded: list[tuple[int, int]] = field(default_factory=list)  # pairs whose deployments were listed
+    refused_at_frontier: list[Choice] = field(default_factory=list)
+    checks: int = 0  # deployments the exact check judged
+
+
+def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | None = None,
+         floor: ChoiceFloor | None = None) -> Walk:
+    """Judge the deployments of at least ``floor_per_gpu`` rate units per GPU (the seed's; 0 with no
+    seed: every deployment with a rate) in brute force's order until one is accepted, listing at most
+    ``most`` (``WALK_CHOICES``); ``floor``: the TTFT floor to ask first (these pools' own by default)."""
+    most = WALK_CHOICES if most is None else most
+    judge = floor if floor is not None else ChoiceFloor(pools)
+    out = Walk()
+    heap: list[tuple[Fraction, int, tuple[int, ...]]] = []
+    for i, p in enumerate(pools.prefill):
+        for k, d in enumerate(pools.decode):
+            bound = pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
+            if bound > 0 and bound >= floor_per_gpu:
+                heap.append((-bound, 0, (i, k)))  # 0: ahead of the deployments of an equal rate per GPU
+    heapq.heapify(heap)
+    listed = 0
+    while heap:
+        if deadline.passed():
+            return out
+        key, kind, entry = heapq.heappop(heap)
+        ratio = -key
+        if out.frontier is None or ratio != out.frontier:
+            out.frontier, out.refused_at_frontier = ratio, []
+        if kind == 0:
+            i, k = entry
+            found = _listed(pools, i, k, floor_per_gpu, most - listed)
+            if found is None:  # too many to list: the rest is CP-SAT's
+                return out
+            listed += len(found)
+            for c in found:
+                heapq.heappush(heap, (-Fraction(pools.rate(c), pools.gpus(c)), 1,
+                                      (pools.gpus(c), c.prefill, c.decode, c.x, c.y)))
+            out.expanded.append((i, k))
+            continue
+        c = Choice(*entry[1:])
+        if not judge.refuses(c, pools.rate(c)):
+            out.checks += 1
+            plan = pools.feasible_plan(c)
+            if plan is not None:
+                out.accepted, out.complete = (c, plan), True
+                return out
+        out.refused_at_frontier.append(c)
+    out.complete = True  # every deployment that can beat the seed was refused
+    out.frontier = floor_per_gpu
+    out.refused_at_frontier = [c for c in out.refused_at_frontier if Fraction(pools.rate(c), pools.gpus(c))
+                               == floor_per_gpu]
+    return out
+
+
+def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int) -> list[Choice] | None:
+    """The pair's deployments that fit the cluster with a rate of at least ``floor_per_gpu`` per GPU (and
+    more than 0), or None if there would be more than ``room``. For each y the pools' own capacities
+    bound x from both sides (``min(x a, y b) >= f (x g + y h)``); the links only lower the rate, which the
+    exact ``Pools.rate`` then reads."""
+    n = pools.problem.cluster.num_gpus
+    p, d = pools.prefill[i], pools.decode[k]
+    a, g, b, h = p.capacity_units, p.gpus, d.capacity_units, d.gpus
+    f = floor_per_gpu
+    spans: list[tuple[int, int, int]] = []  # (y, first x, last x)
+    count = 0
+    for y in range(1, n // h + 1):
+        lo, hi = 1, n // g
+        if f > 0:
+            if a <= f * g or b <= f * h:
+                return []  # the pair's bound is at most f: no deployment of it beats f
+            lo = max(lo, math.ceil(f * y * h / (a - f * g)))
+            hi = min(hi, math.floor(y * (b - f * h) / (f * g)))
+        if lo <= hi:
+            spans.append((y, lo, hi))
+            count += hi - lo + 1
+            if count > room:
+                return None
+    out = []
+    for y, lo, hi in spans:
+        for x in range(lo, hi + 1):
+            c = Choice(i, k, x, y)
+            rate = pools.rate(c)
+            if rate > 0 and pools.end_gpu(c) <= n and Fraction(rate, pools.gpus(c)) >= f:
+                out.append(c)
+    return out
+
+
+__all__ = ["WALK_CHOICES", "Walk", "pair_bound", "walk"]

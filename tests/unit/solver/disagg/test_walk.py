@@ -1,0 +1,84 @@
+"""The walk in brute force's order (``solver/disagg/walk.py``) against brute force, what it leaves the
+CP-SAT search held to the exact check (every deployment of a listed pair above the frontier refused),
+and the search from a walk cut short (its frontier posted as ``PoolModel.cap_pair``) still equal to
+brute force."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from ortools.sat.python import cp_model
+
+from shardplan.solver.disagg import brute
+from shardplan.solver.disagg import walk as walk_module
+from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.search import max_throughput
+from shardplan.solver.disagg.walk import walk
+from shardplan.solver.encode import new_solver
+from shardplan.solver.optimise import Deadline
+from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
+
+CASES = SMALL + SGL_TIGHT
+
+
+def per_gpu(pools, c) -> Fraction:
+    return Fraction(pools.rate(c), pools.gpus(c))
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_the_walk_accepts_brute_force_s_answer(case) -> None:
+    pools = pools_for(case)
+    walked = walk(pools, Fraction(0), Deadline(None))
+    best = brute.best_throughput(pools)
+    assert walked.complete
+    assert (walked.accepted and walked.accepted[0]) == (best and best[0])
+    assert walked.accepted is None or walked.accepted[1].prediction == best[1].prediction
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("most", [0, 3, 40])
+def test_a_walk_cut_short_leaves_only_refused_deployments_above_its_frontier(case, most) -> None:
+    """Every deployment of a listed pair strictly above the frontier is refused by the exact check, and so
+    is each one it names at the frontier (what ``PoolModel.cap_pair`` and ``forbid`` then post)."""
+    pools = pools_for(case)
+    walked = walk(pools, Fraction(0), Deadline(None), most=most)
+    if walked.frontier is None:
+        assert walked.expanded == []
+        return
+    listed = set(walked.expanded)
+    for c in brute.choices(pools):
+        if (c.prefill, c.decode) in listed and pools.rate(c) > 0 and per_gpu(pools, c) > walked.frontier:
+            assert pools.feasible_plan(c) is None, c
+    for c in walked.refused_at_frontier:
+        assert per_gpu(pools, c) == walked.frontier and pools.feasible_plan(c) is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("most", [0, 3, 40])
+def test_the_search_from_a_walk_cut_short_equals_brute_force(case, most, monkeypatch) -> None:
+    """The CP-SAT search takes over where the walk stopped (``most`` deployments listed: 0 is the CP-SAT
+    search alone, with the TTFT floor) and returns brute force's deployment."""
+    monkeypatch.setattr(walk_module, "WALK_CHOICES", most)
+    pools = pools_for(case)
+    found = max_throughput(pools, Deadline(None))
+    best = brute.best_throughput(pools)
+    assert found.proven
+    assert found.choice == (None if best is None else best[0])
+
+
+def test_a_pair_s_cap_forbids_exactly_the_deployments_above_it() -> None:
+    """A choice pinned in the model at its own rate, its pair capped at a rate per GPU: feasible exactly
+    when its rate per GPU is at most the cap (hand-picked caps: a choice's own, and just below it)."""
+    pools = pools_for(SMALL[0])
+    choices = [c for c in brute.choices(pools) if pools.rate(c) > 0][::7]
+    for c in choices:
+        for cap, allowed in ((per_gpu(pools, c), True), (per_gpu(pools, c) - Fraction(1, 10**6), False)):
+            m = PoolModel(pools)
+            m.cap_pair(c.prefill, c.decode, cap)
+            cp = m.cp.clone()
+            for var, value in ((m.p[c.prefill], 1), (m.d[c.decode], 1), (m.x, c.x), (m.y, c.y),
+                               (m.rate, pools.rate(c))):
+                cp.add(var == value)
+            status = new_solver(None).solve(cp)
+            assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == allowed, (c, cap)
