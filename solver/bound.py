@@ -79,6 +79,11 @@ def pair_bounds(oracle: Oracle, check: Callable[[], None] | None = None) -> dict
             # this for a fixed batch; a decided one is the branch and bound's, which bounds itself).
             for opt in oracle.options(o, S):
                 if not _may_fit(oracle, o, opt, S, weights_bytes, kv_bytes_per_seq):
+                    if oracle.space.decides_batch:
+                        # The options come in increasing batch, and the bytes never fall as it grows (more
+                        # sequences per GPU, a prefill chunk no smaller): no larger batch fits either, and
+                        # pricing each of them (every integer up to the engine's limit) was most of the time.
+                        break
                     continue
                 if opt.micro not in sums:
                     sums[opt.micro] = _Sums.of(oracle, o, opt)

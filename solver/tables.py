@@ -97,6 +97,7 @@ class Tables:
     _contexts: dict[Shape, CostContext] = field(default_factory=dict)
     _load_factors: dict[int, float] = field(default_factory=dict)
     _shape_rules: list[ShapeRule] | None = None
+    _forbidden_shapes: dict[Shape, bool] = field(default_factory=dict)  # asked once per priced step: remembered
     _priced: dict[tuple[Shape, int], tuple[TimeEntry, int]] = field(default_factory=dict)
 
     def price(self, shape: Shape, option: BatchOption) -> TimeEntry:
@@ -162,9 +163,11 @@ class Tables:
         return self._load_factors[shape.ep]
 
     def _forbidden(self, shape: Shape) -> bool:
-        if self._shape_rules is None:
-            self._shape_rules = [r for r in rules_for(self.problem) if isinstance(r, ShapeRule)]
-        return any(rule.forbids(self.problem, shape) for rule in self._shape_rules)
+        if shape not in self._forbidden_shapes:
+            if self._shape_rules is None:
+                self._shape_rules = [r for r in rules_for(self.problem) if isinstance(r, ShapeRule)]
+            self._forbidden_shapes[shape] = any(rule.forbids(self.problem, shape) for rule in self._shape_rules)
+        return self._forbidden_shapes[shape]
 
     def layers_of(self, kind: LayerKind) -> int:
         return self.prefix[kind][-1]
