@@ -88,12 +88,13 @@ def _integer_batch(
 def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
     started = time.perf_counter()
-    result = optimise(problem, Deadline(time_limit_s))
+    deadline = Deadline(time_limit_s)
+    result = optimise(problem, deadline)
     if isinstance(result, NoPlan):
         # Lazily on purpose: explaining builds CP-SAT models (OR-Tools, see optimise), rarely needed.
         from shardplan.solver.explain import explain
 
-        raise InfeasibleError(explain(problem, result.tables))
+        raise InfeasibleError(explain(problem, result.tables, deadline))
     status = "optimal" if result.proven else "feasible"
     plan = decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
     if result.proven:
