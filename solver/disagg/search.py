@@ -36,7 +36,7 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
-from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
+from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, Check, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
 
@@ -51,8 +51,10 @@ class DisaggResult:
     proposals: int  # deployments the model proposed (accepted or refused)
 
 
-def build_pools(problem: Problem, profile: Profile) -> Pools:
-    return Pools(problem, profile, prefill_workers(problem, profile), decode_workers(problem, profile))
+def build_pools(problem: Problem, profile: Profile, check: Check = None) -> Pools:
+    """Every prefill and decode candidate; ``check``, a deadline's, between layouts."""
+    return Pools(problem, profile, prefill_workers(problem, profile, check), decode_workers(problem, profile,
+                                                                                          check=check))
 
 
 def target_units(rate_rps: float) -> int:
@@ -227,6 +229,8 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     ``prune.pruned_pools`` left, which computed it."""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
+    if best is not None and deadline.passed():  # the seed is what the limit leaves: no model to build
+        return DisaggResult(best.plan, best.choice, False, 0)  # (5 s on 8,192 GPUs, past --time-limit 5)
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
