@@ -16,6 +16,7 @@ from ortools.sat.python import cp_model
 
 from shardplan.models.errors import ShardplanError
 from shardplan.rules.base import ShapeRule
+from shardplan.rules.catalog import rules_for
 from shardplan.rules.pins import Pin
 from shardplan.rules.problem import Problem
 from shardplan.solver.encode import Model, build_model, new_solver
@@ -58,6 +59,11 @@ def pin_conflicts(model: Model) -> list[tuple[str, str]]:
     return out
 
 
+def _unnarrowed(conflicts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every rule in force (they conflict together: the search found no plan), said to be unnarrowed."""
+    return [*conflicts[:-1], (conflicts[-1][0], f"{conflicts[-1][1]} {UNNARROWED}")]
+
+
 def explain(
     problem: Problem, tables: Tables | None = None, deadline: Deadline | None = None
 ) -> list[tuple[str, str]]:
@@ -66,6 +72,8 @@ def explain(
     ones a failed search built (pure data, reused). Past ``deadline`` (plus ``EXPLAIN_GRACE_S``) the
     set is not narrowed further (module docstring)."""
     deadline = deadline or Deadline(None)
+    if deadline.passed():  # the search spent the limit proving there is no plan: no model to build (~3 s
+        return _unnarrowed([(r.id, r.conflict_message(problem)) for r in rules_for(problem)])  # on 32,768 GPUs)
     model = build_model(problem, tables=tables)  # the optimiser's copy has every literal fixed
     direct = pin_conflicts(model)
     if direct:
@@ -99,8 +107,7 @@ def explain(
     try:
         core = infeasible(list(range(len(rules))))
     except _OutOfTime:  # every rule in force together conflicts: the search found no plan
-        out = named(list(range(len(rules))))
-        return [*out[:-1], (out[-1][0], f"{out[-1][1]} {UNNARROWED}")]
+        return _unnarrowed(named(list(range(len(rules)))))
     if core is None:
         raise ShardplanError("the problem is feasible once its rules are assumed; nothing to explain")
     members = sorted(set(core))

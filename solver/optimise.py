@@ -74,6 +74,8 @@ def _integer_batch(
     tables = build_tables(problem, space, deadline.check, lazy=True)
     found = best_integer_batch(Oracle(tables, excluded), deadline.passed, deadline.check)
     if found.best is None:  # the search ran to the end: no plan exists
+        if deadline.passed():  # explain() then names every rule without a model: no more pricing
+            return NoPlan(tables)
         # explain() builds its encoding from these tables: every pair of the space priced.
         return NoPlan(build_tables(problem, space, reuse=tables))
     best = found.best

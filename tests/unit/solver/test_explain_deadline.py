@@ -65,3 +65,18 @@ def test_the_solves_are_bounded_by_the_deadline(monkeypatch: pytest.MonkeyPatch)
     unbounded = _undecided_after(monkeypatch, 10**6)
     explain(_infeasible())
     assert unbounded and all(limit == explain_module.SOLVE_LIMIT_S for limit in unbounded)
+
+
+def test_a_deadline_already_past_names_every_rule_without_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search itself spent --time-limit proving there is no plan (4096x8xH200: 6.2 s of a 0.5 s limit,
+    3 s of them pricing every pair and building the explanation's model): every rule in force, at once."""
+    p = _infeasible()
+    rules = [rule.id for rule in build_model(p).rules]
+
+    def no_model(*args: object, **kw: object) -> None:
+        raise AssertionError("built a model past the deadline")
+
+    monkeypatch.setattr(explain_module, "build_model", no_model)
+    got = explain(p, deadline=Deadline(-1.0))
+    assert [rule for rule, _ in got] == rules
+    assert got[-1][1].endswith(UNNARROWED)
