@@ -37,6 +37,15 @@ from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
 SEED = 20261122  # one worker and a fixed seed keep every search reproducible
 
+# CP-SAT refuses a variable whose domain passes kint64max / 2 and a linear row whose terms could sum past
+# kint64max (cp_model_checker: the model is invalid and solving it fails). Every integer the encoding
+# carries stays at or below VALUE_CAP, so a row of a few such terms with small coefficients fits. A
+# natural bound above it (32,768 GPUs x a batch limit x a stage time) is clamped there: a plan that
+# needs a larger time or work (2^59 ns, 18 years) is outside the model. A bound that fits is never
+# clamped, so a problem whose bounds fitted is encoded exactly as before (``Encoding.clamped`` names
+# the clamped quantities; tests hold it empty on ordinary problems).
+VALUE_CAP = 1 << 59
+
 PairKey = tuple[Shape, BatchOption]
 # A linear expression over the encoding's variables, or a constant (an empty sum is 0). Narrower than
 # ortools' Expr, whose numpy integers the stubs cannot add to an expression.
@@ -57,10 +66,11 @@ class Encoding:
         self._pp_at_least: dict[int, IntVar] = {}
         self._held_vars: dict[tuple[int, LayerKind], IntVar] = {}
         self._chunk_activation: IntVar | None = None
+        self.clamped: list[str] = []  # quantities whose natural bound passed VALUE_CAP
         # Stage times live in [0, hi], rounds and sums in [0, round_hi]: sized from the tables,
         # so products and objectives stay in 64 bits.
-        self.hi = tables.time_bound_ns()
-        self.round_hi = self.hi * (Smax + 1)
+        self.hi = self.capped("stage time", tables.time_bound_ns())
+        self.round_hi = self.capped("round", self.hi * (Smax + 1))
 
         # shape[o]: stage shape o is chosen.
         self.shapes = space.shapes
@@ -86,6 +96,16 @@ class Encoding:
         self._post_batch_options()
         self._post_boundaries()
         self._post_costs()
+
+    def capped(self, name: str, natural: int, most: int = VALUE_CAP, implied: int | None = None) -> int:
+        """``natural``, an upper bound, while it is at most ``most``; past that the bound the constraints
+        imply (``implied``, which cuts nothing) or else ``most`` itself, recorded in ``clamped``."""
+        if natural <= most:
+            return natural
+        if implied is not None and implied <= most:
+            return implied
+        self.clamped.append(name)
+        return most
 
     # --- batch -------------------------------------------------------------------------------
     def _post_batch_options(self) -> None:
@@ -255,15 +275,20 @@ class Encoding:
         cp, osl, t = self.cp, self.problem.workload.osl, self.tables
         stack = ServingStack.of(t.profile or resolve_profile(self.problem))
         decided = isinstance(self.batch, IntVar)
-        batch_hi = self.num_gpus * self.space.batch_limit if decided else self.space.fixed_batch
+        # A decided batch is S x attn_dp x q with S x q within the batch limit: at most the widest
+        # shape's attention groups times that limit (exact; the cluster's GPUs times it was looser).
+        batch_hi = max(o.attn_dp for o in self.shapes) * self.space.batch_limit if decided else self.space.fixed_batch
         chunks = sorted({e.chunk for e in t.time.values()})
-        self.share_hi = (batch_hi - 1) * self.hi // (osl * chunks[0]) + 1
+        work_hi = self.capped("others x slowest prefill", (batch_hi - 1) * self.hi)
+        self.share_hi = self.capped("prefill share", work_hi // (osl * chunks[0]) + 1)
         steps_hi = max(stack.wait_tenths(e.steps) for e in t.time.values())
-        wait_hi = steps_hi * self.round_hi // WAIT_DIV + 1
-        queue_hi = stack.queue_per_mille * (batch_hi - 1) * self.hi // (PER_MILLE * chunks[0]) + 1
-        self.tpot_hi = self.round_hi + self.share_hi
-        self.ttft_hi = self.hi + wait_hi + queue_hi + stack.overhead_ns
-        self.e2e_hi = self.ttft_hi + (osl - 1) * self.tpot_hi
+        wait_hi = self.capped("ttft wait", steps_hi * self.round_hi // WAIT_DIV + 1)
+        queue_hi = stack.queue_per_mille * work_hi // (PER_MILLE * chunks[0]) + 1  # at most work_hi
+        # e2e = ttft + (OSL - 1) x tpot is one row: tpot within VALUE_CAP / (OSL - 1) keeps it in 64 bits
+        # (a tpot past that is an e2e past VALUE_CAP).
+        self.tpot_hi = self.capped("tpot", self.round_hi + self.share_hi, VALUE_CAP // max(1, osl - 1))
+        self.ttft_hi = self.capped("ttft", self.hi + wait_hi + queue_hi + stack.overhead_ns)
+        self.e2e_hi = self.capped("e2e", self.ttft_hi + (osl - 1) * self.tpot_hi)
         self.share = cp.new_int_var(0, self.share_hi, "prefill_share")
         self.wait = cp.new_int_var(0, wait_hi, "ttft_wait")
         self.queue = cp.new_int_var(0, queue_hi, "ttft_queue")
@@ -271,7 +296,7 @@ class Encoding:
         chunk_var = cp.new_int_var(chunks[0], chunks[-1], "chunk")
         cp.add(chunk_var == self._table_sum(lambda e: e.chunk))
         own = cp.new_int_var(0, self.hi, "own_prefill")
-        own_paid = cp.new_int_var(0, chunks[-1] * self.hi, "chunk*own_prefill")
+        own_paid = cp.new_int_var(0, self.capped("chunk x own prefill", chunks[-1] * self.hi), "chunk*own_prefill")
         cp.add_multiplication_equality(own_paid, [chunk_var, own])
         if stack.mixes or batch_hi <= 1:
             cp.add(own_paid >= self.prefill)
@@ -286,17 +311,21 @@ class Encoding:
             cp.add(others == self.batch - 1)
             chunk_osl = cp.new_int_var(osl * chunks[0], osl * chunks[-1], "osl*chunk")
             cp.add(chunk_osl == self._table_sum(lambda e: osl * e.chunk))
-            work = cp.new_int_var(0, (batch_hi - 1) * self.hi, "others*slowest_prefill")
+            work = cp.new_int_var(0, work_hi, "others*slowest_prefill")
             cp.add_multiplication_equality(work, [others, self.slowest_prefill])
-            paid = cp.new_int_var(0, osl * chunks[-1] * self.share_hi, "osl*chunk*share")
+            # paid - chunk_osl < work bounds it by work's bound plus one chunk_osl where chunk_osl x share's
+            # bound passes 64 bits (it did on 32,768 GPUs).
+            paid_hi = self.capped("osl x chunk x share", osl * chunks[-1] * self.share_hi,
+                                  implied=work_hi + osl * chunks[-1])
+            paid = cp.new_int_var(0, paid_hi, "osl*chunk*share")
             cp.add_multiplication_equality(paid, [chunk_osl, self.share])
             cp.add(paid >= work)
             cp.add(paid - chunk_osl < work)
             # queue = ceil(share‰ x others x slowest prefill / (1000 x chunk)), exactly (0 when share‰ is 0).
-            queued = cp.new_int_var(0, chunks[-1] * queue_hi, "chunk*queue")
+            queued_hi = self.capped("chunk x queue", chunks[-1] * queue_hi, implied=work_hi + chunks[-1])
+            queued = cp.new_int_var(0, queued_hi, "chunk*queue")
             cp.add_multiplication_equality(queued, [chunk_var, self.queue])
-            cp.add(PER_MILLE * queued >= stack.queue_per_mille * work)
-            cp.add(PER_MILLE * (queued - chunk_var) < stack.queue_per_mille * work)
+            self._post_thousandths(queued, chunk_var, stack.queue_per_mille, work, (queued_hi, chunks[-1], work_hi))
             if not stack.mixes:
                 self._post_own_batch(stack, own_paid, chunk_var, others, chunks[-1])
             # wait = ceil(k x round / 10), k = the pair's wait in tenths under load (10 steps + w, or w
@@ -315,24 +344,80 @@ class Encoding:
             for k, lits in loaded_pairs.items():
                 chosen = cp.new_bool_var(f"wait_k[{k}]")
                 cp.add(sum(lits) == chosen)
-                cp.add(WAIT_DIV * self.wait >= k * self.round).only_enforce_if([chosen, under_load])
+                cp.add(WAIT_DIV * self.wait >= k * self._round_within(k, [chosen, under_load])).only_enforce_if(
+                    [chosen, under_load]
+                )
         self.tpot = self._new("tpot", self.round + self.share, hi=self.tpot_hi)
         self.ttft = self._new("ttft", own + self.wait + self.queue + stack.overhead_ns, hi=self.ttft_hi)
         self.e2e = self._new("e2e", self.ttft + (osl - 1) * self.tpot, hi=self.e2e_hi)
+
+    def _round_within(self, k: int, enforce: list[IntVar]) -> IntVar:
+        """The round, for a row with coefficient k: itself while k x its bound fits VALUE_CAP, else a copy
+        bounded by VALUE_CAP / k, equal to it where ``enforce`` holds (a larger round there is a wait past
+        VALUE_CAP / WAIT_DIV)."""
+        if k * self.round_hi <= VALUE_CAP:
+            return self.round
+        self.clamped.append(f"round x {k}")
+        copy = self.cp.new_int_var(0, VALUE_CAP // k, f"round<{k}>")
+        self.cp.add(copy == self.round).only_enforce_if(enforce)
+        return copy
+
+    def _post_thousandths(
+        self, paid: IntVar, chunk_var: IntVar, per_mille: int, work: IntVar, bounds: tuple[int, int, int]
+    ) -> None:
+        """``paid`` = chunk x ceil(per_mille x work / (1000 x chunk)), in integers: paid >= per_mille x work
+        / 1000 and paid - chunk below it. ``bounds``: (paid, chunk, work) upper bounds. per_mille x work may
+        pass 64 bits where work fits (the queue's share on 32,768 GPUs): then, with work = 1000 w1 + w0
+        (w0 < 1000), the thousandth rounded up is per_mille x w1 + ceil(per_mille x w0 / 1000) (nested
+        ceilings compose), each term within work's range. Both forms give the same integers; the first,
+        where it fits, is the encoding as it always was."""
+        cp = self.cp
+        paid_hi, chunk_hi, work_hi = bounds
+        if per_mille * work_hi + PER_MILLE * (paid_hi + chunk_hi) <= 2 * VALUE_CAP:
+            cp.add(PER_MILLE * paid >= per_mille * work)
+            cp.add(PER_MILLE * (paid - chunk_var) < per_mille * work)
+            return
+        self.clamped.append(f"{per_mille}/1000 x {work.name} split")  # exact: nothing is cut
+        w1 = cp.new_int_var(0, work_hi // PER_MILLE, f"{work.name}/1000")
+        w0 = cp.new_int_var(0, PER_MILLE - 1, f"{work.name}%1000")
+        cp.add(work == PER_MILLE * w1 + w0)
+        rest = cp.new_int_var(0, per_mille, f"ceil({per_mille}*{work.name}%1000/1000)")
+        cp.add(PER_MILLE * rest >= per_mille * w0)
+        cp.add(PER_MILLE * (rest - 1) < per_mille * w0)
+        cp.add(paid >= per_mille * w1 + rest)
+        cp.add(paid - chunk_var < per_mille * w1 + rest)
 
     def _post_own_batch(
         self, stack: ServingStack, own_paid: IntVar, chunk_var: IntVar, others: IntVar, chunk_hi: int
     ) -> None:
         """own = ceil(batch‰ x prefill / (1000 x chunk)), batch‰ = min(1000 x chunk, 1000 + share‰ x
         others), exactly (``ServingStack.batch_per_mille``): a prompt of an engine whose prefill does not
-        mix with decode pays its whole prefill batch. ``own_paid`` = chunk x own."""
+        mix with decode pays its whole prefill batch. ``own_paid`` = chunk x own.
+
+        batch‰ x prefill may pass 64 bits where chunk x prefill fits: then batch‰ = 1000 b1 + b0 (b0 <
+        1000) and the thousandth rounded up is b1 x prefill + ceil(b0 x prefill / 1000), the same integer."""
         cp = self.cp
         batch = cp.new_int_var(PER_MILLE, PER_MILLE * chunk_hi, "prefill_batch_per_mille")
         cp.add_min_equality(batch, [PER_MILLE * chunk_var, PER_MILLE + stack.queue_per_mille * others])
-        batch_prefill = cp.new_int_var(0, PER_MILLE * chunk_hi * self.hi, "batch*prefill")
-        cp.add_multiplication_equality(batch_prefill, [batch, self.prefill])
-        cp.add(PER_MILLE * own_paid >= batch_prefill)
-        cp.add(PER_MILLE * (own_paid - chunk_var) < batch_prefill)
+        if PER_MILLE * chunk_hi * self.hi <= VALUE_CAP:
+            batch_prefill = cp.new_int_var(0, PER_MILLE * chunk_hi * self.hi, "batch*prefill")
+            cp.add_multiplication_equality(batch_prefill, [batch, self.prefill])
+            cp.add(PER_MILLE * own_paid >= batch_prefill)
+            cp.add(PER_MILLE * (own_paid - chunk_var) < batch_prefill)
+            return
+        self.clamped.append("prefill batch x prefill split")  # exact: nothing is cut
+        whole = cp.new_int_var(1, chunk_hi, "prefill_batch/1000")
+        part = cp.new_int_var(0, PER_MILLE - 1, "prefill_batch%1000")
+        cp.add(batch == PER_MILLE * whole + part)
+        whole_prefill = cp.new_int_var(0, self.capped("prefill batch x prefill", chunk_hi * self.hi), "whole*prefill")
+        cp.add_multiplication_equality(whole_prefill, [whole, self.prefill])
+        part_prefill = cp.new_int_var(0, (PER_MILLE - 1) * self.hi, "part*prefill")
+        cp.add_multiplication_equality(part_prefill, [part, self.prefill])
+        rest = cp.new_int_var(0, self.hi, "ceil(part*prefill/1000)")
+        cp.add(PER_MILLE * rest >= part_prefill)
+        cp.add(PER_MILLE * (rest - 1) < part_prefill)
+        cp.add(own_paid >= whole_prefill + rest)
+        cp.add(own_paid - chunk_var < whole_prefill + rest)
 
     def _stage_time(
         self, s: int, tau: dict[LayerKind, IntVar], first: Expr, last_expr: Expr, label: str

@@ -4,6 +4,10 @@ Every rule's enforcement literal is an assumption. CP-SAT returns a core through
 ``sufficient_assumptions_for_infeasibility``; with presolve on it is often not minimal, so it is
 shrunk by deletion: drop one rule, re-solve with the rest assumed, keep it out if still
 infeasible (CPSAT-NOTES: a few re-solves with presolve off are cheap here).
+
+A deadline (the command's --time-limit) bounds it: the solves stop ``EXPLAIN_GRACE_S`` past it.
+Every set it returns conflicts: cut short while shrinking, the set shrunk so far; before the first
+core, every rule in force, said to be unnarrowed.
 """
 
 from __future__ import annotations
@@ -12,10 +16,20 @@ from ortools.sat.python import cp_model
 
 from shardplan.models.errors import ShardplanError
 from shardplan.rules.base import ShapeRule
+from shardplan.rules.catalog import rules_for
 from shardplan.rules.pins import Pin
 from shardplan.rules.problem import Problem
 from shardplan.solver.encode import Model, build_model, new_solver
+from shardplan.solver.search_base import Deadline
 from shardplan.solver.tables import Tables
+
+EXPLAIN_GRACE_S = 1.0  # how far past the deadline the explanation's solves may run (a first core, at least)
+SOLVE_LIMIT_S = 30.0  # one solve without a deadline
+UNNARROWED = "(these are every rule in force: not narrowed to the conflicting ones within --time-limit)"
+
+
+class _OutOfTime(Exception):
+    """A solve of the explanation ended at the deadline, undecided."""
 
 
 def pin_conflicts(model: Model) -> list[tuple[str, str]]:
@@ -45,10 +59,21 @@ def pin_conflicts(model: Model) -> list[tuple[str, str]]:
     return out
 
 
-def explain(problem: Problem, tables: Tables | None = None) -> list[tuple[str, str]]:
+def _unnarrowed(conflicts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every rule in force (they conflict together: the search found no plan), said to be unnarrowed."""
+    return [*conflicts[:-1], (conflicts[-1][0], f"{conflicts[-1][1]} {UNNARROWED}")]
+
+
+def explain(
+    problem: Problem, tables: Tables | None = None, deadline: Deadline | None = None
+) -> list[tuple[str, str]]:
     """(rule id, message with the numbers) for a minimal conflicting set of the problem's rules;
     pins that a rule rejects outright are named with every rule they break. ``tables`` may be the
-    ones a failed search built (pure data, reused)."""
+    ones a failed search built (pure data, reused). Past ``deadline`` (plus ``EXPLAIN_GRACE_S``) the
+    set is not narrowed further (module docstring)."""
+    deadline = deadline or Deadline(None)
+    if deadline.passed():  # the search spent the limit proving there is no plan: no model to build (~3 s
+        return _unnarrowed([(r.id, r.conflict_message(problem)) for r in rules_for(problem)])  # on 32,768 GPUs)
     model = build_model(problem, tables=tables)  # the optimiser's copy has every literal fixed
     direct = pin_conflicts(model)
     if direct:
@@ -60,7 +85,9 @@ def explain(problem: Problem, tables: Tables | None = None) -> list[tuple[str, s
         """Indices of the rules in an infeasibility core of ``subset`` assumed, or None if feasible."""
         enc.cp.clear_assumptions()
         enc.cp.add_assumptions([literals[i] for i in subset])
-        solver = new_solver(30.0, presolve=False)
+        left = deadline.remaining()
+        limit_s = SOLVE_LIMIT_S if left is None else min(SOLVE_LIMIT_S, left + EXPLAIN_GRACE_S)
+        solver = new_solver(limit_s, presolve=False)
         status = solver.solve(enc.cp)
         if status == cp_model.INFEASIBLE:
             core = solver.sufficient_assumptions_for_infeasibility()
@@ -70,15 +97,26 @@ def explain(problem: Problem, tables: Tables | None = None) -> list[tuple[str, s
             return [index[c] for c in core]
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
-        raise ShardplanError("could not decide which rules conflict within the time limit")
+        if status == cp_model.UNKNOWN and deadline.limit_s is not None:
+            raise _OutOfTime
+        raise ShardplanError(f"could not decide which rules conflict ({solver.status_name(status)})")
 
-    core = infeasible(list(range(len(rules))))
+    def named(members: list[int]) -> list[tuple[str, str]]:
+        return [(rules[i].id, rules[i].conflict_message(enc.problem)) for i in members]
+
+    try:
+        core = infeasible(list(range(len(rules))))
+    except _OutOfTime:  # every rule in force together conflicts: the search found no plan
+        return _unnarrowed(named(list(range(len(rules)))))
     if core is None:
         raise ShardplanError("the problem is feasible once its rules are assumed; nothing to explain")
     members = sorted(set(core))
     for i in list(members):
         trial = [j for j in members if j != i]
-        smaller = infeasible(trial)
+        try:
+            smaller = infeasible(trial)
+        except _OutOfTime:  # what is left conflicts still; it may not be minimal
+            break
         if smaller is not None:
             members = sorted(set(smaller) & set(trial)) or trial
-    return [(rules[i].id, rules[i].conflict_message(enc.problem)) for i in members]
+    return named(members)

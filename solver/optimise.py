@@ -74,6 +74,8 @@ def _integer_batch(
     tables = build_tables(problem, space, deadline.check, lazy=True)
     found = best_integer_batch(Oracle(tables, excluded), deadline.passed, deadline.check)
     if found.best is None:  # the search ran to the end: no plan exists
+        if deadline.passed():  # explain() then names every rule without a model: no more pricing
+            return NoPlan(tables)
         # explain() builds its encoding from these tables: every pair of the space priced.
         return NoPlan(build_tables(problem, space, reuse=tables))
     best = found.best
@@ -88,12 +90,13 @@ def _integer_batch(
 def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
     """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
     started = time.perf_counter()
-    result = optimise(problem, Deadline(time_limit_s))
+    deadline = Deadline(time_limit_s)
+    result = optimise(problem, deadline)
     if isinstance(result, NoPlan):
         # Lazily on purpose: explaining builds CP-SAT models (OR-Tools, see optimise), rarely needed.
         from shardplan.solver.explain import explain
 
-        raise InfeasibleError(explain(problem, result.tables))
+        raise InfeasibleError(explain(problem, result.tables, deadline))
     status = "optimal" if result.proven else "feasible"
     plan = decode(problem, result.layout, status, result.objective_value, time.perf_counter() - started)
     if result.proven:

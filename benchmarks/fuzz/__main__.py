@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardplan.solver.cli.main import main as shardplan_main
-from tests.fuzz.cases import Case, draw, draw_serving
+from tests.fuzz.cases import Case, draw, draw_serving, extreme_case
 from tests.fuzz.harness import Outcome, materialise, problems
 
 COMMANDS = ("solve", "evaluate", "enumerate", "validate", "calibrate")
@@ -197,8 +197,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as hung")
     parser.add_argument("--failures", type=Path, default=None, help="write every failing case here (JSON lines)")
     parser.add_argument("--serving", action="store_true", help="only the serving flags' cases (issue 15)")
+    parser.add_argument("--extremes", action="store_true",
+                        help="only valid inputs at the edges of their ranges on huge clusters (robust16)")
     args = parser.parse_args()
-    if args.serving:
+    if args.extremes:
+        cases = (extreme_case(random.Random(args.seed + i), SERVING_COMMANDS[i % 3]) for i in range(args.cases))
+    elif args.serving:
         cases = (draw_serving(SERVING_COMMANDS[i % 3], random.Random(args.seed + i)) for i in range(args.cases))
     else:
         base = dag_base()

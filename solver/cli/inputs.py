@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -220,11 +221,33 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
-def layout_from_pins(problem: Problem) -> Layout:
+def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int | None:
+    """The tp per attention group that gives a stage ``ep`` when ``tp`` was counted over the whole worker,
+    as SGLang counts it (``--tp 8 --dp 8 --enable-dp-attention``: 8 GPUs, attention in 8 groups of 1), or
+    None when that reading does not fit either. shardplan's tp is per attention group (a stage has
+    tp x sp x attn_dp GPUs, DESIGN.md), so ``tp=8,attn_dp=8,ep=8`` asks for 64 GPUs and ep 64.
+
+    >>> per_group_tp(8, 1, 8, 1, 8), per_group_tp(8, 1, 4, 1, 8), per_group_tp(8, 1, 8, 1, 64)
+    (1, 2, None)
+    """
+    if attn_dp <= 1 or tp % attn_dp:
+        return None
+    whole = tp // attn_dp
+    return whole if whole * sp * attn_dp == ep * expert_tp else None
+
+
+def _flags_meaning(tp: int) -> str:
+    """The colocated ``evaluate`` flags with the per-group tp (``per_group_tp``)."""
+    return f"--tp {tp}"
+
+
+def layout_from_pins(problem: Problem, spelled: Callable[[int], str] = _flags_meaning) -> Layout:
     """The layout ``evaluate`` prices: the pinned degrees, even stages unless given, ep implied.
 
     ``--ep`` is checked against the structure rather than multiplied in (003 §3-4): MoE layers
-    use all of a stage's GPUs, so ep must equal G / expert_tp.
+    use all of a stage's GPUs, so ep must equal G / expert_tp. Where the degrees read as SGLang's
+    (tp over the whole worker) give the pinned ep, the error says how to spell that layout here:
+    ``spelled(tp per attention group)``.
     """
     p, model = problem.pins, problem.model
     tp, sp, attn_dp, expert_tp = p.tp or 1, p.sp or 1, p.attn_dp, p.expert_tp or 1
@@ -243,8 +266,10 @@ def layout_from_pins(problem: Problem) -> Layout:
     if layout.num_layers != model.num_layers:
         raise SpecError("stages", f"cover {layout.num_layers} layers; the model has {model.num_layers}")
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
+        meant = per_group_tp(tp, sp, attn_dp, expert_tp, p.ep)
+        hint = "" if meant is None else f"; did you mean {spelled(meant)}? tp is per attention group"
         raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: "
-                              f"ep = G / expert_tp = {layout.ep}")
+                              f"ep = G / expert_tp = {layout.ep}{hint}")
     if p.ep not in (None, 1) and not model.is_moe:
         raise SpecError("ep", f"{problem.model.name} has no MoE layers")
     if layout.num_gpus > problem.cluster.num_gpus:

@@ -50,6 +50,7 @@ from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted, emit
 from shardplan.solver.placement.plan import place_and_price, write_experts
+from shardplan.solver.search_base import Deadline
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
@@ -504,6 +505,7 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
     problem = build_problem(problem_args(kw))
     printer = Printer("jsonl" if jsonl else "json" if as_json else "table")
     kept = Kept(with_points=report_path is not None)
+    deadline = Deadline(time_limit)  # the enumeration's, and what is left of it for an explanation
     run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
     try:
         with cli_views().progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
@@ -521,7 +523,7 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
         # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed.
         from shardplan.solver.explain import explain
 
-        exc = InfeasibleError(explain(problem))
+        exc = InfeasibleError(explain(problem, deadline=deadline))
         if as_json:
             emit_json(infeasible_dict(problem, exc))
         raise exc

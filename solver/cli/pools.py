@@ -67,11 +67,17 @@ def worker_layout(role: str, problem: Problem, values: dict[str, Any]) -> Layout
             "pins": Pins(**pins),
             "workload": problem.workload.model_copy(update={"batch": 1}),
         })
-        return layout_from_pins(pool_problem)
+        return layout_from_pins(pool_problem, lambda tp: _spelled(values, tp))
     except SpecError as exc:
         raise SpecError(f"{role} {exc.field}", exc.reason) from None
     except ValueError as exc:  # a pydantic check on the pins (stages against pp)
         raise SpecError(role, str(exc).splitlines()[-1].strip()) from None
+
+
+def _spelled(values: dict[str, Any], tp: int) -> str:
+    """The pool as given with ``tp`` in place of its own (left out at 1, the default)."""
+    parts = [f"{key}={tp if key == 'tp' else value}" for key, value in values.items() if key != "tp" or tp > 1]
+    return ",".join(parts)
 
 
 def refuse_pools(prefill: str | None, decode: str | None, dag_path: str | None = None,

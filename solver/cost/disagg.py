@@ -292,7 +292,12 @@ class _Pools:
 
 def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile: Profile,
                  queue_share: float | None = None) -> SteadyState:
-    """The rate and the chunk and batch each pool runs at (module docstring)."""
+    """The rate and the chunk and batch each pool runs at (module docstring), and what sets the rate: the
+    slowest of the prefill pool, the links and the decode pool at their tops when the requests in flight
+    carry it, else the concurrency. This is the one place the label is decided (solve's plans and evaluate
+    both come here). A pool's top includes its batch limit, so a decode pool given solve's ``max_batch``
+    is named where the same pool without it, at the same rate, names the concurrency: one more request in
+    flight raises that one's rate and not the limited one's."""
     pools = _Pools(problem, layout, profile)
     osl, C = problem.workload.osl, layout.concurrency
     x, y = layout.prefill.workers, layout.decode.workers

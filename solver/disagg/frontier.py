@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from shardplan.models.errors import SolverLimitError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.disagg import engine_profile
@@ -41,9 +42,15 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
 class DisaggEnumeration:
     def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None):
         profile = engine_profile(problem)
-        self.pools = Pools(problem, profile, prefill_workers(problem, profile),
-                           decode_workers(problem, profile, smaller_batches=True))
         self.limit, self.deadline = limit, Deadline(time_limit_s)
+        check = self.deadline.check  # pricing every layout ran 20 s past --time-limit 0.5 on 1,296 GPUs
+        try:
+            self.pools = Pools(problem, profile, prefill_workers(problem, profile, check),
+                               decode_workers(problem, profile, smaller_batches=True, check=check))
+        except SolverLimitError:  # the limit passed while pricing: a partial enumeration of nothing
+            self.pools, self.cut_short = Pools(problem, profile, [], []), True
+        else:
+            self.cut_short = False
         self.partial = True
         self.count = 0
         self.frontier = Frontier()
@@ -61,7 +68,7 @@ class DisaggEnumeration:
                     self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
                     self.count += 1
                     yield plan
-        self.partial = False
+        self.partial = self.cut_short
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
         """The pair's first deployment in per-GPU order that keeps every rule (None also when the time

@@ -63,11 +63,15 @@ class PoolModel:
         prefill_gpus = cp_model.LinearExpr.weighted_sum(self.xs, [w.gpus for w in P])
         self.gpus = cp.new_int_var(1, n, "gpus")
         cp.add(self.gpus == prefill_gpus + sum(w.gpus * v for w, v in zip(D, self.ys, strict=True)))
-        self._top_rate = max(w.capacity_units for w in P) * n
+        # The most rate units any choice carries: each pool's fastest worker filling the cluster (exact: the
+        # rate is within both pools' capacities). Was max units x n, ~10^15 on 524,288 GPUs; the per-GPU
+        # questions multiply it by a GPU count (search.py ``per_gpu_terms``).
+        self.top_rate = min(max(w.capacity_units * (n // w.gpus) for w in P),
+                             max(w.capacity_units * (n // w.gpus) for w in D))
         # each pool's full rate (workers times one worker's), as linear sums
         self.prefill_capacity = cp_model.LinearExpr.weighted_sum(self.xs, [w.capacity_units for w in P])
         self.decode_capacity = cp_model.LinearExpr.weighted_sum(self.ys, [w.capacity_units for w in D])
-        self.rate = cp.new_int_var(0, self._top_rate, "rate")
+        self.rate = cp.new_int_var(0, self.top_rate, "rate")
         self._within_pools(self.rate)
         self._inside = self._placement(prefill_gpus)
         self._fewer = cp.new_int_var(1, n, "min_workers")
@@ -77,9 +81,15 @@ class PoolModel:
         # order: a choice's place in brute force's order (prefill index, decode index, x, y), so that
         # among equally good deployments the search returns the one brute force does, whatever
         # candidates the lists hold (pruned lists keep the order).
+        # The candidates' indices as variables: the order's row then has four small terms, where one term
+        # per candidate, i x len(D) x (n + 1)^2 each, summed past 64 bits on 524,288 GPUs.
         self.order_span = len(P) * len(D) * (n + 1) ** 2
-        self.order = (sum(i * lit for i, lit in enumerate(self.p)) * len(D) * (n + 1) ** 2
-                      + sum(k * lit for k, lit in enumerate(self.d)) * (n + 1) ** 2 + self.x * (n + 1) + self.y)
+        prefill_index = cp.new_int_var(0, len(P) - 1, "prefill_index")
+        cp.add(prefill_index == sum(i * lit for i, lit in enumerate(self.p)))
+        decode_index = cp.new_int_var(0, len(D) - 1, "decode_index")
+        cp.add(decode_index == sum(k * lit for k, lit in enumerate(self.d)))
+        self.order = (prefill_index * (len(D) * (n + 1) ** 2) + decode_index * (n + 1) ** 2
+                      + self.x * (n + 1) + self.y)
 
     def _count(self, name: str, top: int, chosen: cp_model.IntVar) -> cp_model.IntVar:
         v = self.cp.new_int_var(0, top, name)
@@ -116,7 +126,7 @@ class PoolModel:
         """A variable at most what the chosen pools and link carry, as ``rate`` is, but free of the TTFT
         cuts (they bound ``rate`` only): maximised, it is the choice's full rate (``Pools.rate``). The
         ``--rate`` search orders equally few GPUs by it (``search.fewest_gpus``)."""
-        capacity = self.cp.new_int_var(0, self._top_rate, "capacity")
+        capacity = self.cp.new_int_var(0, self.top_rate, "capacity")
         self._within_pools(capacity)
         self._links(capacity)
         return capacity

@@ -40,6 +40,7 @@ from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import Accepted, seed
 from shardplan.solver.disagg.walk import pair_bound
 from shardplan.solver.disagg.workers import (
+    Check,
     DecodeSearch,
     PrefillPriced,
     PrefillWorker,
@@ -110,8 +111,9 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     """The pools of every candidate that may be in a deployment at least as good per GPU as the seed,
     and the seed (its choice indexing these pools); every candidate when there is no seed (also when
     ``deadline`` passes while the seed is sought: its exact checks ran past --time-limit on 1,296 GPUs)."""
-    prefill = PrefillJudged(problem, profile)
-    searches = decode_searches(problem, profile)
+    check = None if deadline is None else deadline.check
+    prefill = PrefillJudged(problem, profile, check)
+    searches = decode_searches(problem, profile, check)
     i = prefill.best()
     if i is None or not searches:
         return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
@@ -137,9 +139,9 @@ class PrefillJudged:
     """The prefill layouts priced at their largest chunk, each judged against the TTFT limit (one
     ``evaluate`` more) only when asked: the candidates are those it admits."""
 
-    def __init__(self, problem: Problem, profile: Profile):
+    def __init__(self, problem: Problem, profile: Profile, check: Check = None):
         self.problem, self.profile = problem, profile
-        self.priced = prefill_priced(problem, profile)
+        self.priced = prefill_priced(problem, profile, check)
         self._workers: dict[int, PrefillWorker | None] = {}  # _workers[j]: priced[j]'s candidate, if admitted
 
     def admitted(self, j: int) -> PrefillWorker | None:

@@ -44,7 +44,7 @@ from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.walk import Walk, walk
-from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, decode_workers, prefill_workers
+from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, Check, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
 
@@ -59,8 +59,10 @@ class DisaggResult:
     proposals: int  # deployments the walk judged exactly, and those the model proposed (accepted or refused)
 
 
-def build_pools(problem: Problem, profile: Profile) -> Pools:
-    return Pools(problem, profile, prefill_workers(problem, profile), decode_workers(problem, profile))
+def build_pools(problem: Problem, profile: Profile, check: Check = None) -> Pools:
+    """Every prefill and decode candidate; ``check``, a deadline's, between layouts."""
+    return Pools(problem, profile, prefill_workers(problem, profile, check), decode_workers(problem, profile,
+                                                                                          check=check))
 
 
 def target_units(rate_rps: float) -> int:
@@ -138,8 +140,28 @@ def _screened(deadline: Deadline, screen: cp_model.CpModel, question: cp_model.C
     return (bounded, best) if best in (cp_model.OPTIMAL, cp_model.FEASIBLE) else (solver, status)
 
 
+# Rows of the per-GPU questions stay within this (CP-SAT refuses a row whose terms could pass 2^63).
+ROW_LIMIT = 1 << 61
+
+
+def per_gpu_terms(m: PoolModel, r0: int, g0: int) -> tuple[int, int, bool]:
+    """(r0', g0', exact) for comparing a deployment's rate per GPU with r0 / g0 in the row ``rate x g0' -
+    r0' x gpus``. Where rate's bound x g0 passes ``ROW_LIMIT`` (a --rate of 10^6 requests/s on 524,288
+    GPUs), both are halved until it fits, with r0' / g0' >= r0 / g0: a deployment that beats r0' / g0'
+    beats r0 / g0, so every proposal is still sound, but one between the two is missed and the search is
+    not proven (``exact`` False). The cpsat_search ``Ratio.target`` of the colocated search does the same."""
+    n, scale = m.pools.problem.cluster.num_gpus, 1
+    while (g0 // scale) * m.top_rate + -(-r0 // scale) * n > ROW_LIMIT and g0 // scale > 1:
+        scale *= 2
+    if scale == 1:
+        return r0, g0, True
+    return -(-r0 // scale), max(1, g0 // scale), False
+
+
 def _any_better(m: PoolModel, r0: int, g0: int) -> cp_model.CpModel:
-    """The model asked for any deployment strictly better per GPU than ``r0`` rate units on ``g0`` GPUs."""
+    """The model asked for any deployment strictly better per GPU than ``r0`` rate units on ``g0`` GPUs
+    (``per_gpu_terms``' r0', g0' where those pass 64 bits)."""
+    r0, g0, _ = per_gpu_terms(m, r0, g0)
     cp = m.cp.clone()
     cp.add(m.rate * g0 - r0 * m.gpus >= 1)
     return cp
@@ -148,18 +170,30 @@ def _any_better(m: PoolModel, r0: int, g0: int) -> cp_model.CpModel:
 def _better_than(m: PoolModel, r0: int, g0: int) -> cp_model.CpModel:
     """The model asked for the deployment of the most gain over ``r0`` rate units on ``g0`` GPUs."""
     cp = _any_better(m, r0, g0)
+    r0, g0, _ = per_gpu_terms(m, r0, g0)
     cp.maximize(m.rate * g0 - r0 * m.gpus)
     return cp
 
 
 def _as_good_and_earlier(m: PoolModel, best: Accepted) -> cp_model.CpModel:
     """The model asked for a deployment as good per GPU as ``best`` on fewer GPUs, or on as many and
-    earlier in brute force's order of choices: the first of the fewest GPUs (brute force's answer)."""
+    earlier in brute force's order of choices: the first of the fewest GPUs (brute force's answer).
+    rank = gpus x order_span + order orders them; where it passes 64 bits (524,288 GPUs: ~10^21) the same
+    order is posted as 'fewer GPUs, or as many and earlier' and the fewest GPUs are asked first."""
+    r0, g0, _ = per_gpu_terms(m, best.rate_units, best.gpus)
     cp = m.cp.clone()
-    cp.add(m.rate * best.gpus - best.rate_units * m.gpus >= 0)
-    rank = m.gpus * m.order_span + m.order
-    cp.add(rank <= best.gpus * m.order_span + m.order_of(best.choice) - 1)
-    cp.minimize(rank)
+    cp.add(m.rate * g0 - r0 * m.gpus >= 0)
+    n = m.pools.problem.cluster.num_gpus
+    if (n + 1) * m.order_span <= ROW_LIMIT:
+        rank = m.gpus * m.order_span + m.order
+        cp.add(rank <= best.gpus * m.order_span + m.order_of(best.choice) - 1)
+        cp.minimize(rank)
+        return cp
+    fewer = cp.new_bool_var("fewer_gpus")
+    cp.add(m.gpus <= best.gpus - 1).only_enforce_if(fewer)
+    cp.add(m.gpus == best.gpus).only_enforce_if(~fewer)
+    cp.add(m.order <= m.order_of(best.choice) - 1).only_enforce_if(~fewer)
+    cp.minimize(m.gpus)
     return cp
 
 
@@ -205,6 +239,8 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     ``prune.pruned_pools`` left, which computed it."""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
+    if best is not None and deadline.passed():  # the seed is what the limit leaves: no model to build
+        return DisaggResult(best.plan, best.choice, False, 0)  # (5 s on 8,192 GPUs, past --time-limit 5)
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
@@ -224,7 +260,8 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
         if asked.accepted is None:
             break
         best, first_in_order = asked.accepted, False
-    proven = asked.complete
+    # a per-GPU question scaled to fit 64 bits may have missed a deployment between the two ratios
+    proven = asked.complete and (best is None or per_gpu_terms(m, best.rate_units, best.gpus)[2])
     while proven and best is not None and not first_in_order:  # ties toward fewer GPUs, then brute force's order
         fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
                                 floor=floor)
@@ -243,8 +280,11 @@ def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:
     GPU, the refused deployments at exactly that rate forbidden one by one, for the tie question), and
     return its accepted deployment, if any: brute force's answer, which the CP-SAT search then proves."""
     if walked.frontier is not None:
+        # Where the row rate x den - num x gpus could pass 64 bits, the cap is posted at a ratio no lower
+        # (``per_gpu_terms``): it then forbids fewer deployments, each of those left judged when proposed.
+        num, den, _ = per_gpu_terms(m, walked.frontier.numerator, walked.frontier.denominator)
         for i, k in walked.expanded:
-            m.cap_pair(i, k, walked.frontier)
+            m.cap_pair(i, k, Fraction(num, den))
         for c in walked.refused_at_frontier:
             m.forbid(c)
     if walked.accepted is None:

@@ -130,7 +130,7 @@ def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
         pools, first = pruned_pools(problem, profile, deadline)
         result = max_throughput_from(pools, first, deadline)
     else:
-        pools = build_pools(problem, profile)
+        pools = build_pools(problem, profile, deadline.check)
         result = fewest_gpus(pools, rate_rps, deadline)
     return DisaggOutcome(result, pools, time.perf_counter() - started)
 

@@ -39,6 +39,8 @@ from shardplan.solver.cost.disagg import (
 from shardplan.solver.cost.evaluate import NS_PER_S
 from shardplan.solver.space import SearchSpace
 
+Check = Callable[[], None] | None  # a deadline's check, called between pieces of work (raises once it passed)
+
 MAX_WORKER_GPUS = 64
 RATE_UNITS_PER_RPS = 1_000_000  # the search compares rates in whole micro-requests per second
 
@@ -73,9 +75,11 @@ class DecodeWorker:
         return self.layout.gpus_per_replica
 
 
-def worker_layouts(problem: Problem, role: str, profile: Profile) -> Iterator[Layout]:
+def worker_layouts(problem: Problem, role: str, profile: Profile, check: Check = None) -> Iterator[Layout]:
     """Every (shape, stage count) the shape rules allow for ``role``, even stages, at most
-    ``MAX_WORKER_GPUS`` GPUs and the cluster's, in the search space's order."""
+    ``MAX_WORKER_GPUS`` GPUs and the cluster's, in the search space's order. ``check`` is called before
+    each (a deadline's, which raises once it has passed: pricing every layout of a 9,216-GPU cluster took
+    8 s past --time-limit 0.5)."""
     space = SearchSpace(role_problem(problem, role, 1), profile)
     judged = role_problem(problem, role, 1)
     shape_rules = [r for r in rules_for(judged) if isinstance(r, ShapeRule)]
@@ -87,6 +91,8 @@ def worker_layouts(problem: Problem, role: str, profile: Profile) -> Iterator[La
         for stages in space.stage_values:
             if stages * o.gpus > top or stages > layers:
                 continue
+            if check is not None:
+                check()
             yield Layout.even(layers, stages, tp=o.tp, sp=o.sp, attn_dp=o.attn_dp, expert_tp=o.expert_tp, batch=1)
 
 
@@ -112,22 +118,22 @@ class PrefillPriced:
         return PrefillWorker(self.layout, self.step.chunk, self.step.pass_ns, first.pass_ns, self.capacity_units)
 
 
-def prefill_priced(problem: Problem, profile: Profile) -> list[PrefillPriced]:
+def prefill_priced(problem: Problem, profile: Profile, check: Check = None) -> list[PrefillPriced]:
     """Each prefill layout that holds its largest chunk (its memory priced at that chunk), in
     ``worker_layouts`` order, with the rate a pool of them reaches."""
     top = min(largest_chunk(problem, profile), profile.max_batch)
     out = []
-    for layout in worker_layouts(problem, "prefill", profile):
+    for layout in worker_layouts(problem, "prefill", profile, check):
         step = prefill_step(problem, layout, top, profile)
         if step.prediction.fits:
             out.append(PrefillPriced(layout, step, rate_units(step.capacity_rps(1))))
     return out
 
 
-def prefill_workers(problem: Problem, profile: Profile) -> list[PrefillWorker]:
+def prefill_workers(problem: Problem, profile: Profile, check: Check = None) -> list[PrefillWorker]:
     """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
     a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
-    workers = (priced.worker(problem, profile) for priced in prefill_priced(problem, profile))
+    workers = (priced.worker(problem, profile) for priced in prefill_priced(problem, profile, check))
     return [w for w in workers if w is not None]
 
 
@@ -235,20 +241,24 @@ def capacity_units(batch: int, round_ns: int, osl: int) -> int:
     return rate_units(batch * NS_PER_S / (max(osl - 1, 1) * round_ns))
 
 
-def decode_searches(problem: Problem, profile: Profile) -> list[DecodeSearch]:
+def decode_searches(problem: Problem, profile: Profile, check: Check = None) -> list[DecodeSearch]:
     """A ``DecodeSearch`` per decode layout that qualifies, in ``worker_layouts`` order, none searched yet."""
-    searches = (DecodeSearch(problem, profile, layout) for layout in worker_layouts(problem, "decode", profile))
+    layouts = worker_layouts(problem, "decode", profile, check)
+    searches = (DecodeSearch(problem, profile, layout) for layout in layouts)
     return [s for s in searches if s.qualifies]
 
 
-def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False) -> list[DecodeWorker]:
+def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False,
+                   check: Check = None) -> list[DecodeWorker]:
     """Each decode layout at the largest batch its memory holds at ISL + OSL (and the engine's limit)
     whose round keeps the TPOT limit: the pool's capacity (``smaller_batches``: also at each power of two
     below it, the faster rounds ``enumerate`` trades per-GPU throughput for). At run time a pool that needs less runs at
     the smallest batch that sustains the rate (``evaluate_disagg``), so a smaller limit would only
     lower the capacity."""
     out: list[DecodeWorker] = []
-    for search in decode_searches(problem, profile):
+    for search in decode_searches(problem, profile, check):
+        if check is not None:
+            check()
         b = search.finish()
         offered = sorted({b} | ({1 << k for k in range(b.bit_length()) if 1 << k < b} if smaller_batches else set()))
         out.extend(search.worker(batch) for batch in offered if b)

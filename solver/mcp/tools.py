@@ -86,6 +86,7 @@ from shardplan.solver.optimise import solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import emit
 from shardplan.solver.placement.plan import place_and_price, write_experts
+from shardplan.solver.search_base import Deadline
 
 _PINS = ("dp", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages")
 _SHARED = ("cluster", "objective", "isl", "osl", "batch", "mem_cap_gib", "ttft_ms", "tpot_ms", "weights_dtype",
@@ -202,12 +203,13 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     problem = build_problem(problem_args(args, session.root))
     if args.serving == "disagg":
         return _enumerate_disagg(problem, args.limit, time_limit_s)
+    deadline = Deadline(time_limit_s)
     run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s)
     plans = list(run)
     if not plans:
         if run.partial:  # as the CLI: the time limit, not the rules, left it empty
             raise SolverLimitError(f"time-limit: no layout found within {time_limit_s:g} s")
-        return infeasible_dict(problem, InfeasibleError(explain(problem)))
+        return infeasible_dict(problem, InfeasibleError(explain(problem, deadline=deadline)))
     return enumeration_dict([enumerated_row(i, p) for i, p in enumerate(plans)], pareto_front(plans), run.partial)
 
 

@@ -674,12 +674,28 @@ def pools_brief(data: dict[str, Any]) -> str:
     return f"prefill {one(data['prefill'])} decode {one(data['decode'])}"
 
 
-def pool_line(role: str, pool: dict[str, Any]) -> str:
-    """One pool of a disaggregated plan in words: workers, their shape, GPUs and memory."""
+def pool_spec(pool: dict[str, Any]) -> str:
+    """The pool as ``evaluate --serving disagg --prefill/--decode`` takes it, its batch limit included: a
+    decode pool's limit is part of the deployment (with it the pool at its limit sets the rate, without
+    it the same requests in flight may push it further), so the same pools need it.
+
+    >>> pool_spec({"workers": 1, "degrees": {"pp": 1, "tp": 2, "sp": 1, "ep": 1, "attn_dp": 1, "expert_tp": 1},
+    ...            "max_batch": 278})
+    'workers=1,tp=2,batch=278'
+    """
     deg = pool["degrees"]
-    shape = ", ".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "ep", "attn_dp") if deg[k] != 1) or "1 GPU"
+    parts = [f"workers={pool['workers']}"]
+    parts += [f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "attn_dp", "ep", "expert_tp") if deg[k] != 1]
+    if pool.get("max_batch"):
+        parts.append(f"batch={pool['max_batch']}")
+    return ",".join(parts)
+
+
+def pool_line(role: str, pool: dict[str, Any]) -> str:
+    """One pool of a disaggregated plan in words: workers, their shape (as ``--prefill``/``--decode``
+    take it), GPUs and memory."""
     first, last = pool["gpus"]
-    return (f"{role:<8} {pool['workers']} worker(s) x {pool['gpus_per_worker']} GPUs ({shape}), "
+    return (f"{role:<8} {pool['workers']} worker(s) x {pool['gpus_per_worker']} GPUs (--{role} {pool_spec(pool)}), "
             f"GPUs {first}-{last}, {pool['memory']['total']:.1f} of {pool['memory']['limit']:.1f} GiB per GPU")
 
 

@@ -473,6 +473,91 @@ def serving_enumerate_case(rng: random.Random, quick: bool = False) -> Case:
     return Case("enumerate", argv, kind="serving-enumerate")
 
 
+# Extremes (robust16, 2026-11-27): valid inputs at the edges of their ranges, where 64-bit bounds and deadlines
+# break, not hostile text. Huge clusters (up to 524,288 GPUs), ISL and OSL up to the model's context, batches
+# up to 2^20, TTFT/TPOT limits from a microsecond to "none", --rate from 1e-300 to 1e6, every engine and
+# serving mode, colocated pins and pool specs; always a --time-limit, which the whole command must keep to.
+EXTREME_MODELS = {"qwen3-30b-a3b": 40960, "llama-3.1-8b": 131072, "deepseek-v3": 163840, "mixtral-8x7b": 32768,
+                  "llama-3.1-405b": 131072, "gpt-oss-120b": 131072}
+EXTREME_CLUSTERS = ("4096x8xH200", "65536x8xH100", "1024x8xB200", "18x72xGB200", "1xH100", "2xH100", "8xH100")
+
+
+def extreme_workload(rng: random.Random, context: int) -> list[str]:
+    """ISL and OSL within the context (at its edges now and then), limits from tiny to none, engines."""
+    isl = rng.choice((1, 2, 128, 4000, context // 2, context - 1, context - 2))
+    osl = rng.choice((1, 2, 500, max(1, context - isl), max(1, (context - isl) // 2)))
+    argv = ["--isl", str(isl), "--osl", str(osl)]
+    if rng.random() < 0.4:
+        argv += ["--tpot-ms", rng.choice(("0.001", "1", "5", "50", "1e6", "1e15"))]
+    if rng.random() < 0.4:
+        argv += ["--ttft-ms", rng.choice(("0.001", "10", "2000", "1e9", "1e15"))]
+    if rng.random() < 0.4:
+        argv += ["--engine", rng.choice(("vllm", "sglang", "trtllm"))]
+    if rng.random() < 0.2:
+        argv += ["--mem-cap-gib", rng.choice(("0.5", "20", "1e6", str(float(1 << 40))))]
+    if rng.random() < 0.2:
+        argv += ["--max-batch", rng.choice(("1", "2", "1024", "16384"))]
+    if rng.random() < 0.15:
+        argv += ["--weights-dtype", rng.choice(("fp8", "fp4"))]
+    return argv
+
+
+def extreme_case(rng: random.Random, command: str) -> Case:
+    """``solve`` (colocated, disagg, auto, --rate), ``evaluate`` (pins, pools) or ``enumerate`` (colocated,
+    disagg) at the extremes above."""
+    model = rng.choice(tuple(EXTREME_MODELS))
+    cluster = rng.choice(EXTREME_CLUSTERS)
+    argv = [command, "--model", model, "--cluster", cluster, *extreme_workload(rng, EXTREME_MODELS[model])]
+    serving = rng.choice(("colocated", "colocated", "disagg", "auto")) if command == "solve" else (
+        rng.choice(("colocated", "disagg")))
+    if command == "evaluate" and serving == "disagg":
+        pools = ("workers=1", "workers=4,tp=2", "workers=1,attn_dp=8,ep=8", "workers=64,tp=8", "workers=2,pp=4")
+        argv += ["--serving", "disagg", "--prefill", rng.choice(pools), "--decode", rng.choice(pools)]
+    elif command == "evaluate":
+        for flag, values in (("--tp", ("1", "2", "8")), ("--dp", ("1", "64", "4096")), ("--pp", ("1", "2", "4")),
+                             ("--attn-dp", ("1", "8", "512"))):
+            if rng.random() < 0.5:
+                argv += [flag, rng.choice(values)]
+    else:
+        argv += ["--serving", serving]
+    if command == "solve" and (serving == "colocated" or rng.random() < 0.3) and rng.random() < 0.5:
+        argv += ["--rate", rng.choice(("1e-300", "1e-9", "0.5", "100", "1e4", "1e6"))]
+    if rng.random() < 0.4 and serving == "colocated" and command != "evaluate":
+        argv += ["--objective", rng.choice(("throughput", "latency"))]
+    if (command == "evaluate" or serving == "colocated") and "--rate" not in argv and rng.random() < 0.3:
+        argv += ["--batch", rng.choice(("1", "2", "1024", str(1 << 20)))]
+    if command == "enumerate":
+        argv += ["--limit", rng.choice(("1", "5", "50")), rng.choice(("--json", "--jsonl"))]
+    elif rng.random() < 0.5:
+        argv.append("--json")
+    if command != "evaluate":
+        argv += ["--time-limit", rng.choice(("0.5", "2", "5"))]
+    return Case(command, argv, kind="extreme")
+
+
+# What the extremes campaign found (benchmarks/fuzz/README.md, 2026-11-27, seed 271127): each ran past 20 s
+# under a --time-limit of 0.5-5 s, in pricing the disaggregated workers or the integer-batch search's roots,
+# neither of which looked at the deadline.
+FOUND_EXTREMES: list[list[str]] = [line.split() for line in (
+    "enumerate --model qwen3-30b-a3b --cluster 1024x8xB200 --isl 4000 --osl 2 --serving disagg --limit 1 "
+    "--jsonl --time-limit 5",
+    "solve --model deepseek-v3 --cluster 18x72xGB200 --isl 4000 --osl 500 --mem-cap-gib 1099511627776.0 "
+    "--max-batch 2 --serving auto --time-limit 0.5",
+    "enumerate --model deepseek-v3 --cluster 1024x8xB200 --isl 81920 --osl 2 --ttft-ms 0.001 --serving "
+    "disagg --limit 1 --jsonl --time-limit 5",
+    "enumerate --model llama-3.1-8b --cluster 18x72xGB200 --isl 65536 --osl 2 --ttft-ms 1e9 --engine "
+    "sglang --serving disagg --limit 5 --json --time-limit 0.5",
+    "solve --model gpt-oss-120b --cluster 1024x8xB200 --isl 128 --osl 2 --tpot-ms 1e6 --mem-cap-gib "
+    "1099511627776.0 --serving auto --json --time-limit 5",
+    "enumerate --model mixtral-8x7b --cluster 18x72xGB200 --isl 16384 --osl 8192 --ttft-ms 1e15 "
+    "--weights-dtype fp4 --serving disagg --limit 50 --jsonl --time-limit 2",
+    "enumerate --model deepseek-v3 --cluster 4096x8xH200 --isl 128 --osl 500 --ttft-ms 2000 --engine "
+    "trtllm --serving disagg --limit 5 --json --time-limit 5",
+    "solve --model mixtral-8x7b --cluster 18x72xGB200 --isl 2 --osl 500 --tpot-ms 50 --serving auto "
+    "--time-limit 0.5",
+)]
+
+
 SERVING_GENERATORS: dict[str, Callable[[random.Random, bool], Case]] = {
     "solve": serving_solve_case, "evaluate": disagg_evaluate_case, "enumerate": serving_enumerate_case,
 }

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardplan.solver.cli.main import main
-from tests.fuzz.cases import draw, draw_serving
+from tests.fuzz.cases import FOUND_EXTREMES, Case, draw, draw_serving
 from tests.fuzz.harness import problems, run_in_process
 
 CASES_PER_COMMAND = 1000
@@ -85,3 +85,13 @@ def test_calibrate() -> None:
         check("calibrate", seed)
 
     one()
+
+
+@pytest.mark.parametrize("argv", FOUND_EXTREMES, ids=range(len(FOUND_EXTREMES)))
+def test_extreme_cases_found(argv: list[str]) -> None:
+    """The extremes campaign's failing inputs (each ran past 20 s under --time-limit 0.5-5): now an answer or
+    one line of bad input, as every case must be."""
+    case = Case(argv[0], list(argv), kind="extreme")
+    with tempfile.TemporaryDirectory() as folder:
+        outcome = run_in_process(case, Path(folder))
+    assert not problems(outcome, case), (argv, problems(outcome, case))

@@ -32,3 +32,16 @@ def test_limits_past_64_bits_bind_nothing(flag: str) -> None:
     plain = subprocess.run(base, capture_output=True, text=True, timeout=120)
     assert huge.returncode == 0, huge.stderr
     assert json.loads(huge.stdout)["metrics"] == json.loads(plain.stdout)["metrics"]
+
+
+def test_an_infeasible_32768_gpu_problem_is_explained_not_crashed() -> None:
+    """robust16: the explanation's encoding overflowed 64 bits on 4096x8xH200 (exit 3, TypeError from
+    CP-SAT's Domain) after the search had proven the TPOT limit unreachable. Exit 1 naming the limit's rule,
+    whether or not the time limit let it narrow the set."""
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--model", "qwen3-30b-a3b", "--cluster",
+           "4096x8xH200", "--objective", "throughput", "--tpot-ms", "5", "--isl", "128", "--osl", "2",
+           "--mem-cap-gib", "20", "--time-limit", "5", "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "SLA-002" in [c["rule"] for c in json.loads(result.stdout)["conflict"]]
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
