@@ -334,7 +334,8 @@ def calibrate(
 @problem_options
 @click.option("--time-limit", type=float, default=None,
               help="seconds the search may take; the best plan found by then is returned as 'feasible' with its "
-                   "bound and gap (default: none)")
+                   "bound and gap; --serving auto keeps both modes within it (colocated half, disaggregated the "
+                   "rest) (default: none)")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
               help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True,

@@ -168,6 +168,34 @@ def test_auto_with_every_mode_cut_short_is_the_time_limit_not_infeasible(capsys,
     assert "colocated: time-limit" in err and "disagg: time-limit" in err
 
 
+def test_auto_keeps_to_one_time_limit_for_both_modes(capsys, monkeypatch) -> None:
+    """--time-limit bounds auto as a whole: colocated gets half, disagg what colocated left (each used to get
+    the whole limit). A clock the stand-in planners move: colocated spends 3 of its 5 s, disagg gets 7."""
+    clock = [100.0]
+    given: dict[str, Any] = {}
+
+    def planner(mode: str, spends_s: float):
+        def plan(problem: Any, rate_rps: Any, time_limit_s: Any) -> dict[str, Any]:
+            given[mode] = time_limit_s
+            clock[0] += spends_s
+            raise SolverLimitError(f"time-limit: no plan found within {time_limit_s:g} s")
+        return plan
+
+    monkeypatch.setattr(cli_serving.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cli_serving, "_colocated", planner("colocated", 3.0))
+    monkeypatch.setattr(cli_serving, "_disagg", planner("disagg", 7.0))
+    code, _, err = run(["solve", "--serving", "auto", *SMALL_8B, "--time-limit", "10", "--json"], capsys)
+    assert given == {"colocated": pytest.approx(5.0), "disagg": pytest.approx(7.0)}
+    assert code == 2 and "colocated: time-limit: no plan found within 5 s" in err
+    # A first mode that spent the whole limit leaves the next a token share, not a negative or zero limit.
+    assert cli_serving.mode_budget_s(10.0, 12.0, 1) == cli_serving.MIN_MODE_S
+    assert cli_serving.mode_budget_s(None, 12.0, 1) is None
+    # One mode asked for (not auto) gets the whole limit, as before.
+    given.clear()
+    run(["solve", "--serving", "disagg", *SMALL_8B, "--time-limit", "10", "--json"], capsys)
+    assert given == {"disagg": pytest.approx(10.0)}
+
+
 def test_enumerate_disagg_streams_rows_then_the_frontier_per_gpu_against_per_user(capsys) -> None:
     code, out, _ = run(["enumerate", "--serving", "disagg", *SMALL_8B, "--limit", "12", "--jsonl"], capsys)
     lines = [json.loads(line) for line in out.splitlines()]
