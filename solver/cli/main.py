@@ -622,7 +622,22 @@ def main(argv: list[str] | None = None) -> None:
     except RecursionError as exc:
         fail(error_message(exc), EXIT_BAD_INPUT)
     except Exception as exc:  # a bug: still one line, the traceback only on request
+        if _caused_by_ctrl_c(exc):
+            fail("interrupted", EXIT_INTERRUPTED)
         _internal_error(exc)
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in ``exc``'s chain of causes: Ctrl-C while a compiled module (OR-Tools',
+    imported on first use) initialises surfaces as 'ImportError: initialization failed' raised from it."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 # errno values of a write that standard output refused (full device, quota, I/O error).
