@@ -599,7 +599,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
-        if isinstance(exc.__context__, KeyboardInterrupt):
+        if _caused_by_ctrl_c(exc):
             fail("interrupted", EXIT_INTERRUPTED)
         fail("aborted", EXIT_BAD_INPUT)
     except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...

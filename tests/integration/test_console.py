@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import click
 import pytest
 
 from shardplan.solver.cli import main as package_main
@@ -55,10 +56,24 @@ def _import_error_from(cause: BaseException) -> ImportError:
         return outer
 
 
+def _abort_from(cause: BaseException) -> click.exceptions.Abort:
+    # How click turns Ctrl-C at a prompt into Abort: raised while handling the KeyboardInterrupt.
+    try:
+        try:
+            raise cause
+        except BaseException:
+            raise click.exceptions.Abort() from None
+    except click.exceptions.Abort as outer:
+        return outer
+
+
 @pytest.mark.parametrize(("error", "code", "line"), [
     (_import_error_from(KeyboardInterrupt()), 130, "shardplan: interrupted"),
     (_import_error_from(ValueError("bad")), 3, "shardplan: internal error: ImportError: initialization failed"),
     (ImportError("initialization failed"), 3, "shardplan: internal error: ImportError: initialization failed"),
+    # click's Abort takes the same test: Ctrl-C at a click prompt is an interruption, any other Abort not.
+    (_abort_from(KeyboardInterrupt()), 130, "shardplan: interrupted"),
+    (click.exceptions.Abort(), 2, "shardplan: aborted"),
 ])
 def test_ctrl_c_inside_a_lazy_import_is_an_interruption_not_a_bug(monkeypatch, capsys, error, code, line):
     """Ctrl-C landing while OR-Tools' compiled module initialises (first used a second or so into a large
