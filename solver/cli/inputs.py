@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -138,6 +139,7 @@ def build_problem(args: ProblemArgs) -> Problem:
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])
     check_pins(pins, model.num_layers)
+    pins = read_engines_tp(pins, model.is_moe)
     if args.redundant_slots is None or not 0 <= args.redundant_slots <= MAX_REDUNDANT_SLOTS:
         raise SpecError("redundant-slots",
                         f"must be an integer in 0..{MAX_REDUNDANT_SLOTS}, got {args.redundant_slots}")
@@ -222,10 +224,11 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
 
 
 def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int | None:
-    """The tp per attention group that gives a stage ``ep`` when ``tp`` was counted over the whole worker,
-    as SGLang counts it (``--tp 8 --dp 8 --enable-dp-attention``: 8 GPUs, attention in 8 groups of 1), or
-    None when that reading does not fit either. shardplan's tp is per attention group (a stage has
-    tp x sp x attn_dp GPUs, DESIGN.md), so ``tp=8,attn_dp=8,ep=8`` asks for 64 GPUs and ep 64.
+    """The tp per attention group that gives a stage ``ep`` when ``tp`` was counted over the whole stage,
+    as the engines count it (SGLang's ``--tp 8 --dp 8 --enable-dp-attention``, TensorRT-LLM's ``tp_size: 8``
+    with ``enable_attention_dp``: 8 GPUs, attention in 8 groups of 1), or None when that reading does not fit
+    either. shardplan's tp is per attention group (a stage has tp x sp x attn_dp GPUs, DESIGN.md), so read
+    that way ``tp=8,attn_dp=8,ep=8`` asks for 64 GPUs, whose ep is 64.
 
     >>> per_group_tp(8, 1, 8, 1, 8), per_group_tp(8, 1, 4, 1, 8), per_group_tp(8, 1, 8, 1, 64)
     (1, 2, None)
@@ -236,18 +239,36 @@ def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int
     return whole if whole * sp * attn_dp == ep * expert_tp else None
 
 
-def _flags_meaning(tp: int) -> str:
-    """The colocated ``evaluate`` flags with the per-group tp (``per_group_tp``)."""
-    return f"--tp {tp}"
+def note_on_stderr(text: str) -> None:
+    """A remark beside the result (stdout stays the result alone, JSON included)."""
+    print(f"shardplan: note: {text}", file=sys.stderr)
 
 
-def layout_from_pins(problem: Problem, spelled: Callable[[int], str] = _flags_meaning) -> Layout:
+def read_engines_tp(pins: dict[str, Any], is_moe: bool, note: Callable[[str], None] = note_on_stderr) -> dict[str, Any]:
+    """Pinned degrees that only the engines' reading of tp makes consistent (tp over the whole stage,
+    ``per_group_tp``: the DESIGN.md contract's own ``workers=1,tp=8,attn_dp=8,ep=8``) with tp per attention
+    group, as shardplan counts it, and a note saying so; any other pins unchanged (degrees no reading makes
+    consistent are left to ``layout_from_pins`` and the rules, which name the field)."""
+    tp, attn_dp, ep = pins.get("tp"), pins.get("attn_dp"), pins.get("ep")
+    if not is_moe or tp is None or attn_dp is None or ep is None:
+        return pins
+    sp, expert_tp = pins.get("sp") or 1, pins.get("expert_tp") or 1
+    if tp * sp * attn_dp == ep * expert_tp:  # shardplan's reading already fits
+        return pins
+    per_group = per_group_tp(tp, sp, attn_dp, expert_tp, ep)
+    if per_group is None:
+        return pins
+    note(f"tp {tp} with attn_dp {attn_dp} and ep {ep} read as the engines count tp (over the whole stage): "
+         f"{tp * sp} GPUs per stage, tp {per_group} in each attention group")
+    return {**pins, "tp": per_group}
+
+
+def layout_from_pins(problem: Problem) -> Layout:
     """The layout ``evaluate`` prices: the pinned degrees, even stages unless given, ep implied.
 
     ``--ep`` is checked against the structure rather than multiplied in (003 §3-4): MoE layers
-    use all of a stage's GPUs, so ep must equal G / expert_tp. Where the degrees read as SGLang's
-    (tp over the whole worker) give the pinned ep, the error says how to spell that layout here:
-    ``spelled(tp per attention group)``.
+    use all of a stage's GPUs, so ep must equal G / expert_tp (pins in the engines' reading of tp were
+    already turned into shardplan's by ``read_engines_tp``).
     """
     p, model = problem.pins, problem.model
     tp, sp, attn_dp, expert_tp = p.tp or 1, p.sp or 1, p.attn_dp, p.expert_tp or 1
@@ -266,10 +287,8 @@ def layout_from_pins(problem: Problem, spelled: Callable[[int], str] = _flags_me
     if layout.num_layers != model.num_layers:
         raise SpecError("stages", f"cover {layout.num_layers} layers; the model has {model.num_layers}")
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
-        meant = per_group_tp(tp, sp, attn_dp, expert_tp, p.ep)
-        hint = "" if meant is None else f"; did you mean {spelled(meant)}? tp is per attention group"
         raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: "
-                              f"ep = G / expert_tp = {layout.ep}{hint}")
+                              f"ep = G / expert_tp = {layout.ep}")
     if p.ep not in (None, 1) and not model.is_moe:
         raise SpecError("ep", f"{problem.model.name} has no MoE layers")
     if layout.num_gpus > problem.cluster.num_gpus:

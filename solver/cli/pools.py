@@ -5,7 +5,8 @@ underscores) plus ``workers`` and ``batch`` (as ``--batch`` is per replica: the 
 holds, the engine's batch limit; by default what the concurrency gives it). ``stages`` takes the
 ``--stages`` form, its ranges continuing after commas (``stages=0:40,40:80``). Each worker's layout is
 built by the same code as ``evaluate``'s pins (``layout_from_pins``), so ep is checked against the stage
-the same way; every error names the pool and the field (``decode ep: ...``).
+the same way, and the engines' spelling (``tp=8,attn_dp=8,ep=8``: tp over the whole worker) is read as they
+mean it, with a note; every error names the pool and the field (``decode ep: ...``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from shardplan.models import SpecError
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Pins, Problem
-from shardplan.solver.cli.inputs import check_pins, layout_from_pins, parse_stages
+from shardplan.solver.cli.inputs import check_pins, layout_from_pins, note_on_stderr, parse_stages, read_engines_tp
 
 POOL_KEYS = ("workers", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages", "batch")
 _RANGE = re.compile(r"^\s*\d{1,9}\s*:\s*\d{1,9}\s*$")
@@ -63,21 +64,16 @@ def worker_layout(role: str, problem: Problem, values: dict[str, Any]) -> Layout
         if "stages" in pins:
             pins["stages"] = parse_stages(pins["stages"])
         check_pins(pins, problem.model.num_layers)
+        pins = read_engines_tp(pins, problem.model.is_moe, lambda text: note_on_stderr(f"{role} pool: {text}"))
         pool_problem = problem.model_copy(update={
             "pins": Pins(**pins),
             "workload": problem.workload.model_copy(update={"batch": 1}),
         })
-        return layout_from_pins(pool_problem, lambda tp: _spelled(values, tp))
+        return layout_from_pins(pool_problem)
     except SpecError as exc:
         raise SpecError(f"{role} {exc.field}", exc.reason) from None
     except ValueError as exc:  # a pydantic check on the pins (stages against pp)
         raise SpecError(role, str(exc).splitlines()[-1].strip()) from None
-
-
-def _spelled(values: dict[str, Any], tp: int) -> str:
-    """The pool as given with ``tp`` in place of its own (left out at 1, the default)."""
-    parts = [f"{key}={tp if key == 'tp' else value}" for key, value in values.items() if key != "tp" or tp > 1]
-    return ",".join(parts)
 
 
 def refuse_pools(prefill: str | None, decode: str | None, dag_path: str | None = None,
