@@ -24,7 +24,9 @@ Each measurement counts once (``once_each``): the source repeats runs under othe
 names, and under layouts with and without attention DP; a copy whose recorded decode worker cannot hold in
 memory the sequences its own TTFT and TPOT put on it (Little's law) is set aside, as is, of copies that
 still disagree, each but the one on the fewest GPUs. Beside the errors it prints the evidence on TPOT: runs
-faster than one token per decode round (``one_token_bound_ms``), and the decode worker's colocated runs.
+faster than one token per decode round (``one_token_bound_ms``), the decode worker's colocated runs, and the
+repeats (``print_repeat_floor``): setups the rows record identically but measured apart, which put a floor
+under the error of any model of the recorded fields.
 GB200 is priced with engine profiles carrying the B200 engine fields (``SAME_DIE``), written by
 ``--write-same-die-profiles``.
 """
@@ -36,7 +38,7 @@ import math
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,7 @@ from benchmarks.accuracy.serving import (
     offset_table,
     pair_runs,
 )
+from benchmarks.accuracy.ttft_shape import repeat_spread
 from shardplan.hardware import get_gpu
 from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import Profile, list_profiles
@@ -452,6 +455,42 @@ def print_colocated_pairs(priced: Sequence[Priced], path: Path) -> None:
           f"disaggregated {statistics.median(p.tpot_ms / p.run.tpot_ms for p, _ in pairs):.2f}")
 
 
+# --- repeats: what no model of the recorded fields can reach ------------------------------------------
+def recorded_configuration(run: DisaggRun) -> tuple[object, ...]:
+    """Everything the row records of how the run was set up: engine, model preset, formats, GPU, workload,
+    concurrency and both pools (workers and layouts). Runs that share it are one question to any model of
+    these fields, so where their measurements differ, something the row does not record differed."""
+    p = run.problem
+    return (run.engine, p.model.name, p.model.weights_dtype, p.model.kv_dtype, p.cluster.gpu.name,
+            p.workload.isl, p.workload.osl, run.layout.concurrency, run.layout.prefill, run.layout.decode)
+
+
+def print_repeat_floor(priced: Sequence[Priced]) -> None:
+    """Per engine and metric, ``ttft_shape.repeat_spread`` over the runs grouped by ``recorded_configuration``:
+    how many configurations were measured more than once with different results, how far apart (median of
+    max / min - 1), and the floor: the median |error| over those runs of the best single prediction per
+    configuration (the geometric mean of its runs); beside it, the model's median |error| on the same runs."""
+    print("configurations measured more than once with different results (same engine, model, formats, GPU, "
+          "workload, concurrency and both pools): how many, median spread (max / min - 1), the median |error| "
+          "of the best single prediction per configuration over its runs (a floor for any model of these "
+          "fields), and the model's on the same runs:")
+    errors: dict[str, Callable[[Priced], float]] = {"ttft_ms": lambda p: p.ttft_error,
+                                                    "tpot_ms": lambda p: p.tpot_error}
+    for engine in ENGINES:
+        by_config: dict[tuple[object, ...], list[Priced]] = defaultdict(list)
+        for p in priced:
+            if p.run.engine == engine:
+                by_config[recorded_configuration(p.run)].append(p)
+        cells = []
+        for metric, error in errors.items():
+            count, spread, floor = repeat_spread((c, getattr(p.run, metric)) for c, ps in by_config.items() for p in ps)
+            repeated = [p for ps in by_config.values() if len({getattr(q.run, metric) for q in ps}) > 1 for p in ps]
+            model = statistics.median(abs(error(p)) for p in repeated) if repeated else math.nan
+            cells.append(f"{metric[:4].upper()} {count}" + (
+                f", spread {spread:.1%}, floor {floor:.1%}, model {model:.1%}" if count else ""))
+        print(f"  {engine:8s} {sum(map(len, by_config.values())):4d} runs: " + "; ".join(cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.accuracy.disagg", description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=Path, default=SERVING_CSV, help="serving_points.csv")
@@ -486,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table("  the runs at or above the uniform-routing bound (what one token per round can price):",
                 [p for p in priced if not faster_than_one_token(p.run, True)])
     print_colocated_pairs(priced, args.points)
+    print_repeat_floor(priced)
     print("per engine, the median ratio (predicted / measured) and the median |error| left after dividing by it:")
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):  # duck-typed: same fields

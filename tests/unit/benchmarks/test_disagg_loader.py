@@ -15,8 +15,10 @@ from benchmarks.accuracy.disagg import (
     decoding_per_worker,
     load_runs,
     one_token_bound_ms,
+    recorded_configuration,
     same_die_profile,
 )
+from benchmarks.accuracy.ttft_shape import repeat_spread
 from benchmarks.accuracy.serving import SERVING_CSV, SOURCE
 from shardplan.hardware.profile import get_profile, profile_for_gpu
 from shardplan.models.derived import kv_bytes_per_token, layer_bytes, lm_head_resident_bytes
@@ -65,6 +67,25 @@ def test_one_measurement_is_one_run(small: list[dict[str, str]], tmp_path: Path)
     runs, skipped = load_runs(_write(tmp_path / "p.csv", rows))
     assert len(runs) == 1 and runs[0].layout.num_gpus == 16
     assert skipped == Counter({"duplicate": 2, "layout-conflict": 2})
+
+
+def test_a_repeat_of_the_same_recorded_setup_bounds_any_model(small: list[dict[str, str]], tmp_path: Path) -> None:
+    """The same recorded setup measured again at half the TPOT (as with speculative decoding on, which no row
+    records) is a second measurement of one configuration; a different decode pool is another configuration.
+    The floor by hand: the best single TPOT for t and t / 2 is their geometric mean t / sqrt(2), 29.3 % off
+    both (sqrt(2) - 1 and 1 - 1 / sqrt(2) are 0.414 and 0.293; median of the two: 35.4 %)."""
+    tpot_row = next(r for r in small if r["metric"].startswith("tpot"))
+    halved = [{**r, "value": str(float(r["value"]) / 2)} if r is tpot_row else r for r in small]
+    notes = small[0]["notes"].replace("1 decode worker(s) x 8 GPUs", "2 decode worker(s) x 8 GPUs")
+    wider = [{**r, "value": str(float(r["value"]) * 0.9)} for r in small]  # its own measurement, too
+    rows = small + _copy(halved, "-mtp") + _copy(wider, "-wider", num_gpus="24", notes=notes)
+    runs, _ = load_runs(_write(tmp_path / "p.csv", rows))
+    assert len(runs) == 3  # three measurements: the two TPOTs differ, the third is of another setup
+    configurations = Counter(recorded_configuration(r) for r in runs)
+    assert sorted(configurations.values()) == [1, 2]
+    count, spread, floor = repeat_spread((recorded_configuration(r), r.tpot_ms) for r in runs)
+    assert count == 1 and spread == pytest.approx(1.0)
+    assert floor == pytest.approx(((2 ** 0.5 - 1) + (1 - 2 ** -0.5)) / 2)
 
 
 def test_a_decode_worker_that_cannot_hold_its_own_run_is_set_aside(tmp_path: Path) -> None:
