@@ -18,8 +18,8 @@ from benchmarks.accuracy.disagg import (
     recorded_configuration,
     same_die_profile,
 )
-from benchmarks.accuracy.ttft_shape import repeat_spread
 from benchmarks.accuracy.serving import SERVING_CSV, SOURCE
+from benchmarks.accuracy.ttft_shape import repeat_spread
 from shardplan.hardware.profile import get_profile, profile_for_gpu
 from shardplan.models.derived import kv_bytes_per_token, layer_bytes, lm_head_resident_bytes
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS
