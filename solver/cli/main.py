@@ -44,6 +44,7 @@ from shardplan.solver.cli.results import (
 )
 from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
+from shardplan.solver.cli.working import searching
 from shardplan.solver.enumerate import Enumeration
 from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
 from shardplan.solver.optimise import solve as run_solve
@@ -398,7 +399,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         problem = build_problem(problem_args(kw))
         check_experts_out(problem, experts_out)
         try:
-            plan = run_solve(problem, time_limit_s=time_limit)
+            with searching("solving", time_limit, quiet=as_json):
+                plan = run_solve(problem, time_limit_s=time_limit)
         except InfeasibleError as exc:
             if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
                 emit_json(infeasible_dict(problem, exc))
@@ -436,7 +438,8 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
         # About one more solve; bounded so a large problem does not double its wait unboundedly, and
         # within what --time-limit leaves, so the whole command keeps to it.
         budget = max(5.0, 3 * (plan.solve_time_s or 0.0)) if left_s is None else left_s
-        runner = report.runner_up(plan, time_limit_s=budget)
+        with searching("the runner-up", budget, quiet=as_json):
+            runner = report.runner_up(plan, time_limit_s=budget)
     else:
         note = "runner-up not computed (--runner-up computes it)"
     data = solved_dict(plan, findings)

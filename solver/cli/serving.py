@@ -29,6 +29,7 @@ from shardplan.solver.cli.disagg import print_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
+from shardplan.solver.cli.working import searching
 from shardplan.solver.disagg.frontier import DisaggEnumeration
 from shardplan.solver.disagg.search import DisaggResult
 from shardplan.solver.disagg.serving import (
@@ -255,7 +256,8 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
                   as_json: bool, out: ServingOutputs, outputs: OutputFiles) -> None:
     """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
     InfeasibleError (after the JSON) when no mode has a plan."""
-    result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs)
+    with searching("solving", time_limit_s, quiet=as_json):
+        result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs)
     launch = result.data.get("launch")
     if as_json:
         click.echo(json.dumps(result.data, indent=2, sort_keys=False))

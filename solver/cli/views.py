@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress, TaskID
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from shardplan.hardware import list_gpus
@@ -294,3 +294,22 @@ class progress:
     ) -> None:
         if self.bar:
             self.bar.stop()
+
+
+class working:
+    """A transient spinner on stderr with the seconds elapsed, while a search of unknown length runs (the
+    caller, ``working.searching``, enables it only on a terminal); gone before the result prints."""
+
+    def __init__(self, label: str):
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.label = label
+
+    def __enter__(self) -> None:
+        self.bar.start()
+        self.bar.add_task(self.label, total=None)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.bar.stop()
