@@ -471,11 +471,13 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
               help="seconds for the whole enumeration; the output is marked partial (default: none)")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
-@click.option("--serving", type=click.Choice(["colocated", "disagg"]), default="colocated", show_default=True,
+@click.option("--serving", type=click.Choice(["colocated", "disagg", "auto"]), default="colocated", show_default=True,
               help="colocated layouts, or disaggregated deployments (a frontier of tokens/s per GPU "
-                   "against tokens/s per user)")
-def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None, report_path: str | None,
-                  serving: str, **kw: Any) -> None:
+                   "against tokens/s per user), or auto: both, colocated at the throughput objective, on one "
+                   "frontier, each row with its serving mode")
+@click.pass_context
+def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
+                  report_path: str | None, serving: str, **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones.
@@ -486,15 +488,18 @@ def enumerate_cmd(as_json: bool, jsonl: bool, limit: int | None, time_limit: flo
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
-    if serving == "disagg":
+    if serving != "colocated":
         # Lazily on purpose: as in solve, the disaggregated search's modules load only for it.
+        from shardplan.solver.cli.enumerate_both import enumerate_both
         from shardplan.solver.cli.serving import check_serving_inputs, enumerate_disagg
 
         with OutputFiles(input_files(kw)) as outputs:
             outputs.add("report", report_path)
             problem = build_problem(problem_args(kw))
-            check_serving_inputs(problem, None, False, serving)
-            enumerate_disagg(problem, as_json, jsonl, limit, time_limit, report_path, outputs)
+            objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
+            check_serving_inputs(problem, None, objective_given, serving)
+            run_modes = enumerate_disagg if serving == "disagg" else enumerate_both
+            run_modes(problem, as_json, jsonl, limit, time_limit, report_path, outputs)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("report", report_path)

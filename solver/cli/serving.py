@@ -324,6 +324,20 @@ def disagg_enumeration_dict(rows: list[dict[str, Any]], run: DisaggEnumeration) 
     return {"count": run.count, "pareto": pareto, "plans": marked, "partial": run.partial}
 
 
+def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[int], count: int, partial: bool,
+                    jsonl: bool, report_path: str | None, outputs: OutputFiles | None) -> bool:
+    """How an enumeration on the tokens/s per GPU against tokens/s per user axes ends, before its summary:
+    the report written and renamed into place, and ``--jsonl``'s last line. True when that line ended the
+    output (``--jsonl`` wins over ``--json``)."""
+    if report_path and outputs is not None:
+        page = report.disagg_enumeration_report(problem, rows, pareto, partial)
+        report.write_report(outputs.temp("report"), page)
+        outputs.commit()
+    if jsonl:
+        click.echo(json.dumps({"type": "frontier", "count": count, "pareto": pareto, "partial": partial}))
+    return jsonl
+
+
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
                      time_limit_s: float | None, report_path: str | None = None,
                      outputs: OutputFiles | None = None) -> None:
@@ -349,13 +363,9 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
             click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))
         raise exc
     pareto = run.frontier.indices
-    if report_path and outputs is not None:
-        page = report.disagg_enumeration_report(problem, rows, pareto, run.partial)
-        report.write_report(outputs.temp("report"), page)
-        outputs.commit()
-    if jsonl:
-        click.echo(json.dumps({"type": "frontier", "count": run.count, "pareto": pareto, "partial": run.partial}))
-    elif as_json:
+    if end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, report_path, outputs):
+        return
+    if as_json:
         click.echo(json.dumps(disagg_enumeration_dict(rows, run), indent=2))
     else:
         click.echo(f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
@@ -365,5 +375,5 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
 
 
 __all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "disagg_enumeration_dict", "disagg_rows",
-           "enumerate_disagg", "no_deployment", "plan_serving",
+           "end_of_frontier", "enumerate_disagg", "no_deployment", "plan_serving",
            "prepare_serving", "run_serving", "solve_serving"]

@@ -801,23 +801,32 @@ def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: s
 
 def disagg_enumeration_report(problem: Problem, rows: list[dict[str, Any]], pareto: list[int],
                               partial: bool = False) -> str:
-    """The page of ``enumerate --serving disagg``: every deployment found on the tokens/s per GPU against
-    tokens/s per user chart, the frontier marked and joined, and the frontier's table. ``rows``: each
-    deployment's JSON object with its ``index``; ``pareto``: the frontier's indices."""
+    """The page of ``enumerate --serving disagg|auto``: every deployment (and with auto every colocated
+    layout, in its own colour) on the tokens/s per GPU against tokens/s per user chart, the frontier
+    marked and joined, and the frontier's table. ``rows``: each plan's JSON object with its ``index``
+    (a colocated one has no ``prefill``); ``pareto``: the frontier's indices."""
     e = html.escape
     on = set(pareto)
     front = sorted((r for r in rows if r["index"] in on), key=lambda r: r["metrics"]["output_tokens_per_s_per_user"])
-    series = [("dominated", [r for r in rows if r["index"] not in on], dict(color="#9aa5b1", size=7)),
+    colocated = [r for r in rows if r.get("prefill") is None]
+    both = bool(colocated) and len(colocated) < len(rows)
+    series = [("colocated, dominated", [r for r in colocated if r["index"] not in on], dict(color="#1f77b4", size=7)),
+              ("disaggregated, dominated" if both else "dominated",
+               [r for r in rows if r["index"] not in on and r.get("prefill") is not None],
+               dict(color="#9aa5b1", size=7)),
               ("frontier", front, dict(color="#d62728", size=9))]
+    series = [entry for entry in series if entry[1] or entry[0] == "frontier"]
+    what = "colocated layouts and disaggregated deployments" if both else (
+        "colocated layouts" if colocated else "disaggregated deployments")
     table = _table(["#", *SERVING_HEADER], [[str(r["index"]), *_serving_row(r)] for r in front], "numbers")
     body = "\n".join([
-        f"<h1>{e(problem.model.name)}: disaggregated deployments</h1>",
+        f"<h1>{e(problem.model.name)}: {what}</h1>",
         f'<p class="sub">{e(problem.cluster.describe())}</p>',
         f'<p class="sub">{e(_workload_line(problem))}</p>',
-        f'<p><b id="plan-count">{len(rows)}</b> deployments, <b id="pareto-count">{len(front)}</b> on the frontier '
-        "of tokens/s per GPU against tokens/s per user"
-        + (" (partial: the enumeration stopped before visiting every pair of pools)" if partial else "") + ".</p>",
+        f'<p><b id="plan-count">{len(rows)}</b> {"plans" if both else what.split()[-1]}, '
+        f'<b id="pareto-count">{len(front)}</b> on the frontier of tokens/s per GPU against tokens/s per user'
+        + (" (partial: the enumeration stopped before visiting every candidate)" if partial else "") + ".</p>",
         _figure_div(_per_gpu_figure(series, front), "fig-pareto"),
         "<h2>Frontier</h2>" + table,
     ])
-    return _page(f"shardplan: {problem.model.name} disaggregated deployments", body)
+    return _page(f"shardplan: {problem.model.name} {what}", body)
