@@ -94,6 +94,13 @@ class BothModes:
         return InfeasibleError(conflicts)
 
 
+def both_modes_dict(rows: list[dict[str, Any]], run: BothModes) -> dict[str, Any]:
+    """``enumerate --serving auto --json``'s object: count, the frontier's indices, every row marked."""
+    pareto = run.frontier.indices
+    plans = [{**row, "pareto": row["index"] in pareto} for row in rows]
+    return {"count": run.count, "pareto": pareto, "plans": plans, "partial": run.partial}
+
+
 def smaller_batches(plan: Plan) -> Iterator[Plan]:
     """The plan's layout at each power-of-two batch below its own, largest first, each placed, priced and
     judged as ``evaluate`` does, kept when it breaks no rule: the colocated layouts' points towards the
@@ -134,9 +141,7 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
     if end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, report_path, outputs):
         return
     if as_json:
-        plans = [{**row, "pareto": row["index"] in pareto} for row in rows]
-        click.echo(json.dumps({"count": run.count, "pareto": pareto, "plans": plans, "partial": run.partial},
-                              indent=2))
+        click.echo(json.dumps(both_modes_dict(rows, run), indent=2))
     else:
         click.echo(f"{run.count} plans{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU against "
                    "tokens/s/user: " + ", ".join(f"{i} ({modes[i]})" for i in pareto))
@@ -151,4 +156,4 @@ def _row_text(row: dict[str, Any]) -> str:
             f"TPOT {m['tpot_ms']:.1f} ms  {report.shape_brief(row)}")
 
 
-__all__ = ["BothModes", "enumerate_both"]
+__all__ = ["BothModes", "both_modes_dict", "enumerate_both", "smaller_batches"]

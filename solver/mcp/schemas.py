@@ -92,9 +92,11 @@ class PlanInput(ProblemInput):
 class EnumerateInput(ProblemInput):
     limit: int = Field(description="stop after this many layouts (1 to the server's cap)")
     time_limit: float = Field(description="seconds for the whole enumeration (at most the server's cap)")
-    serving: Literal["colocated", "disagg"] = Field(
+    serving: Literal["colocated", "disagg", "auto"] = Field(
         default="colocated", description="colocated layouts, or disaggregated deployments (the frontier of "
-                                         "tokens/s per GPU against tokens/s per user)")
+                                         "tokens/s per GPU against tokens/s per user), or auto: both on that "
+                                         "frontier, colocated at the throughput objective, each plan with its "
+                                         "'serving' mode")
 
 
 class EvaluateInput(ProblemInput):

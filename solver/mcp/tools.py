@@ -28,6 +28,7 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cli import views
 from shardplan.solver.cli.disagg import DisaggOutputs, evaluated_disagg
+from shardplan.solver.cli.enumerate_both import BothModes, both_modes_dict
 from shardplan.solver.cli.inputs import (
     DEFAULT_MODEL,
     ProblemArgs,
@@ -203,6 +204,8 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     problem = build_problem(problem_args(args, session.root))
     if args.serving == "disagg":
         return _enumerate_disagg(problem, args.limit, time_limit_s)
+    if args.serving == "auto":
+        return _enumerate_both(problem, args.limit, time_limit_s, "objective" in args.model_fields_set)
     deadline = Deadline(time_limit_s)
     run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s)
     plans = list(run)
@@ -221,6 +224,18 @@ def _enumerate_disagg(problem: Problem, limit: int, time_limit_s: float) -> dict
     if not rows:
         return infeasible_dict(throughput_problem(problem), no_deployment(run))
     return disagg_enumeration_dict(rows, run)
+
+
+def _enumerate_both(problem: Problem, limit: int, time_limit_s: float, objective_given: bool) -> dict[str, Any]:
+    """``shardplan enumerate --serving auto --limit N --time-limit S --json``."""
+    check_serving_inputs(problem, None, objective_given, "auto")
+    run = BothModes(problem, limit, time_limit_s)
+    rows = list(run)
+    if not rows:
+        if run.partial:  # as the CLI: the time limit, not the rules, left it empty
+            raise SolverLimitError(f"time-limit: no layout or deployment found within {time_limit_s:g} s")
+        return infeasible_dict(run.problem, run.infeasible())
+    return both_modes_dict(rows, run)
 
 
 def evaluate(args: EvaluateInput, session: Session) -> dict[str, Any]:

@@ -122,6 +122,8 @@ SERVING_BAD: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("plan", {"serving": "disagg", "tp": 4}, ("solve", "--serving", "disagg", "--tp", "4")),
     ("plan", {"serving": "auto", "rate": -1.0}, ("solve", "--serving", "auto", "--rate", "-1")),
     ("plan", {"serving": "auto", "objective": "latency"}, ("solve", "--serving", "auto", "--objective", "latency")),
+    ("enumerate", {"serving": "auto", "objective": "latency", "limit": 5, "time_limit": 5.0},
+     ("enumerate", "--serving", "auto", "--objective", "latency")),
     ("plan", {"serving": "disagg", "osl": 1}, ("solve", "--serving", "disagg", "--osl", "1")),
     ("plan", {"serving": "auto", "experts_out": "experts.json"},
      ("solve", "--serving", "auto", "--experts-out", "experts.json")),
@@ -181,6 +183,7 @@ def exchange(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         await call("enumerate_disagg", "enumerate", {**SERVING, "serving": "disagg", "limit": 6, "time_limit": 20.0})
         await call("enumerate_disagg_infeasible", "enumerate", {"model": "llama-3.1-70b", "cluster": "1xH100",
                                                                 "serving": "disagg", "limit": 5, "time_limit": 20.0})
+        await call("enumerate_auto", "enumerate", {**SERVING, "serving": "auto", "limit": 8, "time_limit": 20.0})
         got["serving_bad"] = [Answer(await session.call_tool(tool, args)) for tool, args, _ in SERVING_BAD]
         got["bad"] = [Answer(await session.call_tool(tool, args)) for tool, args in bad_calls(str(outside))]
         await call("after_bad", "plan", SMALL)
@@ -332,6 +335,12 @@ def test_enumerate_disagg_is_the_clis_frontier_and_its_infeasible_object(exchang
                        "--limit", "5", "--time-limit", "20", "--json")
     assert code == 1 and not infeasible.is_error and infeasible.data == json.loads(out)
     assert infeasible.data["status"] == "infeasible" and infeasible.data["conflict"]
+
+
+def test_enumerate_auto_is_the_clis_frontier_of_both_modes(exchange: dict[str, Any]) -> None:
+    data = exchange["enumerate_auto"].data
+    assert data["count"] == 8 and data["partial"] is True
+    assert data == cli_json("enumerate", "--serving", "auto", *SERVING_ARGV, "--limit", "8", "--time-limit", "20")
 
 
 def test_bad_serving_calls_are_the_clis_one_line(exchange: dict[str, Any], root: Path) -> None:
