@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 import click
@@ -58,11 +59,15 @@ class BothModes:
         budget_s = mode_budget_s(self.time_limit_s, 0.0, 2)
         self.colocated, colocated_deadline = Enumeration(self.problem, time_limit_s=budget_s), Deadline(budget_s)
         for plan in self.colocated:
-            for each in (plan, *smaller_batches(plan)):
-                if self._full() or colocated_deadline.passed():
+            for each in chain((plan,), smaller_batches(plan)):  # lazily: each smaller batch is priced in turn
+                if self._full():
                     return  # partial: the rest of the colocated plans and every deployment not visited
+                if colocated_deadline.passed():
+                    break
                 yield self._numbered({"serving": "colocated",
                                       **plan_dict(each.problem, each.layout, each.prediction, status="feasible")})
+            if colocated_deadline.passed():
+                break  # the colocated share of the time is spent (``colocated.partial`` stays true): on to the pools
         left = None if self.limit is None else self.limit - self.count
         if left is not None and left <= 0:
             return  # partial: the deployments were never visited
