@@ -9,7 +9,9 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -239,9 +241,35 @@ def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int
     return whole if whole * sp * attn_dp == ep * expert_tp else None
 
 
+# The notes of the command running, held until it has a result (``held_notes``); None: print at once.
+_HELD_NOTES: ContextVar[list[str] | None] = ContextVar("shardplan_held_notes", default=None)
+
+
 def note_on_stderr(text: str) -> None:
-    """A remark beside the result (stdout stays the result alone, JSON included)."""
-    print(f"shardplan: note: {text}", file=sys.stderr)
+    """A remark beside the result, on stderr (stdout stays the result alone, JSON included); inside
+    ``held_notes`` it waits for the command's result."""
+    held = _HELD_NOTES.get()
+    if held is None:
+        print(f"shardplan: note: {text}", file=sys.stderr)
+    else:
+        held.append(text)
+
+
+@contextmanager
+def held_notes() -> Iterator[list[str]]:
+    """Hold the notes raised inside the block: the CLI prints them (``print_notes``) once the command has
+    a result, and drops them when it ends in bad input, whose stderr is its one error line."""
+    notes: list[str] = []
+    token = _HELD_NOTES.set(notes)
+    try:
+        yield notes
+    finally:
+        _HELD_NOTES.reset(token)
+
+
+def print_notes(notes: list[str]) -> None:
+    for text in notes:
+        print(f"shardplan: note: {text}", file=sys.stderr)
 
 
 def read_engines_tp(pins: dict[str, Any], is_moe: bool, note: Callable[[str], None] = note_on_stderr) -> dict[str, Any]:

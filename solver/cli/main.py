@@ -29,7 +29,9 @@ from shardplan.solver.cli.inputs import (
     build_problem,
     check_experts_out,
     engine_with_emit,
+    held_notes,
     layout_from_pins,
+    print_notes,
 )
 from shardplan.solver.cli.outputs import OutputFiles
 from shardplan.solver.cli.pools import refuse_pools
@@ -599,11 +601,24 @@ def main(argv: list[str] | None = None) -> None:
     turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    with held_notes() as notes:
+        _run(args, notes)
+
+
+def _run(args: list[str], notes: list[str]) -> None:
+    """``main``'s body; ``notes`` (``held_notes``) are printed once the command has a result: a plan,
+    or ``evaluate``'s verdict (exit 0 or 1), never beside bad input's one line."""
     try:
-        with cli.make_context("shardplan", args) as ctx:
-            cli.invoke(ctx)
+        try:
+            with cli.make_context("shardplan", args) as ctx:
+                cli.invoke(ctx)
+        except SystemExit as exc:  # a command's own exit: evaluate's verdict on a layout (exit 1)
+            if exc.code in (None, 0, EXIT_INFEASIBLE):
+                print_notes(notes)
+            raise
         if sys.stdout is not None:  # None when the caller closed it (``>&-``)
             sys.stdout.flush()  # here, so a full disk or a failing device is reported below, not at exit
+        print_notes(notes)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:

@@ -75,6 +75,24 @@ def test_degrees_no_reading_makes_consistent_are_bad_input(decode: str, capsys: 
     assert err.startswith("shardplan: error: decode ep: ")
 
 
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--model", "deepseek-v3", "--cluster", "4xH100", "--tp", "8", "--attn-dp", "8", "--ep", "8"],
+    ["evaluate", *DSV3, "--serving", "disagg", "--prefill", "workers=1,tp=8", "--decode",
+     "workers=1,tp=8,attn_dp=8,ep=8,stages=0:5"],
+])
+def test_bad_input_stays_one_line_without_the_note(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The reading is taken before a later check finds the input bad (a cluster too small, stages that miss layers):
+    the note waits for a result, so bad input's stderr is its one error line."""
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("shardplan: error: ")
+
+
+def test_evaluates_verdict_keeps_the_note(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["evaluate", "--model", "deepseek-v3", "--cluster", "8xH200", "--tp", "8", "--attn-dp", "8",
+                        "--ep", "8", "--batch", "100000"], capsys)
+    assert code == 1 and err.startswith("shardplan: note: tp 8 with attn_dp 8 and ep 8") and err.count("\n") == 1
+
+
 def test_per_group_tp_against_the_gpu_count() -> None:
     """Brute force over small degrees: a reading exists exactly when some per-group tp t gives a stage of
     t x sp x attn_dp GPUs = tp x sp GPUs (the engines' worker) whose ep is the given one."""
