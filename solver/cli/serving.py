@@ -330,7 +330,7 @@ def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[i
     the report written and renamed into place, and ``--jsonl``'s last line. True when that line ended the
     output (``--jsonl`` wins over ``--json``)."""
     if report_path and outputs is not None:
-        page = report.disagg_enumeration_report(problem, rows, pareto, partial)
+        page = report.frontier_report(problem, rows, pareto, partial)
         report.write_report(outputs.temp("report"), page)
         outputs.commit()
     if jsonl:

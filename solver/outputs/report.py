@@ -799,7 +799,7 @@ def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: s
     return _page(f"shardplan: {problem.model.name} serving", "\n".join(parts))
 
 
-def disagg_enumeration_report(problem: Problem, rows: list[dict[str, Any]], pareto: list[int],
+def frontier_report(problem: Problem, rows: list[dict[str, Any]], pareto: list[int],
                               partial: bool = False) -> str:
     """The page of ``enumerate --serving disagg|auto``: every deployment (and with auto every colocated
     layout, in its own colour) on the tokens/s per GPU against tokens/s per user chart, the frontier

@@ -129,7 +129,7 @@ def test_serving_auto_report_renders_both_modes_with_the_printed_numbers(tmp_pat
     assert 'id="mode-colocated"' in dom and 'id="mode-disagg"' in dom and 'id="fig-modes"' in dom
 
 
-def test_disagg_enumeration_report_renders_the_frontier(tmp_path):
+def test_frontier_report_renders_the_frontier(tmp_path):
     page = tmp_path / "frontier.html"
     out = shardplan("enumerate", "--serving", "disagg", *SERVING, "--limit", "20", "--report", str(page))
     count = int(re.search(r"(\d+) deployments", out).group(1))
