@@ -11,10 +11,15 @@ too). No solver runs in this process, so no thread is alive at a fork. The table
 cases, exit codes, signals, hangs, internal errors (exit 3), exit-2 messages that name no field, files
 written on error, and the peak memory of any case.
 
-    python -m benchmarks.fuzz [--cases 20000] [--seed 0] [--jobs 2] [--timeout 60] [--failures F] [--serving]
+    python -m benchmarks.fuzz [--cases 20000] [--seed 0] [--jobs 2] [--timeout 60] [--failures F] [--record R]
+                              [--serving | --extremes | --no-limit]
 
 ``--serving`` draws only the cases of the serving flags (issue 15: ``solve --serving/--rate``, ``evaluate
 --serving disagg --prefill/--decode``, ``enumerate --serving disagg``), spread over those three commands.
+``--no-limit`` draws valid, realistic ``solve`` and ``enumerate`` requests with no ``--time-limit``
+(``tests/fuzz/cases.py`` ``no_limit_case``; two solves to one enumeration) and prints the wall times per
+command and mode (median, p90, max) and every case past ``SLOW_S``. ``--record R`` writes every case (argv,
+exit code, seconds, last stderr line) as JSON lines.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import random
 import shutil
@@ -36,13 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardplan.solver.cli.main import main as shardplan_main
-from tests.fuzz.cases import Case, draw, draw_serving, extreme_case
+from tests.fuzz.cases import Case, draw, draw_serving, extreme_case, no_limit_case
 from tests.fuzz.harness import Outcome, materialise, problems
 
 COMMANDS = ("solve", "evaluate", "enumerate", "validate", "calibrate")
 SERVING_COMMANDS = COMMANDS[:3]
 OUT, ERR = ".stdout", ".stderr"  # the child's streams, in its folder (left out of "files written")
 CHILD_UNCAUGHT = 4  # a child whose main() raised instead of exiting: counted as a problem
+NO_LIMIT_COMMANDS = ("solve", "solve", "enumerate")  # users mostly solve
+SLOW_S = 30.0  # --no-limit lists every case slower than this
 
 
 @dataclass
@@ -55,6 +63,7 @@ class Result:
     peak_rss_kib: int
     seconds: float
     problems: list[str]
+    message: str = ""  # the last line of stderr (the error line of a non-zero exit)
 
 
 @dataclass
@@ -121,7 +130,8 @@ def finish(run: Running, status: int, rusage: object | None, hung: bool, timeout
     elif sig is not None:
         found = [f"signal {sig}"]
     peak = getattr(rusage, "ru_maxrss", 0)
-    return Result(case.command, case.kind, case.argv, code, sig, peak, seconds, found)
+    message = stderr.strip().splitlines()[-1][:300] if stderr.strip() else ""
+    return Result(case.command, case.kind, case.argv, code, sig, peak, seconds, found, message)
 
 
 def run_all(cases: Iterator[Case], jobs: int, timeout_s: float, on_result: Callable[[Result], None]) -> None:
@@ -138,6 +148,8 @@ def run_all(cases: Iterator[Case], jobs: int, timeout_s: float, on_result: Calla
                 break
             run = start(case)
             running[run.pid] = run
+        if not running:  # the last case just ended (with --jobs 1, wait4 would find no child)
+            break
         pid, status, rusage = os.wait4(-1, os.WNOHANG)
         if pid:
             on_result(finish(running.pop(pid), status, rusage, False, timeout_s))
@@ -189,6 +201,37 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """The nearest-rank quantile of values in ascending order."""
+    return sorted_values[max(0, math.ceil(len(sorted_values) * q) - 1)]
+
+
+def timing_table(results: list[Result], timeout_s: float) -> str:
+    """Wall times per command and mode (``Result.kind``): a case killed at the timeout counts at it."""
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for r in results:
+        groups[(r.command, r.kind)].append(r)
+    lines = [f"| command | mode | cases | exit 0 | exit 1 | exit 2 | exit 3 | past {timeout_s:g} s | median s "
+             f"| p90 s | max s | over {SLOW_S:g} s |", "|" + "---|" * 12]
+    for (command, kind), rs in sorted(groups.items()):
+        codes = Counter(r.code for r in rs)
+        times = sorted(r.seconds for r in rs)
+        lines.append(f"| {command} | {kind} | {len(rs)} | {codes[0]} | {codes[1]} | {codes[2]} | {codes[3]} | "
+                     f"{codes[None]} | {_quantile(times, 0.5):.1f} | {_quantile(times, 0.9):.1f} | {times[-1]:.1f} | "
+                     f"{sum(t > SLOW_S for t in times)} |")
+    return "\n".join(lines)
+
+
+def slow_cases(results: list[Result]) -> str:
+    slow = sorted((r for r in results if r.seconds > SLOW_S), key=lambda r: -r.seconds)
+    return "\n".join(f"- {r.seconds:.1f} s, exit {'killed' if r.code is None else r.code}: shardplan "
+                     f"{' '.join(r.argv)}{f'  [{r.message}]' if r.code not in (0, None) else ''}" for r in slow)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=2000, help="cases in all, spread evenly over the commands")
@@ -199,8 +242,14 @@ def main() -> None:
     parser.add_argument("--serving", action="store_true", help="only the serving flags' cases (issue 15)")
     parser.add_argument("--extremes", action="store_true",
                         help="only valid inputs at the edges of their ranges on huge clusters (robust16)")
+    parser.add_argument("--no-limit", action="store_true",
+                        help="valid, realistic solve and enumerate requests with no --time-limit: wall times")
+    parser.add_argument("--record", type=Path, default=None, help="write every case here (JSON lines)")
     args = parser.parse_args()
-    if args.extremes:
+    print(f"load average at start: {load_average()}", file=sys.stderr, flush=True)
+    if args.no_limit:
+        cases = (no_limit_case(random.Random(args.seed + i), NO_LIMIT_COMMANDS[i % 3]) for i in range(args.cases))
+    elif args.extremes:
         cases = (extreme_case(random.Random(args.seed + i), SERVING_COMMANDS[i % 3]) for i in range(args.cases))
     elif args.serving:
         cases = (draw_serving(SERVING_COMMANDS[i % 3], random.Random(args.seed + i)) for i in range(args.cases))
@@ -210,9 +259,19 @@ def main() -> None:
     began = time.monotonic()
     results: list[Result] = []
 
+    record = open(args.record, "w") if args.record is not None else None  # noqa: SIM115 (closed below)
+
     def on_result(result: Result) -> None:
         results.append(result)
         done = len(results)
+        if record is not None:
+            record.write(json.dumps({"command": result.command, "kind": result.kind, "argv": result.argv,
+                                     "code": result.code, "seconds": round(result.seconds, 2),
+                                     "peak_mib": round(result.peak_rss_kib / 1024), "message": result.message}) + "\n")
+            record.flush()
+        if args.no_limit and result.seconds > SLOW_S:
+            print(f"SLOW {result.seconds:.1f} s exit {result.code}: {' '.join(result.argv)}", file=sys.stderr,
+                  flush=True)
         if result.problems:  # at once, so a long run's log shows them before its end
             print(f"FAILING {result.command} ({result.kind}) {json.dumps(result.argv)}: {result.problems[0][:300]}",
                   file=sys.stderr, flush=True)
@@ -222,6 +281,8 @@ def main() -> None:
             print(table(results), file=sys.stderr, flush=True)
 
     run_all(cases, args.jobs, args.timeout, on_result)
+    if record is not None:
+        record.close()
     failing = [r for r in results if r.problems]
     if args.failures is not None:
         with open(args.failures, "w") as fh:
@@ -229,7 +290,11 @@ def main() -> None:
                 record = {"command": r.command, "kind": r.kind, "argv": r.argv, "problems": r.problems}
                 fh.write(json.dumps(record) + "\n")
     print(table(results))
-    print(f"\n{len(results)} cases in {time.monotonic() - began:.0f} s with {args.jobs} jobs; {len(failing)} failing")
+    if args.no_limit:
+        print("\n" + timing_table(results, args.timeout))
+        print(f"\ncases over {SLOW_S:g} s:\n" + (slow_cases(results) or "none"))
+    print(f"\n{len(results)} cases in {time.monotonic() - began:.0f} s with {args.jobs} jobs; {len(failing)} failing; "
+          f"load average at the end {load_average()}")
     for r in failing[:20]:
         print(f"- {r.command} ({r.kind}) {r.argv[:8]}: {r.problems[0][:200]}")
     sys.exit(1 if failing else 0)

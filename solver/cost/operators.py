@@ -160,6 +160,10 @@ class CostContext:
         )
         return min(ring, oneshot)
 
+    def link_tier(self, src: int, dst: int) -> Tier:
+        """The tier of the link a send from GPU ``src`` to GPU ``dst`` crosses (``send_recv_s``'s)."""
+        return self._tier((src, dst))
+
     def _tier(self, group: Sequence[int]) -> Tier:
         """The group's tier, cached: groups here are runs or strides of ids, so first, last and
         size identify them, and a 4,096-GPU group is scanned once rather than per operator."""

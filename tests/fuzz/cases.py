@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardplan.models.presets import find_preset
+from shardplan.hardware.gpu import get_gpu
+from shardplan.models.derived import weight_bytes_total
+from shardplan.models.presets import find_preset, presets
 
 SHARED = Path(__file__).resolve().parents[2]  # the repository root (tests/fuzz/cases.py)
 SMALL_MODELS = ("llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "mistral-7b")
@@ -556,6 +558,90 @@ FOUND_EXTREMES: list[list[str]] = [line.split() for line in (
     "solve --model mixtral-8x7b --cluster 18x72xGB200 --isl 2 --osl 500 --tpot-ms 50 --serving auto "
     "--time-limit 0.5",
 )]
+
+
+# No limit (nolimit, 2026-11-27): valid, realistic requests as users and agents send them, WITHOUT --time-limit
+# (its default is none), to measure how long they take and find the ones that never end in reasonable time.
+# Every preset model on a cluster its weights fit, each GPU type the calibration profiles cover, typical ISL and
+# OSL, loose to tight SLA limits, every engine, serving mode and objective, --rate, enumerate with and without
+# --limit. Not part of the test suite (a case may run for minutes): ``python -m benchmarks.fuzz --no-limit``.
+NO_LIMIT_GPUS = ("H100", "H200", "B200", "GB200", "A100", "A100-PCIe-80GB", "GH200", "L40S", "RTX-PRO-6000")
+NO_LIMIT_SIZES = (8, 8, 16, 16, 32, 64, 64, 128, 256, 512)  # GPUs, drawn mostly from here
+NO_LIMIT_BIG_SIZES = (1024, 2048, 4096)  # and now and then from here
+FP4_GPUS = ("B200", "GB200", "RTX-PRO-6000")  # the GPUs with FP4 peak rates (shardplan hardware)
+
+
+def _no_limit_cluster(rng: random.Random, gpu: str, weight_gib: float) -> str:
+    """A cluster of ``gpu`` whose memory holds the weights with room for a KV cache (realistic requests do
+    not ask 1T parameters of eight L40S): 8-512 GPUs mostly, 1-4k now and then."""
+    hbm = get_gpu(gpu).hbm_gib
+    sizes = NO_LIMIT_BIG_SIZES if rng.random() < 0.1 else NO_LIMIT_SIZES
+    fitting = [n for n in sizes if n * hbm >= 1.5 * weight_gib] or [n for n in NO_LIMIT_BIG_SIZES
+                                                                    if n * hbm >= 1.5 * weight_gib]
+    n = rng.choice(fitting)
+    if gpu == "GB200":  # NVL72 racks of 72 GPUs
+        racks = max(1, round(n / 72))
+        return f"{racks}x72xGB200" if racks > 1 else "72xGB200"
+    if gpu == "GH200":  # one GPU per node
+        return f"{n}xGH200"
+    return f"{n // 8}x8x{gpu}" if n > 8 else f"8x{gpu}"
+
+
+def no_limit_case(rng: random.Random, command: str) -> Case:
+    """A valid, realistic ``solve`` or ``enumerate`` with no ``--time-limit``; ``kind`` names its mode
+    (``colocated``, ``colocated+rate``, ``disagg``, ``auto+rate``, ``disagg+limit``, ...), the rows of the
+    campaign's table."""
+    preset = rng.choice(presets())
+    spec = preset.load()
+    gpu = rng.choice(NO_LIMIT_GPUS)
+    argv = [command, "--model", rng.choice((preset.id, *preset.aliases))]
+    if rng.random() < 0.3:
+        argv += ["--weights-dtype", "fp4" if gpu in FP4_GPUS and rng.random() < 0.4 else "fp8"]
+    # The checkpoint's own weights must fit (a narrower --weights-dtype only leaves more room for the KV cache).
+    argv += ["--cluster", _no_limit_cluster(rng, gpu, weight_bytes_total(spec) / 2**30)]
+    context = spec.max_position_embeddings
+    isl = rng.choice((128, 512, 1024, 2000, 4000, 8000, 16000, 32000))
+    osl = rng.choice((64, 128, 256, 500, 1000, 2000, 4000, 8000))
+    if isl + osl > context:  # Llama-2 and Llama-3 take 4k and 8k tokens: a prompt that fits with its answer
+        isl, osl = max(128, context * 3 // 4), max(64, context // 8)
+    argv += ["--isl", str(isl), "--osl", str(osl)]
+    if rng.random() < 0.4:
+        argv += ["--ttft-ms", rng.choice(("100", "200", "500", "1000", "2000", "5000", "10000"))]
+    if rng.random() < 0.4:
+        argv += ["--tpot-ms", rng.choice(("5", "10", "20", "30", "50", "100", "200"))]
+    if rng.random() < 0.75:
+        argv += ["--engine", rng.choice(("vllm", "sglang", "trtllm"))]
+    if rng.random() < 0.15:
+        argv += ["--kv-dtype", "fp8"]
+    if command == "solve":
+        serving = rng.choice(("colocated", "colocated", "disagg", "auto"))
+        rate = rng.random() < 0.25
+        if serving != "colocated" or rng.random() < 0.8:
+            argv += ["--serving", serving]
+        if rate:
+            argv += ["--rate", rng.choice(("0.5", "1", "2", "5", "10", "20", "50", "100"))]
+        if serving == "colocated" and not rate:
+            objective = rng.choice(("latency", "throughput", None))
+            if objective is not None and rng.random() < 0.8:  # given, or the default stated
+                argv += ["--objective", objective]
+            if rng.random() < 0.15:
+                argv += ["--batch", rng.choice(("1", "8", "32", "128"))]
+        elif rng.random() < 0.3:
+            argv += ["--objective", "throughput"]
+        if rng.random() < 0.5:
+            argv.append("--json")
+        kind = serving + ("+rate" if rate else "")
+    else:
+        serving = rng.choice(("colocated", "colocated", "disagg"))
+        argv += ["--serving", serving]
+        if serving == "colocated" and rng.random() < 0.5:
+            argv += ["--objective", rng.choice(("latency", "throughput"))]
+        limited = rng.random() < 0.6
+        if limited:
+            argv += ["--limit", rng.choice(("1", "5", "20", "100"))]
+        argv += rng.choice(([], ["--json"], ["--jsonl"]))
+        kind = serving + ("+limit" if limited else "")
+    return Case(command, argv, kind=kind)
 
 
 SERVING_GENERATORS: dict[str, Callable[[random.Random, bool], Case]] = {
