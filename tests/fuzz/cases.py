@@ -464,9 +464,10 @@ def disagg_evaluate_case(rng: random.Random, quick: bool = False) -> Case:
 
 
 def serving_enumerate_case(rng: random.Random, quick: bool = False) -> Case:
-    """``enumerate --serving disagg --limit N [--jsonl | --json] [--report]``."""
+    """``enumerate --serving disagg|auto --limit N [--jsonl | --json] [--report]``."""
     cluster, big = cluster_for(rng, quick)
-    argv = ["enumerate", "--serving", "disagg", "--model", rng.choice(SERVING_MODELS), "--cluster", cluster,
+    argv = ["enumerate", "--serving", rng.choice(("disagg", "disagg", "auto")), "--model", rng.choice(SERVING_MODELS),
+            "--cluster", cluster,
             "--limit", pick(rng, ("1", "3", "5", "20", "٣"), ("0", "-1", "", str(2**63)))]
     argv += serving_extras(rng, "enumerate") + bounded(rng, big, quick)
     argv += rng.choice(([], ["--json"], ["--jsonl"], ["--json", "--jsonl"]))
