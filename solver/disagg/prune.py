@@ -38,7 +38,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import Accepted, seed
-from shardplan.solver.disagg.walk import pair_bound
+from shardplan.solver.disagg.walk import pair_bound, walk
 from shardplan.solver.disagg.workers import (
     Check,
     DecodeSearch,
@@ -82,6 +82,7 @@ def best_decode(searches: list[DecodeSearch]) -> DecodeSearch:
 
 
 SEED_RANKS = 3  # the seed is sought among pairs of the first few candidates of each role by rate per GPU
+SEED_WALK_DOMAINS = 3  # then by the walk on 1, 2 and 4 scale-up domains (``walked_seed``)
 
 
 def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
@@ -103,6 +104,33 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
             refused.update(pair.refused)
         if found is not None:
             return i, k, found
+    return walked_seed(problem, profile, prefill, searches, deadline)
+
+
+def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
+                deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
+    """When the best pairs have no seed (every deployment ``search.seed`` tries breaks TTFT: SGLang's
+    queue at a tight limit), the best deployment on at most one scale-up domain of GPUs, then two, four
+    (up to ``SEED_WALK_DOMAINS``), of the candidates that fit in it: the walk in brute force's order
+    (``walk.py``) over those few candidates (cheap to price: the 1-8 GPU layouts of 512 H200s) and few
+    worker counts. Any deployment that keeps every rule is a sound seed; this one is the small
+    cluster's optimum, often the large one's too (an SGLang queue grows with the pool)."""
+    n = problem.cluster.num_gpus
+    budget = min(n, problem.cluster.scaleup_domain_gpus)
+    for _ in range(SEED_WALK_DOMAINS):
+        if deadline is not None and deadline.passed():
+            return None
+        kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
+        kept_d = [k for k, s in enumerate(searches) if s.gpus <= budget]
+        if kept_p and kept_d:
+            pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[k].worker() for k in kept_d])
+            walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
+            if walked.accepted is not None:
+                c, plan = walked.accepted
+                return kept_p[c.prefill], kept_d[c.decode], Accepted(c, plan, pools.rate(c), pools.gpus(c))
+        if budget >= n:
+            return None
+        budget = min(n, 2 * budget)
     return None
 
 
@@ -178,4 +206,4 @@ def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:
     return s.done and pair_bound(best_prefill, decode_bound_per_gpu(s)) >= floor
 
 
-__all__ = ["best_decode", "decode_by_rate", "first_seed", "pair_bound", "pruned_pools"]
+__all__ = ["best_decode", "decode_by_rate", "first_seed", "pair_bound", "pruned_pools", "walked_seed"]

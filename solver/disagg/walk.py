@@ -59,10 +59,12 @@ class Walk:
 
 
 def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | None = None,
-         floor: ChoiceFloor | None = None) -> Walk:
+         floor: ChoiceFloor | None = None, most_gpus: int | None = None) -> Walk:
     """Judge the deployments of at least ``floor_per_gpu`` rate units per GPU (the seed's; 0 with no
     seed: every deployment with a rate) in brute force's order until one is accepted, listing at most
-    ``most`` (``WALK_CHOICES``); ``floor``: the TTFT floor to ask first (these pools' own by default)."""
+    ``most`` (``WALK_CHOICES``); ``floor``: the TTFT floor to ask first (these pools' own by default).
+    ``most_gpus``: only deployments on at most that many GPUs (a seed's walk, ``prune.walked_seed``);
+    the frontier then holds for those only."""
     most = WALK_CHOICES if most is None else most
     judge = floor if floor is not None else ChoiceFloor(pools)
     out = Walk()
@@ -83,7 +85,7 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
             out.frontier, out.refused_at_frontier = ratio, []
         if kind == 0:
             i, k = entry
-            found = _listed(pools, i, k, floor_per_gpu, most - listed)
+            found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
             if found is None:  # too many to list: the rest is CP-SAT's
                 return out
             listed += len(found)
@@ -107,19 +109,21 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     return out
 
 
-def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int) -> list[Choice] | None:
-    """The pair's deployments that fit the cluster with a rate of at least ``floor_per_gpu`` per GPU (and
-    more than 0), or None if there would be more than ``room``. For each y the pools' own capacities
-    bound x from both sides (``min(x a, y b) >= f (x g + y h)``); the links only lower the rate, which the
-    exact ``Pools.rate`` then reads."""
+def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,
+            most_gpus: int | None = None) -> list[Choice] | None:
+    """The pair's deployments that fit the cluster (and ``most_gpus``) with a rate of at least
+    ``floor_per_gpu`` per GPU (and more than 0), or None if there would be more than ``room``. For each y
+    the pools' own capacities bound x from both sides (``min(x a, y b) >= f (x g + y h)``); the links only
+    lower the rate, which the exact ``Pools.rate`` then reads."""
     n = pools.problem.cluster.num_gpus
+    top = n if most_gpus is None else min(n, most_gpus)
     p, d = pools.prefill[i], pools.decode[k]
     a, g, b, h = p.capacity_units, p.gpus, d.capacity_units, d.gpus
     f = floor_per_gpu
     spans: list[tuple[int, int, int]] = []  # (y, first x, last x)
     count = 0
-    for y in range(1, n // h + 1):
-        lo, hi = 1, n // g
+    for y in range(1, top // h + 1):
+        lo, hi = 1, (n // g if most_gpus is None else (top - y * h) // g)
         if f > 0:
             if a <= f * g or b <= f * h:
                 return []  # the pair's bound is at most f: no deployment of it beats f

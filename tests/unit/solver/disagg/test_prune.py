@@ -10,8 +10,8 @@ import pytest
 
 from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
-from shardplan.solver.disagg.deploy import Choice
-from shardplan.solver.disagg.prune import best_decode, pair_bound, pruned_pools
+from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.prune import PrefillJudged, best_decode, pair_bound, pruned_pools, walked_seed
 from shardplan.solver.disagg.search import build_pools, max_throughput, max_throughput_from
 from shardplan.solver.disagg.workers import decode_searches, decode_workers
 from shardplan.solver.optimise import Deadline
@@ -145,3 +145,30 @@ def test_a_seed_from_the_next_pairs_when_the_best_pair_has_none() -> None:
     every = max_throughput(full, Deadline(None))
     assert found.proven and every.proven
     assert chosen(pruned, found.choice) == chosen(full, every.choice)
+
+
+
+@pytest.mark.parametrize("case", [SMALL[3], SGL_TIGHT[1], SGL_TIGHT[2]], ids=case_id)
+def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> None:
+    """Cases where no pair ``first_seed`` tries has a seed (Qwen3-30B-A3B on 4xH100 at 1 s and on 4xH200
+    under SGLang's queue at 400 ms; Llama-3.1-8B on 4xH200 at 500 ms, which has no deployment at all):
+    ``walked_seed`` returns the first deployment brute force's order accepts among those on at most one
+    scale-up domain of the candidates that fit in it (None where there is none)."""
+    p = problem(**case, objective="throughput")
+    profile = resolve_profile(p)
+    prefill = PrefillJudged(p, profile)
+    searches = decode_searches(p, profile)
+    found = walked_seed(p, profile, prefill, searches)
+    full = build_pools(p, profile)
+    budget = min(p.cluster.num_gpus, p.cluster.scaleup_domain_gpus)
+    small = Pools(p, profile, [w for w in full.prefill if w.gpus <= budget],
+                  [w for w in full.decode if w.gpus <= budget])
+    within = [c for c in brute.choices(small) if small.rate(c) > 0 and small.gpus(c) <= budget]
+    best = next((c for c in sorted(within, key=small.per_gpu_key) if small.feasible_plan(c) is not None), None)
+    if best is None:
+        assert found is None
+        return
+    assert found is not None
+    i, k, seed = found
+    assert (prefill.worker(i), searches[k].worker(), seed.choice.x, seed.choice.y) == chosen(small, best)
+    assert seed.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]

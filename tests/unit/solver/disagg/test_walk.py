@@ -83,3 +83,15 @@ def test_a_pair_s_cap_forbids_exactly_the_deployments_above_it() -> None:
                 cp.add(var == value)
             status = new_solver(None).solve(cp)
             assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == allowed, (c, cap)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_a_walk_within_a_gpu_budget_accepts_brute_force_s_answer_on_that_budget(case) -> None:
+    """``most_gpus`` (the seed's walk, ``prune.walked_seed``): the first deployment brute force's order
+    accepts among those on at most 4 GPUs."""
+    pools = pools_for(case)
+    walked = walk(pools, Fraction(0), Deadline(None), most_gpus=4)
+    within = [c for c in brute.choices(pools) if pools.rate(c) > 0 and pools.gpus(c) <= 4]
+    best = next((c for c in sorted(within, key=pools.per_gpu_key) if pools.feasible_plan(c) is not None), None)
+    assert walked.complete
+    assert (walked.accepted and walked.accepted[0]) == best
