@@ -37,11 +37,15 @@ lint: install-test
 run: install
 	$(BIN)/shardplan solve
 
-# lint first, so a finding stops the run before the three-minute suite. The suite includes the
-# docstring examples (tests/unit/test_doctests.py runs them under their installed shardplan.* names).
+# lint first, so a finding stops the run before the suite (README, "Tests and CI": its wall time in one
+# process and on two cores). The suite includes the docstring examples (tests/unit/test_doctests.py runs them
+# under their installed shardplan.* names). pytest-xdist runs it with one worker per core (TEST_WORKERS=0:
+# in this process, no workers); --dist loadfile keeps each file's tests in one worker, in file order, as a
+# plain run has them, so module-scoped fixtures and cached builds are shared within a file as before.
+TEST_WORKERS ?= auto
 test: install-test lint
 	bash .ci/ensure-chromium  # headless Chromium for the HTML report's browser test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) build *.egg-info
