@@ -118,3 +118,20 @@ def test_the_report_draws_both_modes(capsys: pytest.CaptureFixture[str], tmp_pat
     count = int(out.split(" plans")[0].rsplit("\n", 1)[-1])
     assert "colocated layouts and disaggregated deployments" in html
     assert f'id="plan-count">{count}<' in html and '"colocated, dominated"' in html
+
+
+def test_a_spent_colocated_share_moves_on_to_the_deployments(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The colocated half of --time-limit spent (here: at once) ends the colocated rows, not the enumeration:
+    the deployments follow, every one of them, and the output is partial."""
+    from shardplan.solver.cli import enumerate_both
+
+    class Spent(enumerate_both.Deadline):
+        def passed(self) -> bool:
+            return True
+
+    monkeypatch.setattr(enumerate_both, "Deadline", Spent)
+    rows, end = _jsonl([*CASE, "--serving", "auto", "--time-limit", "600"], capsys)
+    disagg, _ = _jsonl([*CASE, "--serving", "disagg"], capsys)
+    assert {r["serving"] for r in rows} == {"disagg"} and end["partial"] is True
+    assert [_bare(r) for r in rows] == [_bare(r) for r in disagg]
