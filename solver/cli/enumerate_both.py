@@ -143,15 +143,10 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
             click.echo(json.dumps(infeasible_dict(run.problem, exc), indent=2))
         raise exc
     pareto = run.frontier.indices
-    if end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, report_path, outputs):
-        return
-    if as_json:
-        click.echo(json.dumps(both_modes_dict(rows, run), indent=2))
-    else:
-        click.echo(f"{run.count} plans{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU against "
-                   "tokens/s/user: " + ", ".join(f"{i} ({modes[i]})" for i in pareto))
-        if report_path:
-            click.echo(f"wrote {report_path}")
+    end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, as_json, report_path, outputs,
+                    lambda: both_modes_dict(rows, run),
+                    f"{run.count} plans{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU against "
+                    "tokens/s/user: " + ", ".join(f"{i} ({modes[i]})" for i in pareto))
 
 
 def _row_text(row: dict[str, Any]) -> str:

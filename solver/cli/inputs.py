@@ -250,7 +250,7 @@ def note_on_stderr(text: str) -> None:
     ``held_notes`` it waits for the command's result."""
     held = _HELD_NOTES.get()
     if held is None:
-        print(f"shardplan: note: {text}", file=sys.stderr)
+        print_notes([text])
     else:
         held.append(text)
 

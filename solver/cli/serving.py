@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -325,17 +325,23 @@ def disagg_enumeration_dict(rows: list[dict[str, Any]], run: DisaggEnumeration) 
 
 
 def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[int], count: int, partial: bool,
-                    jsonl: bool, report_path: str | None, outputs: OutputFiles | None) -> bool:
-    """How an enumeration on the tokens/s per GPU against tokens/s per user axes ends, before its summary:
-    the report written and renamed into place, and ``--jsonl``'s last line. True when that line ended the
-    output (``--jsonl`` wins over ``--json``)."""
+                    jsonl: bool, as_json: bool, report_path: str | None, outputs: OutputFiles | None,
+                    json_object: Callable[[], dict[str, Any]], summary: str) -> None:
+    """How an enumeration on the tokens/s per GPU against tokens/s per user axes ends: the report written
+    and renamed into place, then ``--jsonl``'s last line, or (``--jsonl`` wins) ``--json``'s object, or the
+    table's ``summary`` line and where the report went."""
     if report_path and outputs is not None:
         page = report.frontier_report(problem, rows, pareto, partial)
         report.write_report(outputs.temp("report"), page)
         outputs.commit()
     if jsonl:
         click.echo(json.dumps({"type": "frontier", "count": count, "pareto": pareto, "partial": partial}))
-    return jsonl
+    elif as_json:
+        click.echo(json.dumps(json_object(), indent=2))
+    else:
+        click.echo(summary)
+        if report_path:
+            click.echo(f"wrote {report_path}")
 
 
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
@@ -363,15 +369,10 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
             click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))
         raise exc
     pareto = run.frontier.indices
-    if end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, report_path, outputs):
-        return
-    if as_json:
-        click.echo(json.dumps(disagg_enumeration_dict(rows, run), indent=2))
-    else:
-        click.echo(f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
-                   f"against tokens/s/user: {', '.join(map(str, pareto))}")
-        if report_path:
-            click.echo(f"wrote {report_path}")
+    end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, as_json, report_path, outputs,
+                    lambda: disagg_enumeration_dict(rows, run),
+                    f"{run.count} deployments{' (partial)' if run.partial else ''}; frontier of tokens/s/GPU "
+                    f"against tokens/s/user: {', '.join(map(str, pareto))}")
 
 
 __all__ = ["ServingOutputs", "ServingResult", "check_serving_inputs", "disagg_enumeration_dict", "disagg_rows",
