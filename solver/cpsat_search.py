@@ -66,11 +66,16 @@ def enforce_all(model: Model) -> None:
 
 
 def solve_within(
-    deadline: Deadline, model: cp_model.CpModel, time_limit_s: float | None
+    deadline: Deadline, model: cp_model.CpModel, time_limit_s: float | None, work_limit: float | None = None
 ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
-    """(solver, status) of ``model`` within the wall-clock limit."""
-    solver = new_solver(time_limit_s)
-    return solver, solver.solve(model)
+    """(solver, status) of ``model`` within the wall-clock limit and the work the deadline leaves
+    (``work_limit``, when given, bounds it further); the deterministic time it took is spent."""
+    left = deadline.work_left()
+    work = left if work_limit is None else work_limit if left is None else min(work_limit, left)
+    solver = new_solver(time_limit_s, work_limit_s=work)
+    status = solver.solve(model)
+    deadline.spend(solver.deterministic_time)
+    return solver, status
 
 
 def e2e_expr(enc: Encoding) -> Expr:
@@ -155,7 +160,7 @@ def _improve(
             step.minimize(objective)
         else:
             step.maximize(objective)
-    solver, status = solve_within(deadline, step, deadline.step())
+    solver, status = solve_within(deadline, step, deadline.step(), deadline.step_work())
     proven = objective is not None and status == cp_model.OPTIMAL
     bound = solver.best_objective_bound if objective is not None and status == cp_model.UNKNOWN else None
     if status == cp_model.UNKNOWN:

@@ -6,7 +6,8 @@ shrunk by deletion: drop one rule, re-solve with the rest assumed, keep it out i
 infeasible (CPSAT-NOTES: a few re-solves with presolve off are cheap here).
 
 A deadline (the command's --time-limit) bounds it: the solves stop ``EXPLAIN_GRACE_S`` past it.
-Without one each solve has ``SOLVE_LIMIT_S``. Every set it returns conflicts: cut short while
+Without one each solve has ``SOLVE_WORK`` of CP-SAT's deterministic time (not seconds, so
+the same set comes out at any load). Every set it returns conflicts: cut short while
 shrinking, the set shrunk so far; before the first core, every rule in force, said to be unnarrowed.
 (A solve left undecided without a deadline was an error, exit 2 "bad input" for a valid request after
 40 s: Llama-4-Scout on 7x72xGB200 with --ttft-ms 100 --tpot-ms 20, fuzz --no-limit run G. The search
@@ -27,10 +28,12 @@ from shardplan.solver.search_base import Deadline
 from shardplan.solver.tables import Tables
 
 EXPLAIN_GRACE_S = 1.0  # how far past the deadline the explanation's solves may run (a first core, at least)
-SOLVE_LIMIT_S = 30.0  # one solve without a deadline
+# One solve without a deadline, in CP-SAT's deterministic time (search_base.Deadline), not seconds: an
+# explanation cut short must say so on every machine or on none.
+SOLVE_WORK = 20.0
 UNNARROWED = "(these are every rule in force: not narrowed to the conflicting ones within --time-limit)"
 UNNARROWED_PER_SOLVE = (f"(these are every rule in force: not narrowed to the conflicting ones within "
-                        f"{SOLVE_LIMIT_S:g} s per solve)")
+                        f"{SOLVE_WORK:g} units of CP-SAT's deterministic time per solve)")
 
 
 class _OutOfTime(Exception):
@@ -91,8 +94,10 @@ def explain(
         enc.cp.clear_assumptions()
         enc.cp.add_assumptions([literals[i] for i in subset])
         left = deadline.remaining()
-        limit_s = SOLVE_LIMIT_S if left is None else min(SOLVE_LIMIT_S, left + EXPLAIN_GRACE_S)
-        solver = new_solver(limit_s, presolve=False)
+        # Work bounds each solve (the same explanation on every machine and at every load); the
+        # deadline, when there is one, bounds it too.
+        limit_s = None if left is None else left + EXPLAIN_GRACE_S
+        solver = new_solver(limit_s, presolve=False, work_limit_s=SOLVE_WORK)
         status = solver.solve(enc.cp)
         if status == cp_model.INFEASIBLE:
             core = solver.sufficient_assumptions_for_infeasibility()
@@ -102,7 +107,7 @@ def explain(
             return [index[c] for c in core]
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
-        if status == cp_model.UNKNOWN:  # at the deadline, or at SOLVE_LIMIT_S without one
+        if status == cp_model.UNKNOWN:  # at the deadline, or at SOLVE_WORK without one
             raise _OutOfTime
         raise ShardplanError(f"could not decide which rules conflict ({solver.status_name(status)})")
 

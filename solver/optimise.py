@@ -27,7 +27,7 @@ from shardplan.solver.bound import relative_gap
 from shardplan.solver.cost.evaluate import evaluate, resolve_profile
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.placement.plan import PlanPlacement, place_for_layout, priced
-from shardplan.solver.search_base import Deadline, NoPlan, Optimum, Seed, check_switches
+from shardplan.solver.search_base import NODE_WORK, Deadline, NoPlan, Optimum, Seed, check_switches
 from shardplan.solver.space import SearchSpace, Shape
 from shardplan.solver.tables import build_tables
 
@@ -72,7 +72,12 @@ def _integer_batch(
     (batch_search.py), proven optimal unless the deadline ends it first."""
     space = SearchSpace(problem, resolve_profile(problem), only_pins=only_pins, ranges=False)
     tables = build_tables(problem, space, deadline.check, lazy=True)
-    found = best_integer_batch(Oracle(tables, excluded), deadline.passed, deadline.check)
+
+    def passed() -> bool:  # asked once per node after the first plan: a node is work (Deadline)
+        deadline.spend(NODE_WORK)
+        return deadline.passed()
+
+    found = best_integer_batch(Oracle(tables, excluded), passed, deadline.check)
     if found.best is None:  # the search ran to the end: no plan exists
         if deadline.passed():  # explain() then names every rule without a model: no more pricing
             return NoPlan(tables)
@@ -87,10 +92,11 @@ def _integer_batch(
     return Optimum(best.layout, gap == 0.0, round(exact), None if gap == 0.0 else bound, gap or None)
 
 
-def solve(problem: Problem, time_limit_s: float | None = None) -> Plan:
-    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules."""
+def solve(problem: Problem, time_limit_s: float | None = None, deadline: Deadline | None = None) -> Plan:
+    """The optimal plan, or raises ``InfeasibleError`` naming the conflicting rules. ``deadline``, when
+    given, replaces ``time_limit_s``'s (the caller then reads the work the search did from it)."""
     started = time.perf_counter()
-    deadline = Deadline(time_limit_s)
+    deadline = deadline or Deadline(time_limit_s)
     result = optimise(problem, deadline)
     if isinstance(result, NoPlan):
         # Lazily on purpose: explaining builds CP-SAT models (OR-Tools, see optimise), rarely needed.

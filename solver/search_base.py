@@ -19,7 +19,12 @@ from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.tables import Tables
 
 STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
+# The same in CP-SAT's deterministic time, for a search bounded by work instead of the clock (steps cut
+# at 1 s of wall clock had done 0.6-0.75 units on gpt-oss-120b, 32x8xB200, at load 2-3).
+STEP_WORK = 0.5
 PREP_GRACE_S = 0.5  # how far past the deadline the cost tables may still finish (Deadline.check)
+NODE_WORK = 1e-4  # work of one branch-and-bound node: about its CPU seconds (6.6-9e-5 s measured per node)
+WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to read the model and say UNKNOWN
 
 # Where the improvement loop starts: an oracle's candidate on the encoding's tables, or None.
 Seed = Callable[[Oracle], Candidate | None]
@@ -45,17 +50,45 @@ class NoPlan:
 
 
 class Deadline:
-    """The wall-clock limit of a whole search."""
+    """The limit of a whole search: wall-clock seconds (``--time-limit``), or work.
 
-    def __init__(self, time_limit_s: float | None):
+    Work is CP-SAT's deterministic time plus the branch and bound's nodes at ``NODE_WORK`` each: the
+    same on every machine and at every load, so a search bounded by work alone ends at the same place
+    and prints the same bytes (the runner-up without --time-limit). The work done is counted either
+    way (``work_done``), so a later search can be given a multiple of an earlier one's.
+    """
+
+    def __init__(self, time_limit_s: float | None, work_limit: float | None = None):
         self.limit_s = time_limit_s
         self.end = None if time_limit_s is None else time.perf_counter() + time_limit_s
+        self.work_limit = work_limit
+        self.work_done = 0.0
 
     def passed(self) -> bool:
+        if self.work_limit is not None and self.work_done >= self.work_limit:
+            return True
         return self.end is not None and time.perf_counter() >= self.end
+
+    def spend(self, work: float) -> None:
+        """Count ``work`` units done (a CP-SAT solve's deterministic time, branch-and-bound nodes)."""
+        self.work_done += work
+
+    def work_left(self) -> float | None:
+        """The work a CP-SAT solve may still do (None: unbounded)."""
+        if self.work_limit is None:
+            return None
+        return max(WORK_FLOOR, self.work_limit - self.work_done)
+
+    def step_work(self) -> float | None:
+        """Work budget of one improvement step: bounded by work where the search is (``step`` is then
+        unbounded), so the steps, not only the answer, are the same on every machine."""
+        left = self.work_left()
+        return None if left is None else min(STEP_WORK, left)
 
     def no_plan(self) -> str:
         """The one line a search cut short before any plan says (names the option, as bad input does)."""
+        if self.limit_s is None and self.work_limit is not None:
+            return f"no plan found within {self.work_limit:g} units of work"
         return f"time-limit: no plan found within {self.limit_s:g} s"
 
     def allows(self, cost_s: float) -> bool:
@@ -73,9 +106,11 @@ class Deadline:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
     def step(self) -> float | None:
-        """Wall-clock budget of one improvement step."""
+        """Wall-clock budget of one improvement step (none when the search is bounded by work)."""
         left = self.remaining()
-        return STEP_LIMIT_S if left is None else min(STEP_LIMIT_S, left)
+        if left is None:
+            return None if self.work_limit is not None else STEP_LIMIT_S
+        return min(STEP_LIMIT_S, left)
 
 
 def check_switches(problem: Problem) -> None:

@@ -59,6 +59,11 @@ EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
 MAX_JOBS = 256
 MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
+# The runner-up's work without --time-limit (search_base.Deadline): a multiple of the plan's, as the
+# wall-clock max(5 s, 3 x the plan's search) it replaces was; 5 units are 5-8 s of one core (CP-SAT
+# steps cut at 1 s of wall clock had done 0.6-0.75 units on gpt-oss-120b, 32x8xB200, at load 2-3).
+RUNNER_UP_WORK_FACTOR = 3.0
+RUNNER_UP_MIN_WORK = 5.0
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -401,8 +406,9 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         problem = build_problem(problem_args(kw))
         check_experts_out(problem, experts_out)
         try:
+            deadline = Deadline(time_limit)
             with searching("solving", time_limit, quiet=as_json):
-                plan = run_solve(problem, time_limit_s=time_limit)
+                plan = run_solve(problem, deadline=deadline)
         except InfeasibleError as exc:
             if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
                 emit_json(infeasible_dict(problem, exc))
@@ -413,7 +419,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
             write_experts(outputs.temp("experts-out"), plan.experts)
         left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
         show_plan(plan, as_json, emit_engine, report_path,
-                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s)
+                  runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s,
+                  deadline.work_done)
 
 
 def input_files(kw: dict[str, Any]) -> list[str | None]:
@@ -428,20 +435,23 @@ def check_time_limit(time_limit: float | None) -> None:
 
 
 def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: str | None,
-              with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None) -> None:
+              with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None,
+              plan_work: float = 0.0) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
     Every output file is renamed into place before anything is printed. ``left_s``: what --time-limit
-    leaves after the plan's search (None without a limit), the runner-up's budget."""
+    leaves after the plan's search (None without a limit), the runner-up's budget; ``plan_work``: the
+    work the plan's search did (``Deadline.work_done``), which sizes it without a limit."""
     findings = report.binding_constraints(plan)
     runner, note = None, None
     if with_runner_up and left_s is not None and left_s < MIN_RUNNER_UP_S:
         note = "runner-up not computed: --time-limit was spent on the plan"
     elif with_runner_up:
         # About one more solve; bounded so a large problem does not double its wait unboundedly, and
-        # within what --time-limit leaves, so the whole command keeps to it.
-        budget = max(5.0, 3 * (plan.solve_time_s or 0.0)) if left_s is None else left_s
-        with searching("the runner-up", budget, quiet=as_json):
-            runner = report.runner_up(plan, time_limit_s=budget)
+        # within what --time-limit leaves, so the whole command keeps to it. Without a limit the bound
+        # is work, not seconds: the same runner-up on every machine and at every load.
+        work = None if left_s is not None else max(RUNNER_UP_MIN_WORK, RUNNER_UP_WORK_FACTOR * plan_work)
+        with searching("the runner-up", left_s, quiet=as_json):
+            runner = report.runner_up(plan, time_limit_s=left_s, work_limit=work)
     else:
         note = "runner-up not computed (--runner-up computes it)"
     data = solved_dict(plan, findings)

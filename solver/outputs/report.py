@@ -251,29 +251,32 @@ class RunnerUp:
         }
 
 
-def runner_up(plan: Plan, time_limit_s: float = 10.0) -> RunnerUp:
+def runner_up(plan: Plan, time_limit_s: float | None = 10.0, work_limit: float | None = None) -> RunnerUp:
     """Solve again with the winner's (tp, sp, attention groups, expert-tp, stage count) forbidden.
 
     Replicas are left free: they never change latency and only scale throughput, so forbidding one
     replica count would just return the same shape with another. Costs about one more solve (seeded,
-    as ``solve`` is, by the even-stage oracle without the winner's shape); ``time_limit_s`` bounds it
-    and an unproven best is reported as such. It is a view: a failure is reported, never raised.
+    as ``solve`` is, by the even-stage oracle without the winner's shape); ``time_limit_s`` (wall
+    clock) or ``work_limit`` (``Deadline``'s work: the same answer on every machine) bounds it, and an
+    unproven best is reported as such. It is a view: a failure is reported, never raised.
     """
     started = time.perf_counter()
+    deadline = Deadline(time_limit_s, work_limit)
     try:
-        return _runner_up(plan, time_limit_s, started)
+        return _runner_up(plan, deadline, started)
     except SolverLimitError:
-        return RunnerUp(None, False, time.perf_counter() - started, (f"no runner-up found within {time_limit_s:g} s",))
+        within = f"{time_limit_s:g} s" if time_limit_s is not None else f"{work_limit:g} units of work"
+        return RunnerUp(None, False, time.perf_counter() - started, (f"no runner-up found within {within}",))
     except Exception as exc:  # noqa: BLE001 - the plan stands; only the comparison is lost
         return RunnerUp(None, False, time.perf_counter() - started,
                         (f"runner-up could not be computed: {type(exc).__name__}: {exc}",))
 
 
-def _runner_up(plan: Plan, time_limit_s: float, started: float) -> RunnerUp:
+def _runner_up(plan: Plan, deadline: Deadline, started: float) -> RunnerUp:
     """``solve``'s search (``optimise``) with the winner's (shape, stage count) excluded."""
     lay = plan.layout
     winner = (Shape(lay.tp, lay.sp, lay.attn_dp, lay.expert_tp), lay.pp)
-    result = optimise(plan.problem, Deadline(time_limit_s), excluded=[winner])
+    result = optimise(plan.problem, deadline, excluded=[winner])
     if isinstance(result, NoPlan):
         return RunnerUp(None, True, time.perf_counter() - started, ("no other replica shape is feasible",))
     elapsed = time.perf_counter() - started
