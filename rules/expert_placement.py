@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from shardplan.models.errors import SpecError
@@ -100,8 +101,13 @@ class ExpertPlacement:
         return self.layer(layer).max_load(loads) / mean if mean > 0 else 1.0
 
     def max_over_mean(self, profile: ExpertLoadProfile) -> list[float]:
-        """``imbalance`` of every layer, in the order of ``layers``."""
-        return [self.imbalance(profile, placed.layer) for placed in self.layers]
+        """``imbalance`` of every layer, in the order of ``layers`` (each layer read in place, not looked up)."""
+        out = []
+        for placed in self.layers:
+            loads = profile.layer_loads(placed.layer)
+            mean = sum(loads) / self.num_gpus
+            out.append(placed.max_load(loads) / mean if mean > 0 else 1.0)
+        return out
 
     def bound_over_mean(self, profile: ExpertLoadProfile) -> list[float]:
         """The lower bounds divided by the mean GPU load, per layer (what no placement can beat)."""
@@ -121,6 +127,12 @@ class StagePlacement:
     ep_rank_gpus: tuple[tuple[int, ...], ...]  # ep_rank_gpus[k]: global GPU ids of EP rank k (replica 0)
     placement: ExpertPlacement  # its layers are the stage's MoE layers, by global layer index
     profile: ExpertLoadProfile  # the stage's rows of the plan's routing profile
+
+    @cached_property
+    def max_over_mean(self) -> tuple[float, ...]:
+        """``placement.max_over_mean(profile)``, once: enumeration prices one pair's placement at every
+        replica count, and the copies share these stage objects (every field is immutable)."""
+        return tuple(self.placement.max_over_mean(self.profile))
 
 
 @dataclass(frozen=True)
@@ -164,7 +176,7 @@ class PlanPlacement:
         """Per MoE layer (global index): most-loaded EP rank over the mean, rounded."""
         out: dict[int, float] = {}
         for stage in self.stages:
-            ratios = stage.placement.max_over_mean(stage.profile)  # one per layer, by construction
+            ratios = stage.max_over_mean  # one per layer, by construction
             for placed, ratio in zip(stage.placement.layers, ratios, strict=True):
                 out[placed.layer] = round(ratio, FACTOR_DIGITS)
         return out

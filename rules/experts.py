@@ -124,9 +124,26 @@ def check_plan_placement(experts: PlanPlacement, problem: Problem, layout: Layou
                 f"ceil({moe.num_experts}/{layout.ep}) + {problem.redundant_slots} = {budget}"
             ))
         found.extend(_rank_gpu_violations(stage, layout))
-        found.extend(
-            dataclasses.replace(d, message=f"{where}: {d.message}") for d in check_placement(placed, stage.profile)
-        )
+        found.extend(dataclasses.replace(d, message=f"{where}: {d.message}") for d in _stage_violations(stage))
+    return found
+
+
+# The three EXP rules each check a plan (``_PlacementRule.check``), and enumeration checks one pair's
+# placement at every replica count, its copies sharing the stage objects: each stage (immutable) is
+# judged once. Keyed by identity, the stage kept so its id cannot be reused while it is here.
+_STAGE_CHECKS: dict[int, tuple[StagePlacement, tuple[Diagnostic, ...]]] = {}
+_STAGE_CHECKS_KEPT = 256
+
+
+def _stage_violations(stage: StagePlacement) -> tuple[Diagnostic, ...]:
+    """``check_placement`` of one stage's placement against its profile, memoised by identity."""
+    hit = _STAGE_CHECKS.get(id(stage))
+    if hit is not None and hit[0] is stage:
+        return hit[1]
+    found = tuple(check_placement(stage.placement, stage.profile))
+    if len(_STAGE_CHECKS) >= _STAGE_CHECKS_KEPT:
+        _STAGE_CHECKS.clear()
+    _STAGE_CHECKS[id(stage)] = (stage, found)
     return found
 
 

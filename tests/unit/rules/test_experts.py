@@ -77,3 +77,27 @@ def test_a_plan_placement_off_its_stage_or_budget_is_flagged(problem, layout):
     assert _rules(check_plan_placement(shared_gpu, problem, layout)) == {"EXP-003"}  # two ranks on GPU 0
     messages = [d.message for d in check_plan_placement(missing, problem, layout)]
     assert messages[0] == "MoE layer 0 has no placement: none of its experts is hosted"
+
+
+def test_each_stage_is_judged_once_and_by_its_own_placement(problem, layout, monkeypatch):
+    """The three EXP rules and every replica count's copy share one stage object: it is checked once. A
+    stage built anew (a broken copy) is checked afresh, never given the cached verdict of another."""
+    from shardplan.rules import experts as experts_module
+
+    calls: list[ExpertPlacement] = []
+    real = experts_module.check_placement
+
+    def counting(placement, profile):
+        calls.append(placement)
+        return real(placement, profile)
+
+    monkeypatch.setattr(experts_module, "check_placement", counting)
+    good = _plan_placement(problem, _placement(problem.model.moe.layers))
+    for replicas in (1, 2, 3):  # enumeration's copies: the same stages, another replica count
+        copy = dataclasses.replace(good, replicas=replicas)
+        for _ in range(3):  # EXP-001, -002 and -003 each ask
+            assert check_plan_placement(copy, problem, layout) == []
+    assert len(calls) == 1
+    broken = _plan_placement(problem, _placement(problem.model.moe.layers, (HALVES[0], HALVES[1][:-1])))
+    assert "EXP-001" in _rules(check_plan_placement(broken, problem, layout))
+    assert len(calls) == 2
