@@ -18,10 +18,13 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.tables import Tables
 
-STEP_LIMIT_S = 1.0  # budget of one improvement step before it is settled without an objective
-# The same in CP-SAT's deterministic time, for a search bounded by work instead of the clock (steps cut
-# at 1 s of wall clock had done 0.6-0.75 units on gpt-oss-120b, 32x8xB200, at load 2-3).
-STEP_WORK = 0.5
+STEP_LIMIT_S = 1.0  # budget of one improvement step under --time-limit, before it is settled without an objective
+# The same in CP-SAT's deterministic time, for every search the clock does not bound. Without --time-limit
+# the answer is proven either way; in work the path to it is the same on every machine too (a Dinkelbach
+# step scaled to stay in 64 bits, ``cpsat_search.Ratio.target``, depends on where the path went). Measured
+# on gpt-oss-120b, 32x8xB200, --batch 32 (the same plan each time): 1 s wall steps 8.1 s of CPU at load 6;
+# work steps of 0.1 / 0.2 / 0.5 units 10.8 / 10.1 / 16.1 s at load 8-9 (a 1 s step had done 0.6-0.75).
+STEP_WORK = 0.2
 PREP_GRACE_S = 0.5  # how far past the deadline the cost tables may still finish (Deadline.check)
 NODE_WORK = 1e-4  # work of one branch-and-bound node: about its CPU seconds (6.6-9e-5 s measured per node)
 WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to read the model and say UNKNOWN
@@ -80,10 +83,12 @@ class Deadline:
         return max(WORK_FLOOR, self.work_limit - self.work_done)
 
     def step_work(self) -> float | None:
-        """Work budget of one improvement step: bounded by work where the search is (``step`` is then
-        unbounded), so the steps, not only the answer, are the same on every machine."""
+        """Work budget of one improvement step, unless only the clock bounds the search (``step``): the
+        steps, not only the answer, are then the same on every machine and at every load."""
+        if self.end is not None and self.work_limit is None:
+            return None
         left = self.work_left()
-        return None if left is None else min(STEP_WORK, left)
+        return STEP_WORK if left is None else min(STEP_WORK, left)
 
     def no_plan(self) -> str:
         """The one line a search cut short before any plan says (names the option, as bad input does)."""
@@ -106,11 +111,9 @@ class Deadline:
         return None if self.end is None else max(0.01, self.end - time.perf_counter())
 
     def step(self) -> float | None:
-        """Wall-clock budget of one improvement step (none when the search is bounded by work)."""
+        """Wall-clock budget of one improvement step: only under a wall-clock limit (``step_work``)."""
         left = self.remaining()
-        if left is None:
-            return None if self.work_limit is not None else STEP_LIMIT_S
-        return min(STEP_LIMIT_S, left)
+        return None if left is None else min(STEP_LIMIT_S, left)
 
 
 def check_switches(problem: Problem) -> None:

@@ -33,18 +33,24 @@ def test_work_is_counted_and_ends_the_search() -> None:
     deadline = Deadline(None, work_limit=1.0)
     assert not deadline.passed() and deadline.step() is None  # no clock: a step is bounded by work
     assert deadline.step_work() == STEP_WORK and deadline.work_left() == 1.0
-    deadline.spend(0.75)
-    assert deadline.step_work() == pytest.approx(0.25) and not deadline.passed()
-    deadline.spend(0.25)
+    deadline.spend(1.0 - STEP_WORK / 2)
+    assert deadline.step_work() == pytest.approx(STEP_WORK / 2) and not deadline.passed()  # what is left
+    deadline.spend(STEP_WORK / 2)
     assert deadline.passed() and deadline.work_left() == WORK_FLOOR
     assert "units of work" in deadline.no_plan()
 
 
-def test_a_clock_deadline_counts_work_without_being_bounded_by_it() -> None:
+def test_without_a_limit_steps_are_bounded_by_work_and_work_ends_nothing() -> None:
     deadline = Deadline(None)
-    assert deadline.step() == STEP_LIMIT_S and deadline.step_work() is None and deadline.work_left() is None
+    assert deadline.step() is None and deadline.step_work() == STEP_WORK and deadline.work_left() is None
     deadline.spend(10**6)
     assert not deadline.passed()
+
+
+def test_a_clock_limit_bounds_steps_by_the_clock() -> None:
+    deadline = Deadline(60.0)
+    assert deadline.step() == STEP_LIMIT_S and deadline.step_work() is None
+    assert Deadline(0.2).step() is not None and Deadline(0.2).step() <= 0.2  # type: ignore[operator]
 
 
 def test_a_cpsat_solve_spends_its_deterministic_time() -> None:
