@@ -38,8 +38,6 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import Accepted, seed
-from shardplan.solver.disagg.ttft_cut import ChoiceFloor
-from shardplan.solver.disagg.ttft_reach import Reach
 from shardplan.solver.disagg.walk import pair_bound, walk
 from shardplan.solver.disagg.workers import (
     Check,
@@ -161,10 +159,6 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
               and prefill.admitted(j) is not None]
     kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
     pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
-    ttft_p, ttft_d = Reach(ChoiceFloor(pools)).kept(floor)
-    if len(ttft_p) < len(kept_p) or len(ttft_d) < len(kept_d):  # the TTFT floor leaves out more
-        kept_p, kept_d = [kept_p[j] for j in ttft_p], [kept_d[k] for k in ttft_d]
-        pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
     choice = Choice(kept_p.index(seed_p), kept_d.index(seed_d), first.choice.x, first.choice.y)
     return pools, Accepted(choice, first.plan, first.rate_units, first.gpus)
 

@@ -202,11 +202,11 @@ class ChoiceFloor:
             return False
         osl = self.pools.problem.workload.osl
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
-        pass_ns = self.step(c.prefill, self._least_chunk(c.prefill, c.x, rps)).pass_ns
+        pass_ns = self._step(c.prefill, self._least_chunk(c.prefill, c.x, rps)).pass_ns
         round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
-        transfer = self.transfer_ns(c.prefill, c.decode)
+        transfer = self._transfer_ns(c.prefill, c.decode)
         spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer  # L' < 0: no rate keeps the limit
-        full = self.step(c.prefill, self.top_chunk)
+        full = self._step(c.prefill, self.top_chunk)
         per_prompt_ns = full.slowest_ns / (c.x * full.chunk)  # the pool's, as serving_stack_ns prices it
         e2e_floor_ns = self.overhead_ns + pass_ns + transfer + (osl - 1) * round_ns
         v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
@@ -224,7 +224,7 @@ class ChoiceFloor:
 
     def _least_chunk(self, i: int, x: int, rps: float) -> int:
         ranks = self.pools.prefill[i].layout.attn_dp
-        return _climb(self.top_chunk, lambda n: rps * self.step(i, n).slowest_ns / (x * ranks * NS_PER_S))
+        return _climb(self.top_chunk, lambda n: rps * self._step(i, n).slowest_ns / (x * ranks * NS_PER_S))
 
     def _least_batch(self, k: int, y: int, rps: float) -> int:
         osl = self.pools.problem.workload.osl
@@ -234,28 +234,24 @@ class ChoiceFloor:
         """At most the round at batch ``b`` and never falling as ``b`` grows (what the climb needs): the
         round at the highest rung of ``rungs`` at or under ``b``. Rungs rather than every batch: each
         round is an ``evaluate`` call, and exact batches cost 3,000 of them on 2x8xH200 (1.5 s)."""
-        ladder = self.ladder(k)
-        return self.round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
-
-    def ladder(self, k: int) -> list[int]:
-        """``rungs`` of decode candidate k's batch: where ``_round_below`` reads the round."""
         if k not in self._rungs:
             self._rungs[k] = rungs(self.pools.decode[k].batch)
-        return self._rungs[k]
+        ladder = self._rungs[k]
+        return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
 
-    def step(self, i: int, n: int) -> PrefillStep:
+    def _step(self, i: int, n: int) -> PrefillStep:
         if (i, n) not in self._prefill:
             pools = self.pools
             self._prefill[(i, n)] = prefill_step(pools.problem, pools.prefill[i].layout, n, pools.profile)
         return self._prefill[(i, n)]
 
-    def round_at(self, k: int, b: int) -> int:
+    def _round_at(self, k: int, b: int) -> int:
         if (k, b) not in self._round:
             pools = self.pools
             self._round[(k, b)] = decode_step(pools.problem, pools.decode[k].layout, b, pools.profile).round_ns
         return self._round[(k, b)]
 
-    def transfer_ns(self, i: int, k: int) -> int:
+    def _transfer_ns(self, i: int, k: int) -> int:
         if (i, k) not in self._transfer:
             pools = self.pools
             self._transfer[(i, k)] = least_transfer_ns(pools.problem, pools.profile, pools.prefill[i].layout,

@@ -30,7 +30,6 @@ from fractions import Fraction
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
-from shardplan.solver.disagg.ttft_reach import Reach
 from shardplan.solver.optimise import Deadline
 
 # Deployments the walk may list in all (each costs a Fraction, a heap entry and, judged, a floor of
@@ -68,7 +67,6 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     the frontier then holds for those only."""
     most = WALK_CHOICES if most is None else most
     judge = floor if floor is not None else ChoiceFloor(pools)
-    reach = Reach(judge) if judge.active and floor_per_gpu > 0 else None
     out = Walk()
     heap: list[tuple[Fraction, int, tuple[int, ...]]] = []
     for i, p in enumerate(pools.prefill):
@@ -87,7 +85,7 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
             out.frontier, out.refused_at_frontier = ratio, []
         if kind == 0:
             i, k = entry
-            found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus, reach)
+            found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
             if found is None:  # too many to list: the rest is CP-SAT's
                 return out
             listed += len(found)
@@ -112,19 +110,16 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
 
 
 def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,
-            most_gpus: int | None = None, reach: Reach | None = None) -> list[Choice] | None:
+            most_gpus: int | None = None) -> list[Choice] | None:
     """The pair's deployments that fit the cluster (and ``most_gpus``) with a rate of at least
     ``floor_per_gpu`` per GPU (and more than 0), or None if there would be more than ``room``. For each y
     the pools' own capacities bound x from both sides (``min(x a, y b) >= f (x g + y h)``); the links only
-    lower the rate, which the exact ``Pools.rate`` then reads. ``reach``: only the x the TTFT floor may let
-    through (``Reach.spans``; those left out it refuses, so brute force's order of the rest is unchanged)."""
+    lower the rate, which the exact ``Pools.rate`` then reads."""
     n = pools.problem.cluster.num_gpus
     top = n if most_gpus is None else min(n, most_gpus)
     p, d = pools.prefill[i], pools.decode[k]
     a, g, b, h = p.capacity_units, p.gpus, d.capacity_units, d.gpus
     f = floor_per_gpu
-    if reach is not None and reach.pair_bound(i, k) < f:
-        return []  # the floor refuses every deployment of the pair at f per GPU or more
     spans: list[tuple[int, int, int]] = []  # (y, first x, last x)
     count = 0
     for y in range(1, top // h + 1):
@@ -134,14 +129,11 @@ def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,
                 return []  # the pair's bound is at most f: no deployment of it beats f
             lo = max(lo, math.ceil(f * y * h / (a - f * g)))
             hi = min(hi, math.floor(y * (b - f * h) / (f * g)))
-        ttft = [(lo, hi)] if reach is None else reach.spans(i, k, f, y)
-        for first, last in ttft:
-            first, last = max(lo, first), min(hi, last)
-            if first <= last:
-                spans.append((y, first, last))
-                count += last - first + 1
-                if count > room:
-                    return None
+        if lo <= hi:
+            spans.append((y, lo, hi))
+            count += hi - lo + 1
+            if count > room:
+                return None
     out = []
     for y, lo, hi in spans:
         for x in range(lo, hi + 1):
