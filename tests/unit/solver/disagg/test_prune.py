@@ -8,12 +8,20 @@ from fractions import Fraction
 
 import pytest
 
-from shardplan.solver.cost.disagg import resolve_profile
+from shardplan.rules.layout import Layout
+from shardplan.solver.cost.disagg import largest_chunk, prefill_step, resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.prune import PrefillJudged, best_decode, pair_bound, pruned_pools, walked_seed
 from shardplan.solver.disagg.search import build_pools, max_throughput, max_throughput_from
-from shardplan.solver.disagg.workers import decode_searches, decode_workers
+from shardplan.solver.disagg.workers import (
+    DecodeSearch,
+    PrefillPriced,
+    PrefillWorker,
+    decode_searches,
+    decode_workers,
+    rate_units,
+)
 from shardplan.solver.optimise import Deadline
 from tests.factory import problem
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id
@@ -172,3 +180,33 @@ def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> N
     i, k, seed = found
     assert (prefill.worker(i), searches[k].worker(), seed.choice.x, seed.choice.y) == chosen(small, best)
     assert seed.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]
+
+
+def test_the_8xh200_answer_is_not_the_optimum_of_the_open_512_gpu_sglang_case() -> None:
+    """The open case (benchmarks/disagg_solve/README.md, "The 512-GPU SGLang case" and 2026-11-27
+    ``pairttft``): Llama-3.1-70B FP8 on 64x8xH200 under SGLang's profile, TTFT 2 s, TPOT 50 ms. The seed
+    ``walked_seed`` finds there (4 prefill and 1 decode worker of 1 GPU: 2,173,248 rate units on 5 GPUs,
+    217.3 tokens/s per GPU, the 8xH200 optimum) is not its optimum: 42 prefill workers of 1 GPU and 5
+    decode workers of tp=2 (52 GPUs) keep every rule at 269.3 (TTFT 1,999.6 ms); so do 16 prefill
+    workers of pp=4, sp=2 and one decode worker of tp=8, pp=8 (192 GPUs) at 252.7. What closes the case
+    must return at least the first."""
+    p = problem(model="llama-3.1-70b", cluster="64x8xH200", isl=4000, osl=500, ttft_ms=2000, tpot_ms=50,
+                engine="sglang", weights_dtype="fp8", objective="throughput")
+    profile = resolve_profile(p)
+    layers = p.model.num_layers
+    top = min(largest_chunk(p, profile), profile.max_batch)
+
+    def prefill(layout: Layout) -> PrefillWorker:
+        step = prefill_step(p, layout, top, profile)
+        worker = PrefillPriced(layout, step, rate_units(step.capacity_rps(1))).worker(p, profile)
+        assert worker is not None
+        return worker
+
+    pools = Pools(p, profile, [prefill(Layout.even(layers, batch=1)), prefill(Layout.even(layers, 4, sp=2, batch=1))],
+                  [DecodeSearch(p, profile, Layout.even(layers, tp=2, batch=1)).worker(),
+                   DecodeSearch(p, profile, Layout.even(layers, 8, tp=8, batch=1)).worker()])
+    for c, gpus, per_gpu in ((Choice(0, 0, 42, 5), 52, 269.3), (Choice(1, 1, 16, 1), 192, 252.7)):
+        plan = pools.feasible_plan(c)
+        assert plan is not None and pools.gpus(c) == gpus
+        assert Fraction(pools.rate(c), gpus) > Fraction(2_173_248, 5)
+        assert round(plan.prediction.metrics.output_tokens_per_s_per_gpu, 1) == per_gpu
