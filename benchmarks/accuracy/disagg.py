@@ -28,7 +28,11 @@ faster than one token per decode round (``one_token_bound_ms``), the decode work
 repeats (``print_repeat_floor``): setups the rows record identically but measured apart, which put a floor
 under the error of any model of the recorded fields.
 GB200 is priced with engine profiles carrying the B200 engine fields (``SAME_DIE``), written by
-``--write-same-die-profiles``.
+``--write-same-die-profiles``. The pools sit on the row's GPUs (``run_layout``: the decode pool right after the
+prefill pool where aligned placement would run past them, so a run inside one NVL72 rack moves its cache over
+NVLink). Beside the errors it prints the model without the decode worker's admission (its scheduler's
+``ttft_wait_steps`` rounds before the first token, in TTFT since 2026-11-27) and the runs whose measured TTFT is a
+large share of their life apart from the rest (``print_stalled``).
 """
 
 from __future__ import annotations
