@@ -32,7 +32,8 @@ GB200 is priced with engine profiles carrying the B200 engine fields (``SAME_DIE
 prefill pool where aligned placement would run past them, so a run inside one NVL72 rack moves its cache over
 NVLink). Beside the errors it prints the model without the decode worker's admission (its scheduler's
 ``ttft_wait_steps`` rounds before the first token, in TTFT since 2026-11-27) and the runs whose measured TTFT is a
-large share of their life apart from the rest (``print_stalled``).
+large share of their life apart from the rest (``print_stalled``), and the errors per engine version, the
+runtime image's tag the row names (``print_versions``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class DisaggRun:
     layout: DisaggLayout
     ttft_ms: float
     tpot_ms: float
+    engine_version: str = ""  # the row's engine column after the engine: the Dynamo runtime image's tag
 
 
 def _skip_reason(row: dict[str, str]) -> str | None:
@@ -142,7 +144,7 @@ def run_layout(prefill: Layout, x: int, decode: Layout, y: int, concurrency: int
 
 
 def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
-    engine, _ = _engine(row["engine"])
+    engine, version = _engine(row["engine"])
     weights = _weights(row["weights_dtype"])
     isl, osl = int(row["isl"]), int(row["osl"])
     model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
@@ -173,7 +175,7 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
     layout = run_layout(workers[0], x, workers[1], y, concurrency, cluster, (limits[0], limits[1]))
     label = (f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} {x}x(tp{row['tp']} dp{row['dp']}) "
              f"{isl}/{osl} c{concurrency}")
-    return DisaggRun(row["source"], engine, row["model"], label, problem, layout, ttft_ms, tpot_ms)
+    return DisaggRun(row["source"], engine, row["model"], label, problem, layout, ttft_ms, tpot_ms, version)
 
 
 def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
@@ -508,6 +510,24 @@ def print_stalled(priced: Sequence[Priced]) -> None:
         print(f"  {engine:8s} " + "; ".join(cells))
 
 
+def print_versions(priced: Sequence[Priced], unadmitted: Sequence[Priced]) -> None:
+    """Per engine and version (the Dynamo runtime image's tag the row names), the runs, how many are stalled
+    (``STALLED_SHARE``), and the median |TTFT error| without the decode worker's admission and with it (bias
+    beside): where the model's TTFT holds and where the stalled runs sit."""
+    before = {id(p.run): p for p in unadmitted}
+    groups: dict[tuple[str, str], list[Priced]] = defaultdict(list)
+    for p in priced:
+        groups[(p.run.engine, p.run.engine_version.split(" [")[0])].append(p)
+    print(f"per engine version (the runtime image's tag): runs, stalled (TTFT >= {STALLED_SHARE:g} of the life), "
+          "median |TTFT error| without the admission -> with it (bias):")
+    for (engine, version), ps in sorted(groups.items()):
+        stalled = sum(ttft_share(p.run) >= STALLED_SHARE for p in ps)
+        was = statistics.median(abs(before[id(p.run)].ttft_error) for p in ps)
+        now, bias = statistics.median(abs(p.ttft_error) for p in ps), statistics.median(p.ttft_error for p in ps)
+        print(f"  {engine:8s} {version:28s} {len(ps):4d} runs, {stalled:3d} stalled: "
+              f"{was:6.1%} -> {now:6.1%} ({bias:+.1%})")
+
+
 # --- repeats: what no model of the recorded fields can reach ------------------------------------------
 def recorded_configuration(run: DisaggRun) -> tuple[object, ...]:
     """Everything the row records of how the run was set up: engine, model preset, formats, GPU, workload,
@@ -569,9 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     priced = price(runs)
     print_table("evaluate --serving disagg vs measured; error = predicted / measured - 1:", priced)
-    print_table("  without the decode worker's admission (ttft_wait_steps 0: the model before 2026-11-27):",
-                price(runs, admission=False))
+    unadmitted = price(runs, admission=False)
+    print_table("  without the decode worker's admission (ttft_wait_steps 0: the model before 2026-11-27):", unadmitted)
     print_stalled(priced)
+    print_versions(priced, unadmitted)
     print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
     print("runs whose TPOT is below one token per decode round (one_token_bound_ms: speculative decoding),")
     for uniform, name in ((False, "under any routing"), (True, "under uniform routing (the model's)")):

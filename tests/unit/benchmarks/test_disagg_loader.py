@@ -71,6 +71,9 @@ def test_one_measurement_is_one_run(small: list[dict[str, str]], tmp_path: Path)
     runs, skipped = load_runs(_write(tmp_path / "p.csv", rows))
     assert len(runs) == 1 and runs[0].layout.num_gpus == 16
     assert skipped == Counter({"duplicate": 2, "layout-conflict": 2})
+    # the engine column past the engine's name: the runtime image's tag, which print_versions groups by
+    assert runs[0].engine_version == small[0]["engine"].removeprefix("trtllm").strip()
+    assert runs[0].engine_version.startswith("0.8.1")
 
 
 def test_a_repeat_of_the_same_recorded_setup_bounds_any_model(small: list[dict[str, str]], tmp_path: Path) -> None:
