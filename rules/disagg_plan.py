@@ -66,6 +66,9 @@ class DisaggPrediction(BaseModel):
     decode: DecodeRole
     kv: KvTransfer
     waiting_ms: float = Field(description="time a prompt waits before its prefill starts")
+    admission_ms: float = Field(default=0.0, description="the decode worker's scheduler iterations between the "
+                                "request's arrival (its cache moved) and its first token: the engine's "
+                                "ttft_wait_steps decode rounds at the worker's batch; 0 at one request in flight")
     throughput_rps: float = Field(description="requests per second: the slowest of the pools, the links and "
                                               "what the concurrency allows")
     bottleneck: str = Field(description="prefill | decode | kv_transfer | concurrency: what sets the rate")

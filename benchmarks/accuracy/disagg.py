@@ -28,7 +28,12 @@ faster than one token per decode round (``one_token_bound_ms``), the decode work
 repeats (``print_repeat_floor``): setups the rows record identically but measured apart, which put a floor
 under the error of any model of the recorded fields.
 GB200 is priced with engine profiles carrying the B200 engine fields (``SAME_DIE``), written by
-``--write-same-die-profiles``.
+``--write-same-die-profiles``. The pools sit on the row's GPUs (``run_layout``: the decode pool right after the
+prefill pool where aligned placement would run past them, so a run inside one NVL72 rack moves its cache over
+NVLink). Beside the errors it prints the model without the decode worker's admission (its scheduler's
+``ttft_wait_steps`` rounds before the first token, in TTFT since 2026-11-27) and the runs whose measured TTFT is a
+large share of their life apart from the rest (``print_stalled``), and the errors per engine version, the
+runtime image's tag the row names (``print_versions``).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from benchmarks.accuracy.serving import (
 )
 from benchmarks.accuracy.ttft_shape import repeat_spread
 from shardplan.hardware import get_gpu
-from shardplan.hardware.cluster import parse_cluster
+from shardplan.hardware.cluster import ClusterSpec, parse_cluster
 from shardplan.hardware.profile import Profile, list_profiles
 from shardplan.models import DType, SpecError, get_model
 from shardplan.models.derived import kv_bytes_per_sequence, layer_bytes, lm_head_resident_bytes
@@ -68,7 +73,7 @@ from shardplan.rules.problem import Objective, Problem, Workload, resolve_profil
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, ENGINE_LIMITS
 from shardplan.solver.cost.calibration.fit import write_profile
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
-from shardplan.solver.cost.disagg import evaluate_disagg, role_problem
+from shardplan.solver.cost.disagg import engine_profile, evaluate_disagg, role_problem
 from shardplan.solver.cost.evaluate import max_batch
 from shardplan.solver.cost.stage import kv_split
 
@@ -87,6 +92,7 @@ class DisaggRun:
     layout: DisaggLayout
     ttft_ms: float
     tpot_ms: float
+    engine_version: str = ""  # the row's engine column after the engine: the Dynamo runtime image's tag
 
 
 def _skip_reason(row: dict[str, str]) -> str | None:
@@ -124,8 +130,21 @@ def _worker(num_layers: int, tp: int, pp: int, dp: int, ep: int, moe_tp: int, mo
     return layout
 
 
+def run_layout(prefill: Layout, x: int, decode: Layout, y: int, concurrency: int, cluster: ClusterSpec,
+               limits: tuple[int | None, int | None]) -> DisaggLayout:
+    """Both pools on the row's GPUs: placed from GPU 0 with each worker aligned (``DisaggLayout.place``), or,
+    where that runs past the GPUs the row used, the decode pool right after the prefill pool. A 4-GPU prefill
+    worker and an 8-GPU decode worker recorded on 12 GB200 are aligned onto GPUs 0-3 and 8-15; past the 12,
+    ``transfer_tier`` sent the cache over the NICs, though all 12 sit in one NVL72 rack (one NVLink domain,
+    where the other GB200 runs of up to 72 GPUs are priced). On GPUs 0-3 and 4-11 they stay in it."""
+    layout = DisaggLayout.place(prefill, x, decode, y, concurrency, cluster, limits)
+    if layout.decode.first_gpu + layout.decode.num_gpus <= cluster.num_gpus:
+        return layout
+    return layout.model_copy(update={"decode": layout.decode.model_copy(update={"first_gpu": layout.prefill.num_gpus})})
+
+
 def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
-    engine, _ = _engine(row["engine"])
+    engine, version = _engine(row["engine"])
     weights = _weights(row["weights_dtype"])
     isl, osl = int(row["isl"]), int(row["osl"])
     model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
@@ -144,19 +163,19 @@ def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
                                model.is_moe, gpus))
     concurrency = int(row["concurrency"])
     gpu = get_gpu(row["gpu"])
+    # batch_size: each role's limit per attention-DP rank (TensorRT-LLM's --max_batch_size; the AIC configs
+    # give SGLang's per rank too: d256 x 32 ranks = 8,192 in flight); "-" when unstated.
+    limits = tuple(int(b) * w.attn_dp if b.isdigit() else None
+                   for b, w in zip(re.findall(r"[pd]([^/]+)", row["batch_size"]) or ["-", "-"], workers, strict=True))
     cluster = parse_cluster(f"{int(row['num_gpus'])}x{gpu.name}")
     experts_split = any(w.expert_tp > 1 for w in workers)
     problem = Problem(model=model, cluster=cluster, workload=Workload(isl=isl, osl=osl, batch=concurrency),
                       objective=Objective.THROUGHPUT,
                       allow=frozenset({"expert-tp"}) if experts_split else frozenset(), engine=engine)
-    # batch_size: each role's limit per attention-DP rank (TensorRT-LLM's --max_batch_size; the AIC configs
-    # give SGLang's per rank too: d256 x 32 ranks = 8,192 in flight); "-" when unstated.
-    limits = tuple(int(b) * w.attn_dp if b.isdigit() else None
-                   for b, w in zip(re.findall(r"[pd]([^/]+)", row["batch_size"]) or ["-", "-"], workers, strict=True))
-    layout = DisaggLayout.place(workers[0], x, workers[1], y, concurrency, cluster, (limits[0], limits[1]))
+    layout = run_layout(workers[0], x, workers[1], y, concurrency, cluster, (limits[0], limits[1]))
     label = (f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} {x}x(tp{row['tp']} dp{row['dp']}) "
              f"{isl}/{osl} c{concurrency}")
-    return DisaggRun(row["source"], engine, row["model"], label, problem, layout, ttft_ms, tpot_ms)
+    return DisaggRun(row["source"], engine, row["model"], label, problem, layout, ttft_ms, tpot_ms, version)
 
 
 def load_runs(path: str | Path = SERVING_CSV) -> tuple[list[DisaggRun], Counter[str]]:
@@ -301,16 +320,20 @@ def holds_a_sequence(run: DisaggRun) -> bool:
     return True
 
 
-def price(runs: Sequence[DisaggRun], queue_share: float | None = None) -> list[Priced]:
-    """Each run as ``evaluate --serving disagg`` prices it (``queue_share``: the profile's unless given)."""
+def price(runs: Sequence[DisaggRun], queue_share: float | None = None, admission: bool = True) -> list[Priced]:
+    """Each run as ``evaluate --serving disagg`` prices it (``queue_share``: the profile's unless given;
+    ``admission`` False: without the decode worker's scheduler iterations before the first token, i.e. the
+    profile's ``ttft_wait_steps`` at 0, what the model priced before 2026-11-27)."""
     out = []
     for r in runs:
-        plan = evaluate_disagg(r.problem, r.layout, queue_share=queue_share)
+        profile = None if admission else engine_profile(r.problem).model_copy(update={"ttft_wait_steps": 0.0})
+        plan = evaluate_disagg(r.problem, r.layout, profile, queue_share=queue_share)
         memory = not any(d.rule == "MEM-001" for d in check_disagg(plan))
         pred = plan.prediction
         m = pred.metrics
         detail = (f"prefill {pred.prefill.prefill_ms:.0f} kv {pred.kv.transfer_ms + pred.kv.relayout_ms:.1f} "
-                  f"waiting {pred.waiting_ms:.0f} ms, decode batch {pred.decode.batch}")
+                  f"({pred.kv.tier}) admission {pred.admission_ms:.0f} waiting {pred.waiting_ms:.0f} ms, "
+                  f"decode batch {pred.decode.batch}")
         out.append(Priced(r, m.ttft_ms, m.tpot_ms, memory, pred.bottleneck, detail))
     return out
 
@@ -455,6 +478,56 @@ def print_colocated_pairs(priced: Sequence[Priced], path: Path) -> None:
           f"disaggregated {statistics.median(p.tpot_ms / p.run.tpot_ms for p, _ in pairs):.2f}")
 
 
+# --- runs whose first token waits a share of the request's life ---------------------------------------
+STALLED_SHARE = 0.15  # a diagnostic split, not a model term: the model's own TTFT share in runs the closed
+# loop binds stays under 0.1 (prefill, transfer and admission are tens of rounds against OSL - 1 of them)
+
+
+def ttft_share(run: DisaggRun) -> float:
+    """The measured TTFT's share of the measured request's life, TTFT / (TTFT + (OSL - 1) x TPOT): by
+    Little's law, the share of the requests in flight that are not yet decoding."""
+    decode_ms = (run.problem.workload.osl - 1) * run.tpot_ms
+    return run.ttft_ms / (run.ttft_ms + decode_ms)
+
+
+def print_stalled(priced: Sequence[Priced]) -> None:
+    """Per engine, the runs whose measured TTFT is at least ``STALLED_SHARE`` of their life apart from the
+    rest, each split by whether the decode worker runs attention DP: how many, and the model's median
+    |TTFT error| and bias on them."""
+    print(f"runs whose measured TTFT is >= {STALLED_SHARE:g} of the request's life (TTFT / e2e: the share of "
+          "the requests in flight not yet decoding) and the rest, by the decode worker's attention DP: runs, "
+          "median |TTFT error|, TTFT bias:")
+    for engine in ENGINES:
+        cells = []
+        for stalled in (True, False):
+            for dp in (False, True):
+                ps = [p for p in priced if p.run.engine == engine and (ttft_share(p.run) >= STALLED_SHARE) == stalled
+                      and (p.run.layout.decode.layout.attn_dp > 1) == dp]
+                if ps:
+                    name = f"share {'>=' if stalled else '<'} {STALLED_SHARE:g}, dp {'> 1' if dp else '1'}"
+                    cells.append(f"{name}: {len(ps)}, {statistics.median(abs(p.ttft_error) for p in ps):.1%}, "
+                                 f"{statistics.median(p.ttft_error for p in ps):+.1%}")
+        print(f"  {engine:8s} " + "; ".join(cells))
+
+
+def print_versions(priced: Sequence[Priced], unadmitted: Sequence[Priced]) -> None:
+    """Per engine and version (the Dynamo runtime image's tag the row names), the runs, how many are stalled
+    (``STALLED_SHARE``), and the median |TTFT error| without the decode worker's admission and with it (bias
+    beside): where the model's TTFT holds and where the stalled runs sit."""
+    before = {id(p.run): p for p in unadmitted}
+    groups: dict[tuple[str, str], list[Priced]] = defaultdict(list)
+    for p in priced:
+        groups[(p.run.engine, p.run.engine_version.split(" [")[0])].append(p)
+    print(f"per engine version (the runtime image's tag): runs, stalled (TTFT >= {STALLED_SHARE:g} of the life), "
+          "median |TTFT error| without the admission -> with it (bias):")
+    for (engine, version), ps in sorted(groups.items()):
+        stalled = sum(ttft_share(p.run) >= STALLED_SHARE for p in ps)
+        was = statistics.median(abs(before[id(p.run)].ttft_error) for p in ps)
+        now, bias = statistics.median(abs(p.ttft_error) for p in ps), statistics.median(p.ttft_error for p in ps)
+        print(f"  {engine:8s} {version:28s} {len(ps):4d} runs, {stalled:3d} stalled: "
+              f"{was:6.1%} -> {now:6.1%} ({bias:+.1%})")
+
+
 # --- repeats: what no model of the recorded fields can reach ------------------------------------------
 def recorded_configuration(run: DisaggRun) -> tuple[object, ...]:
     """Everything the row records of how the run was set up: engine, model preset, formats, GPU, workload,
@@ -516,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     priced = price(runs)
     print_table("evaluate --serving disagg vs measured; error = predicted / measured - 1:", priced)
+    unadmitted = price(runs, admission=False)
+    print_table("  without the decode worker's admission (ttft_wait_steps 0: the model before 2026-11-27):", unadmitted)
+    print_stalled(priced)
+    print_versions(priced, unadmitted)
     print_table("  of which both pools fit memory:", [p for p in priced if p.fits])
     print("runs whose TPOT is below one token per decode round (one_token_bound_ms: speculative decoding),")
     for uniform, name in ((False, "under any routing"), (True, "under uniform routing (the model's)")):

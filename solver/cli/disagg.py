@@ -101,7 +101,8 @@ def print_disagg(data: dict[str, Any]) -> None:
     click.echo("  " + report.pool_line("prefill", p))
     click.echo("  " + report.pool_line("decode", d))
     click.echo(f"  TTFT {m['ttft_ms']:.1f} ms (waiting {m['waiting_ms']:.1f}, prefill {p['prefill_ms']:.1f}, "
-               f"KV transfer {kv['transfer_ms'] + kv['relayout_ms']:.2f} over {kv['tier']})   "
+               f"KV transfer {kv['transfer_ms'] + kv['relayout_ms']:.2f} over {kv['tier']}, "
+               f"decode admission {m['admission_ms']:.1f})   "
                f"TPOT {m['tpot_ms']:.2f} ms   end-to-end {m['e2e_ms']:.0f} ms   {m['batch']} requests in flight")
     click.echo(f"  throughput {m['output_tokens_per_s']:,.0f} tokens/s, {m['output_tokens_per_s_per_gpu']:,.1f} "
                f"per GPU, {m['requests_per_s']:.2f} requests/s, set by {m['bottleneck']}")

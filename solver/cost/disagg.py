@@ -29,8 +29,16 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
   router, KV connector hand-off) and a queue at the prefill pool from the closed loop's clumped arrivals,
   ``ttft_queue_share x (C - 1)`` prompts at the pool's time per prompt (``serving_stack_ns``): the
   colocated model's two TTFT-under-load terms, from the same profile fields; both are part of ``e2e0``;
+- **first token through the decode worker**: the client's first token leaves the deployment through the
+  decode worker, once that worker's scheduler has taken in the request whose cache arrived (Dynamo's
+  disaggregated flow: prefill worker, then the decode worker, which streams every token; SGLang's decode
+  server polls the transfer each scheduler iteration, then builds the request into its running batch). Its
+  scheduler runs the engine profile's ``ttft_wait_steps`` decode rounds at its batch between the request's
+  arrival and its first token, as it does colocated (``evaluate.under_load``; the same integer tenths, 0 at
+  one request in flight): ``admission_ns``, part of ``e2e0`` too;
 - **latency**: ``e2e = C / X`` (Little's law, exactly), ``TPOT`` the decode round, ``TTFT = e2e - (OSL - 1)
-  x TPOT`` = the serving stack + the waiting the bottleneck causes + prefill + KV transfer (+ re-layout);
+  x TPOT`` = the serving stack + the waiting the bottleneck causes + prefill + KV transfer (+ re-layout) +
+  the decode worker's admission;
 - **memory**: a prefill worker holds the KV of the prompts in flight through its pipeline (chunk x stages,
   at ISL plus the first token); a decode worker the KV of its whole batch at ISL + OSL.
 
@@ -54,7 +62,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics, Prediction
 from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
-from shardplan.solver.cost.evaluate import NS_PER_S, evaluate, max_batch
+from shardplan.solver.cost.evaluate import NS_PER_S, WAIT_DIV, ServingStack, evaluate, max_batch
 from shardplan.solver.cost.stage import kv_split
 
 RATE_BISECTIONS = 200  # halvings of the rate interval; it stops far sooner, at float resolution
@@ -246,9 +254,10 @@ class SteadyState:
     decode: DecodeStep
     rate_rps: float
     bottleneck: str
-    unloaded_e2e_ns: int  # serving stack + clump queue + prefill + transfer + (OSL - 1) rounds
+    unloaded_e2e_ns: int  # serving stack + clump queue + prefill + transfer + admission + (OSL - 1) rounds
     overhead_ns: int  # the serving stack's fixed cost per request (in the unloaded e2e)
     queue_ns: int  # the clump of arrivals' queue at the prefill pool (in the unloaded e2e)
+    admission_ns: int  # the decode worker's scheduler iterations before the first token (in the unloaded e2e)
 
 
 def serving_stack_ns(layout: DisaggLayout, full: PrefillStep, profile: Profile,
@@ -269,6 +278,24 @@ def serving_stack_ns(layout: DisaggLayout, full: PrefillStep, profile: Profile,
     share = profile.ttft_queue_share if queue_share is None else queue_share
     queue_ns = round(share * max(0, layout.concurrency - 1) * per_prompt_ns)
     return _ns(profile.request_overhead_ms), queue_ns
+
+
+def admission_ns(profile: Profile, round_ns: int, concurrency: int) -> int:
+    """Integer nanoseconds between a request's arrival at a decode worker (its cache moved) and its first
+    token leaving that worker: the engine profile's ``ttft_wait_steps`` scheduler iterations, each a decode
+    round of ``round_ns`` at the worker's batch, in the tenths the colocated model counts them in
+    (``evaluate.under_load``: ``ceil(tenths x round / 10)``), and none at one request in flight, as
+    colocated. The field is the engine's, fitted on its colocated runs (or the default half a step on
+    arrival): nothing is fitted on disaggregated runs.
+
+    >>> from shardplan.hardware.profile import get_profile
+    >>> half = get_profile("h100-sxm")  # the hardware profile: ttft_wait_steps 0.5, half a round on arrival
+    >>> admission_ns(half, 1_001, 8), admission_ns(half, 1_001, 1)  # ceil(5 x 1001 / 10); one request: none
+    (501, 0)
+    """
+    if concurrency <= 1:
+        return 0
+    return -(-ServingStack.of(profile).wait_steps_tenths * round_ns // WAIT_DIV)
 
 
 class _Pools:
@@ -315,7 +342,8 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
         pf = pools.prefill(smallest_sustaining(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate))
         dc = pools.decode(1 if osl <= 1 else smallest_sustaining(
             top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate))
-        return pf, dc, stack_ns + pf.pass_ns + transfer_ns + (osl - 1) * dc.round_ns
+        admit = admission_ns(profile, dc.round_ns, C) if osl > 1 else 0
+        return pf, dc, stack_ns + pf.pass_ns + transfer_ns + admit + (osl - 1) * dc.round_ns
 
     caps = {
         "prefill": pools.prefill(top_chunk).capacity_rps(x),
@@ -340,7 +368,8 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
                 break
         rate = lo
         pf, dc, e2e0 = settled(rate)
-    return SteadyState(pf, dc, rate, bottleneck, e2e0, overhead_ns, queue_ns)
+    admit = admission_ns(profile, dc.round_ns, C) if osl > 1 else 0
+    return SteadyState(pf, dc, rate, bottleneck, e2e0, overhead_ns, queue_ns, admit)
 
 
 def pool_plan(problem: Problem, pool: Pool, prediction: Prediction, batch: int) -> Plan:
@@ -382,6 +411,7 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
                           capacity_rps=dc.capacity_rps(layout.decode.workers, osl)),
         kv=kv,
         waiting_ms=waiting_ns / 1e6,
+        admission_ms=state.admission_ns / 1e6,
         throughput_rps=state.rate_rps,
         bottleneck=state.bottleneck,
         profile=profile.name,
@@ -395,4 +425,5 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
     )
 
 
-__all__ = ["engine_profile", "evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem", "steady_state"]
+__all__ = ["admission_ns", "engine_profile", "evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem",
+           "steady_state"]

@@ -52,6 +52,7 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
             **metrics_dict(m),
             "requests_per_s": _num(pred.throughput_rps),
             "waiting_ms": _num(pred.waiting_ms),
+            "admission_ms": _num(pred.admission_ms),
             "bottleneck": pred.bottleneck,
         },
         "fits": plan.prefill_plan.prediction.fits and plan.decode_plan.prediction.fits,

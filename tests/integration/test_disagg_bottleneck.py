@@ -64,9 +64,10 @@ def test_the_concurrency_is_named_exactly_when_one_more_request_raises_the_rate(
 
 
 def test_at_solves_concurrency_the_limit_decides_the_label() -> None:
-    """At 297 in flight the decode pool runs at 278 sequences with or without the limit (same rate); with it,
-    decode sets the rate, without it the concurrency does (298 in flight would raise it)."""
-    limited = _rate_and_label(297, "workers=1,tp=2,batch=278")
-    free = _rate_and_label(297, "workers=1,tp=2")
+    """At 299 in flight the decode pool runs at 278 sequences with or without the limit (same rate); with it,
+    decode sets the rate, without it the concurrency does (300 in flight would raise it). 297 before the decode
+    worker's admission (its scheduler's rounds before the first token) entered each request's time."""
+    limited = _rate_and_label(299, "workers=1,tp=2,batch=278")
+    free = _rate_and_label(299, "workers=1,tp=2")
     assert limited[1] == "decode" and free[1] == "concurrency"
     assert limited[0] == pytest.approx(free[0], rel=1e-9)

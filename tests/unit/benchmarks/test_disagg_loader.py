@@ -16,14 +16,18 @@ from benchmarks.accuracy.disagg import (
     load_runs,
     one_token_bound_ms,
     recorded_configuration,
+    run_layout,
     same_die_profile,
 )
 from benchmarks.accuracy.serving import SERVING_CSV, SOURCE
 from benchmarks.accuracy.ttft_shape import repeat_spread
+from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import get_profile, profile_for_gpu
 from shardplan.models.derived import kv_bytes_per_token, layer_bytes, lm_head_resident_bytes
+from shardplan.rules.layout import Layout
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
+from shardplan.solver.cost.disagg import transfer_tier
 
 # A TensorRT-LLM run of DeepSeek-R1 FP8 on 8 + 8 B200, decode recorded as tp 8 without attention DP, at
 # 4,096 in flight (TTFT 4.2 s, TPOT 74 ms: ~3,900 sequences decoding), and one at 32 in flight.
@@ -67,6 +71,9 @@ def test_one_measurement_is_one_run(small: list[dict[str, str]], tmp_path: Path)
     runs, skipped = load_runs(_write(tmp_path / "p.csv", rows))
     assert len(runs) == 1 and runs[0].layout.num_gpus == 16
     assert skipped == Counter({"duplicate": 2, "layout-conflict": 2})
+    # the engine column past the engine's name: the runtime image's tag, which print_versions groups by
+    assert runs[0].engine_version == small[0]["engine"].removeprefix("trtllm").strip()
+    assert runs[0].engine_version.startswith("0.8.1")
 
 
 def test_a_repeat_of_the_same_recorded_setup_bounds_any_model(small: list[dict[str, str]], tmp_path: Path) -> None:
@@ -140,3 +147,19 @@ def test_gb200_engine_profiles_are_the_b200_engine_fields_on_gb200_hardware(engi
         assert getattr(stored, field) == getattr(b200, field), field
     for field in ("gemm_efficiency", "scaleup_bw_efficiency", "runtime_overhead_gib", "step_overhead_us"):
         assert getattr(stored, field) == getattr(hardware, field), field
+
+
+def test_pools_stay_on_the_gpus_the_row_used() -> None:
+    # 1 prefill worker of 4 GPUs and 1 decode worker of 8 recorded on 12 GB200: aligned, the decode worker
+    # would sit on GPUs 8-15, past the 12, and the cache would be priced over the NICs; right after the
+    # prefill pool (GPUs 4-11) both stay in the rack's one NVLink domain.
+    prefill, decode = Layout.even(61, 1, tp=4), Layout.even(61, 1, tp=8)
+    gb200 = parse_cluster("12xGB200")
+    layout = run_layout(prefill, 1, decode, 1, 8, gb200, (None, None))
+    assert layout.decode.first_gpu == 4 and layout.decode.gpus == range(4, 12)
+    assert transfer_tier(layout, gb200).value == "scale_up"
+    # 8 + 8 B200 fill two nodes as placed: the aligned placement stands, and the NICs join the pools.
+    b200 = parse_cluster("16xB200")
+    placed = run_layout(Layout.even(61, 1, tp=8), 1, decode, 1, 8, b200, (None, 64))
+    assert placed.decode.first_gpu == 8 and placed.decode.max_batch == 64
+    assert transfer_tier(placed, b200).value == "scale_out"

@@ -11,7 +11,13 @@ from shardplan.hardware.profile import profile_for_gpu
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
-from shardplan.solver.cost.disagg import evaluate_disagg, largest_chunk, prefill_step, worker_memory_limit
+from shardplan.solver.cost.disagg import (
+    admission_ns,
+    evaluate_disagg,
+    largest_chunk,
+    prefill_step,
+    worker_memory_limit,
+)
 from shardplan.solver.cost.evaluate import evaluate
 from tests.unit.solver.cost.factory import GIB, problem
 
@@ -71,6 +77,7 @@ def test_one_request_sees_bare_prefill_plus_transfer_then_bare_rounds() -> None:
     bare_ms = pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
     assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + bare_ms, abs=1e-5)
     assert pred.waiting_ms == pytest.approx(0, abs=1e-5)
+    assert pred.admission_ms == 0  # one request in flight: the decode worker's scheduler has nothing to finish
     assert m.e2e_ms == pytest.approx(m.ttft_ms + (OSL - 1) * m.tpot_ms, rel=1e-9)
     assert pred.bottleneck == "concurrency"
 
@@ -109,7 +116,7 @@ def test_capacities_from_the_workers_steps_by_hand() -> None:
     # e2e, less the serving stack's fixed cost (the clump's queue is waiting too).
     assert pred.bottleneck in ("prefill", "decode", "kv_transfer")
     unloaded = (PROFILE.request_overhead_ms + pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
-                + (OSL - 1) * pred.decode.step_ms)
+                + pred.admission_ms + (OSL - 1) * pred.decode.step_ms)
     assert pred.waiting_ms == pytest.approx(2000 / pred.throughput_rps * 1e3 - unloaded, rel=1e-6)
     # A chunk within the engine's token budget.
     assert 1 <= chunk <= PROFILE.max_num_tokens // ISL
@@ -158,7 +165,7 @@ def test_a_decode_batch_limit_makes_the_rest_wait_in_ttft() -> None:
     # 64 requests, 4 decoding: the other 60 wait, and the wait is in TTFT (Little's law closes the loop)
     assert pred.waiting_ms > 10 * pred.prefill.prefill_ms
     assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + pred.waiting_ms + pred.prefill.prefill_ms
-                                      + pred.kv.transfer_ms + pred.kv.relayout_ms, rel=1e-9)
+                                      + pred.kv.transfer_ms + pred.kv.relayout_ms + pred.admission_ms, rel=1e-9)
     assert m.output_tokens_per_s == pytest.approx(64 * OSL / (m.e2e_ms / 1e3), rel=1e-9)
 
 
@@ -188,12 +195,46 @@ def test_clumped_arrivals_queue_a_share_of_the_others_prompts_at_the_prefill_poo
     bare_ms = pred.prefill.prefill_ms + pred.kv.transfer_ms + pred.kv.relayout_ms
     # No pool is saturated, but the concurrency settles between two decode batches: what C requests take
     # beyond the unloaded e2e (serving stack, clump queue, prefill, transfer, OSL - 1 rounds) is waiting too.
-    unloaded_ms = PROFILE.request_overhead_ms + queue_ms + bare_ms + (OSL - 1) * m.tpot_ms
+    unloaded_ms = PROFILE.request_overhead_ms + queue_ms + bare_ms + pred.admission_ms + (OSL - 1) * m.tpot_ms
     slack_ms = m.e2e_ms - unloaded_ms
     assert 0 <= slack_ms < m.tpot_ms  # less than one round: the batch's granularity, not a saturated pool
     assert pred.waiting_ms == pytest.approx(queue_ms + slack_ms, abs=1e-5)
-    assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + queue_ms + bare_ms + slack_ms, abs=1e-5)
+    assert m.ttft_ms == pytest.approx(PROFILE.request_overhead_ms + queue_ms + bare_ms + pred.admission_ms + slack_ms,
+                                      abs=1e-5)
     assert pred.throughput_rps == pytest.approx(9 / (m.e2e_ms / 1e3), rel=1e-9)
+
+
+@pytest.mark.parametrize("wait_steps", [0.0, 0.5, 2.3, 6.8])
+def test_the_first_token_leaves_through_the_decode_workers_scheduler(wait_steps: float) -> None:
+    # 9 requests on 2 tp=4 prefill workers and one tp=8 decode worker: the first token reaches the client
+    # through the decode worker, whose scheduler runs the profile's ttft_wait_steps rounds at its batch
+    # first, as colocated (in tenths of a round, rounded up to the nanosecond): ceil(w x 10 x round / 10).
+    p = problem("llama-3.1-8b", "2x8xH100", isl=ISL, osl=OSL)
+    layout = DisaggLayout.place(Layout.even(32, 1, tp=4), 2, Layout.even(32, 1, tp=8), 1, 9, p.cluster)
+    profile = PROFILE.model_copy(update={"ttft_wait_steps": wait_steps})
+    pred = evaluate_disagg(p, layout, profile).prediction
+    m = pred.metrics
+    round_ns = round(pred.decode.step_ms * 1e6)
+    tenths = round(wait_steps * 10)
+    assert pred.admission_ms * 1e6 == pytest.approx(-(-tenths * round_ns // 10), abs=1e-3)
+    assert pred.admission_ms == pytest.approx(wait_steps * pred.decode.step_ms, abs=1e-6)
+    # TTFT = serving stack + clump queue + prefill + transfer + admission + the batch's slack (< one round)
+    full = prefill_step(p, layout.prefill.layout, largest_chunk(p, profile), profile)
+    queue_ms = profile.ttft_queue_share * 8 * full.slowest_ns / 1e6 / (2 * full.chunk)
+    parts_ms = (profile.request_overhead_ms + queue_ms + pred.prefill.prefill_ms + pred.kv.transfer_ms
+                + pred.kv.relayout_ms + pred.admission_ms)
+    assert 0 <= m.ttft_ms - parts_ms < m.tpot_ms
+    # part of the unloaded request, so Little's law still holds with it
+    assert pred.throughput_rps == pytest.approx(9 / (m.e2e_ms / 1e3), rel=1e-9)
+    assert m.e2e_ms == pytest.approx(m.ttft_ms + (OSL - 1) * m.tpot_ms, rel=1e-9)
+
+
+def test_one_request_in_flight_waits_for_no_decode_round() -> None:
+    p = problem("llama-3.1-8b", "2x8xH100", isl=ISL, osl=OSL)
+    layout = DisaggLayout.place(Layout.even(32, 1, tp=4), 1, Layout.even(32, 1, tp=8), 1, 1, p.cluster)
+    pred = evaluate_disagg(p, layout, PROFILE.model_copy(update={"ttft_wait_steps": 6.8})).prediction
+    assert pred.admission_ms == 0
+    assert admission_ns(PROFILE.model_copy(update={"ttft_wait_steps": 6.8}), 1_000_001, 2) == 6_800_007
 
 
 def test_each_attention_dp_rank_prefills_its_own_chunk() -> None:

@@ -102,15 +102,16 @@ def test_the_best_decode_candidate_is_the_first_of_the_most_rate_per_gpu() -> No
 
 
 def test_a_seed_that_keeps_a_binding_ttft_lets_the_pruned_search_equal_brute_force() -> None:
-    """TTFT 300 ms binds: the best pair at the fewest prefill workers that keep up with the decode
-    workers (the seed before) breaks it (the serving stack and a full chunk, about 428 ms). The seed is
-    the pair's first deployment per GPU that keeps every rule, found among more prefill workers; with it
-    the pruned search still returns brute force's optimum over every candidate."""
-    p = problem(model="llama-3.1-8b", cluster="4xH100", isl=2000, osl=200, ttft_ms=300, tpot_ms=30,
+    """TTFT 340 ms binds: the best pair at the fewest prefill workers that keep up with the decode
+    workers (the seed before) breaks it (the serving stack, a full chunk and the decode worker's admission).
+    The seed is the pair's first deployment per GPU that keeps every rule, found among more prefill workers
+    (331 ms, 45 of them the decode worker's 1.5 rounds of admission; 300 ms before that term); with it the
+    pruned search still returns brute force's optimum over every candidate."""
+    p = problem(model="llama-3.1-8b", cluster="4xH100", isl=2000, osl=200, ttft_ms=340, tpot_ms=30,
                 objective="throughput")
     profile = resolve_profile(p)
     pruned, first = pruned_pools(p, profile)
-    assert first is not None and first.plan.prediction.metrics.ttft_ms <= 300
+    assert first is not None and first.plan.prediction.metrics.ttft_ms <= 340
     pw, dw = pruned.prefill[first.choice.prefill], pruned.decode[first.choice.decode]
     y = first.choice.y
     tightest = Choice(first.choice.prefill, first.choice.decode,
