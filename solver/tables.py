@@ -108,12 +108,19 @@ class Tables:
         if key in self.time:
             return self.time[key]
         # A range and the exact option at its smallest q are priced at the same step: price it once.
-        priced = self._priced.get((shape, option.micro))
-        if priced is None:
-            priced = self._price_step(shape, option.micro)
-            self._priced[(shape, option.micro)] = priced
+        priced = self.step(shape, option.micro)
         self.time[key], self.chunk_activation[key] = priced
         return priced[0]
+
+    def step(self, shape: Shape, micro: int) -> tuple[TimeEntry, int]:
+        """(time entry, chunk activation bytes) of a stage step of ``shape`` carrying ``micro`` sequences,
+        priced once, without registering a batch option in ``time`` (``bound.pair_rates`` asks for steps
+        of batches no option of the search has; ``price`` kept one entry per integer batch)."""
+        priced = self._priced.get((shape, micro))
+        if priced is None:
+            priced = self._price_step(shape, micro)
+            self._priced[(shape, micro)] = priced
+        return priced
 
     def _price_step(self, shape: Shape, micro: int) -> tuple[TimeEntry, int]:
         """(time entry, chunk activation bytes) of a stage step of ``shape`` carrying ``micro`` sequences."""
