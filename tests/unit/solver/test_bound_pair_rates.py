@@ -64,3 +64,28 @@ def test_pair_rates_are_never_below_the_pairs_best_plan(case) -> None:
         assert (shape, stages) in rates and rates[(shape, stages)] >= exact * (1 - 1e-12), (shape, stages)
         checked += 1
     assert checked > 0
+
+
+# A dense and a MoE model, NVLink and PCIe links between stages (the sends), the chunk growing and not.
+PREMISE_CASES = [CASES[1], dict(model="qwen3-30b-a3b", cluster="4xH100", isl=1000, osl=500), CASES[4], CASES[5]]
+
+
+@pytest.mark.parametrize("case", PREMISE_CASES, ids=case_id)
+def test_the_premises_of_the_range_bound(case) -> None:
+    """What ``_PairRate``'s proof takes from the tables, on every microbatch up to 64 and then every 16th: the
+    decode sum (layers, ends, sends after any stage count) and a prompt's chunk steps never fall as the
+    microbatch grows; from the largest chunk on, the chunk, its activation bytes and the prefill sum (with
+    its sends) are one value."""
+    oracle = _oracle(case)
+    p, t = oracle.problem, oracle.t
+    for o in oracle.shapes():
+        top = oracle.space.replica_batch_limit(o.attn_dp)
+        cap = bound.prefill_chunk(p, t.profile or bound.resolve_profile(p), top)
+        micros = [m for m in range(1, top + 1) if m <= 64 or m % 16 == 0]
+        sums = [(bound._Sums.of_entry(oracle, t.step(o, m)[0]), t.step(o, m)[1]) for m in micros]
+        for (a, _), (b, _) in zip(sums, sums[1:], strict=False):
+            assert b.decode >= a.decode and b.steps >= a.steps, o
+            assert all(y >= x for x, y in zip(a.sends_decode, b.sends_decode, strict=True)), o
+        fixed = {(s.chunk, act, s.prefill, tuple(s.sends_prefill)) for m, (s, act) in zip(micros, sums, strict=True)
+                 if m >= cap}
+        assert len(fixed) <= 1, o
