@@ -20,11 +20,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import partial
 from itertools import accumulate
 
 from shardplan.rules.problem import Objective
 from shardplan.solver.cost.evaluate import (
     NS_PER_S,
+    PER_MILLE,
     UnderLoad,
     microbatching,
     prefill_chunk,
@@ -104,16 +107,26 @@ def pair_bounds(oracle: Oracle, check: Callable[[], None] | None = None) -> dict
     return out
 
 
-def pair_rates(oracle: Oracle, check: Callable[[], None] | None = None) -> dict[tuple[Shape, int], float]:
+# What a pair's bound is used for: (shape, stages, tokens/s) -> the GPUs it needs, None past the cluster's.
+# Nonincreasing in the tokens/s (more per replica, no more replicas).
+Outcome = Callable[[Shape, int, float], int | None]
+
+
+def pair_rates(oracle: Oracle, check: Callable[[], None] | None = None, outcome: Outcome | None = None,
+               ) -> dict[tuple[Shape, int], float]:
     """``pair_bounds(oracle)[pair].objective`` of every pair that has one, the same floats, at the
     throughput objective (``--rate``'s colocated search). A decided batch is not priced at every
     integer batch (``pair_bounds``' 447,772 batches and 24,253 steps took 55 s on 256 GPUs): each pair's
-    best is found by ``_PairRate``'s branch and bound, exactly."""
+    best is found by ``_PairRate``'s branch and bound, exactly. With ``outcome``, a pair's search stops
+    as soon as the best found and every range's bound have one outcome (the maximum, between them, has it
+    too, ``outcome`` being monotone): the float returned is then one of that outcome, and a pair whose
+    every bound is past the cluster is left out (as its maximum would be)."""
     if not oracle.space.decides_batch or oracle.problem.objective is not Objective.THROUGHPUT:
         return {pair: b.objective for pair, b in pair_bounds(oracle, check).items() if b.objective is not None}
     out: dict[tuple[Shape, int], float] = {}
     for o, S, replicas, sums in _pairs(oracle, check):
-        best = _PairRate(oracle, o, S, replicas, sums).best()
+        settle = None if outcome is None else partial(outcome, o, S)
+        best = _PairRate(oracle, o, S, replicas, sums, settle).best()
         if best is not None:
             out[(o, S)] = best
     return out
@@ -163,14 +176,24 @@ class _PairRate:
       nondecreasing in the round, the concurrency B and the chunk steps at a fixed prefill and chunk
       (each of its ceilings is; ``batch_per_mille`` grows with B), so ``under_load`` at (m0's step, lo)
       is a floor of every B in the range on e2e, TTFT and TPOT: if it breaks a limit, so does every
-      B >= lo; else every B's tokens/s is at most ``_rate(hi, that e2e)``.
+      B >= lo; else every B's tokens/s is at most ``_rate(hi, that e2e)``;
+    - and along the range: at that step, B above lo adds (B - lo) x sc / (osl x chunk) to TPOT's prefill
+      share and (B - lo) x queue share x sc / chunk to TTFT's queue, sc the slowest prefill stage (less
+      1 ns for each ceiling), and no other term falls, so e2e(B) >= E + D (B - lo) with E = that e2e -
+      osl and D = (osl - 1) x sc / (osl x chunk) + queue share x sc / chunk. B / (E + D (B - lo)) is
+      monotone in B, so (E > 0) every B's tokens/s is at most ``replicas x osl x 1e9`` times the larger of
+      lo / E and hi / (E + D (hi - lo)), computed in fractions and raised by 1e-9 for the two roundings
+      of ``_rate``'s floats (at most 2.3e-16 relative).
     Best first: the range of highest bound is priced at m(lo), the batches of m(lo) in it scored exactly
     (one step, ``under_load`` per batch), the rest halved and bounded from that step. A range whose bound
     is at most the best value found cannot raise it; none left, the best is the scan's maximum.
     """
 
-    def __init__(self, oracle: Oracle, o: Shape, S: int, replicas: int, sums: dict[int, _Sums]):
+    def __init__(self, oracle: Oracle, o: Shape, S: int, replicas: int, sums: dict[int, _Sums],
+                 outcome: Callable[[float], int | None] | None = None):
         self.oracle, self.o, self.S, self.replicas, self.sums = oracle, o, S, replicas, sums
+        self.outcome = outcome  # pair_rates' outcome of this pair, or None for the exact maximum
+        self.past_cluster = False  # the outcome of every bound left was None: so is the maximum's
         t = oracle.t
         self.top = oracle.space.replica_batch_limit(o.attn_dp)
         p = oracle.problem
@@ -225,7 +248,7 @@ class _PairRate:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self.fits(mid, activation) else (lo, mid - 1)
         self.search(first, hi, sums)
-        return self.best_value
+        return None if self.past_cluster else self.best_value
 
     def search(self, first: int, last: int, sums: _Sums) -> None:
         """The branch and bound over [first, last], every batch there fitting memory (class docstring)."""
@@ -238,6 +261,13 @@ class _PairRate:
                 continue
             if self.best_value is not None and -neg <= self.best_value:
                 break  # best first: no range left can raise the best
+            if self.outcome is not None:  # the maximum lies in [best, -neg]: settled once both agree
+                at_most = self.outcome(-neg)
+                if at_most is None:
+                    self.past_cluster = True
+                    break
+                if self.best_value is not None and self.outcome(self.best_value) == at_most:
+                    break
             hi = min(hi, stop - 1)
             m = self.micro(lo)
             sums = self.step(m)[0]
@@ -257,10 +287,19 @@ class _PairRate:
     def push(self, heap: list[tuple[float, int, int]], lo: int, hi: int, sums: _Sums) -> bool:
         """Bounds [lo, hi] from ``sums``, a step at most m(lo)'s, and queues it; False when that floor breaks
         a limit (then every batch from lo on does)."""
-        load = sums.load(self.oracle, self.S, lo)
-        if not self.oracle.within_limits(load):
+        oracle, osl = self.oracle, self.oracle.osl
+        load = sums.load(oracle, self.S, lo)
+        if not oracle.within_limits(load):
             return False
-        heapq.heappush(heap, (-_rate(self.replicas, hi, self.oracle.osl, load.e2e_ns), lo, hi))
+        bound = _rate(self.replicas, hi, osl, load.e2e_ns)
+        e = load.e2e_ns - osl
+        if e > 0 and hi > lo:  # the line along the range (class docstring)
+            slowest = -(-(sums.prefill + sums.sends_prefill[self.S - 1]) // self.S)
+            d = Fraction((osl - 1) * slowest, osl * sums.chunk) + Fraction(
+                oracle.stack.queue_per_mille * slowest, PER_MILLE * sums.chunk)
+            ratio = max(Fraction(lo, e), hi / (e + d * (hi - lo)))
+            bound = min(bound, float(self.replicas * osl * 10**9 * ratio) * (1 + 1e-9))
+        heapq.heappush(heap, (-bound, lo, hi))
         return True
 
 

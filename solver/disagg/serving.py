@@ -74,15 +74,22 @@ def fewest_gpus_bounds(problem: Problem, rate_rps: float, deadline: Deadline | N
     base = throughput_problem(problem)
     single = base.model_copy(update={"pins": base.pins.model_copy(update={"dp": 1})})
     tables = build_tables(single, SearchSpace(single, resolve_profile(single)), check)
-    bounds = pair_rates(Oracle(tables), check)
+
+    def gpus(shape: Shape, stages: int, top: float) -> int | None:
+        """The GPUs of the replicas ``top`` tokens/s each would need, None past the cluster's."""
+        n = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
+        return n if n <= problem.cluster.num_gpus else None
+
+    # Each pair's bound is searched only until its GPUs are known (``pair_rates``' outcome).
+    bounds = pair_rates(Oracle(tables), check, gpus)
     out = []
     for shape, stages in candidate_pairs(base):
         top = bounds.get((shape, stages))
         if top is None or top <= 0:
             continue
-        gpus = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
-        if gpus <= problem.cluster.num_gpus:
-            out.append((gpus, shape, stages))
+        n = gpus(shape, stages, top)
+        if n is not None:
+            out.append((n, shape, stages))
     return sorted(out)
 
 

@@ -1,6 +1,7 @@
 """``bound.pair_rates``, the colocated ``--rate`` search's bound per (shape, stage count), held to brute force:
 the same floats as ``pair_bounds``' scan of every integer batch (so the pairs' order and the stop, hence the
-answer, are main's) and never below the pair's best plan over every batch and every boundary. The fewest
+answer, are main's), ``fewest_gpus_bounds``' list (each pair searched only until its GPUs are known) the one
+the scan gives, and the bounds never below the pair's best plan over every batch and every boundary. The fewest
 GPUs ``colocated_rate`` finds from them equal the brute force's on these cases: tests/unit/solver/disagg/
 test_search.py ``test_colocated_fewest_gpus_for_a_rate_equal_brute_force``."""
 
@@ -10,7 +11,7 @@ import pytest
 
 from shardplan.solver import bound
 from shardplan.solver.cost.evaluate import resolve_profile
-from shardplan.solver.disagg.serving import one_replica_of, throughput_problem
+from shardplan.solver.disagg.serving import fewest_gpus_bounds, one_replica_of, replicas_for, throughput_problem
 from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.oracle import Oracle
 from shardplan.solver.space import SearchSpace
@@ -47,6 +48,25 @@ def test_pair_rates_are_the_scan_of_every_batch(case) -> None:
     assert oracle.space.decides_batch
     assert bound.pair_rates(oracle) == scan  # the same floats, not merely close
     assert scan
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[3], CASES[5]], ids=case_id)
+def test_fewest_gpus_bounds_are_the_scans(case) -> None:
+    """``fewest_gpus_bounds`` stops each pair's search once its GPUs are known: the list (so the order the
+    pairs are searched in and where the search stops) is the one the scan's maxima give, at rates that need
+    one replica, several, and more than the cluster holds."""
+    p = problem(**case)
+    scan = {pair: b.objective for pair, b in bound.pair_bounds(_oracle(case)).items() if b.objective is not None}
+    assert scan
+    for rate_rps in (0.05, 0.5, 2.0, 8.0, 30.0, 60.0, 1000.0):
+        expected = []
+        for shape, stages in candidate_pairs(throughput_problem(p)):
+            top = scan.get((shape, stages))
+            if top is not None and top > 0:
+                gpus = replicas_for(rate_rps, top / p.workload.osl) * stages * shape.gpus
+                if gpus <= p.cluster.num_gpus:
+                    expected.append((gpus, shape, stages))
+        assert fewest_gpus_bounds(p, rate_rps) == sorted(expected), rate_rps
 
 
 @pytest.mark.parametrize("case", CASES[:2] + CASES[5:], ids=case_id)
