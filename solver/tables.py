@@ -108,12 +108,19 @@ class Tables:
         if key in self.time:
             return self.time[key]
         # A range and the exact option at its smallest q are priced at the same step: price it once.
-        priced = self._priced.get((shape, option.micro))
-        if priced is None:
-            priced = self._price_step(shape, option.micro)
-            self._priced[(shape, option.micro)] = priced
+        priced = self.step(shape, option.micro)
         self.time[key], self.chunk_activation[key] = priced
         return priced[0]
+
+    def step(self, shape: Shape, micro: int) -> tuple[TimeEntry, int]:
+        """(time entry, chunk activation bytes) of a stage step of ``shape`` carrying ``micro`` sequences,
+        priced once, without registering a batch option in ``time`` (``bound.pair_rates`` asks for steps
+        of batches no option of the search has; ``price`` kept one entry per integer batch)."""
+        priced = self._priced.get((shape, micro))
+        if priced is None:
+            priced = self._price_step(shape, micro)
+            self._priced[(shape, micro)] = priced
+        return priced
 
     def _price_step(self, shape: Shape, micro: int) -> tuple[TimeEntry, int]:
         """(time entry, chunk activation bytes) of a stage step of ``shape`` carrying ``micro`` sequences."""
@@ -187,11 +194,16 @@ class Tables:
         clamped to it and the memory rows stay far inside CP-SAT's 2^62 (a --mem-cap-gib of 1e9 times
         the stage count overflowed it, made the model invalid, and reading its empty solution crashed)."""
         space, worst = self.space, 1
+        # chunk[shape]: its largest chunk activation, in one pass over the options (a pass per shape took
+        # 10.8 s of --rate's 20.8 s colocated bounds on 57x72xGB200).
+        chunk: dict[Shape, int] = {}
+        for (o, _), v in self.chunk_activation.items():
+            chunk[o] = max(chunk.get(o, 0), v)
         for o, m in self.memory.items():
             seqs = space.batch_limit if space.decides_batch else space.fixed_seqs_per_gpu(o)
             whole = sum(self.layers_of(k) * (m.weights[k] + m.kv_per_seq[k] * seqs) for k in self.kinds)
             whole += seqs * m.logits_per_seq + m.fixed + m.first + max(m.last, m.last_with_first)
-            whole += max((v for (s, _), v in self.chunk_activation.items() if s == o), default=0)
+            whole += chunk.get(o, 0)
             worst = max(worst, whole)
         return worst
 

@@ -20,7 +20,7 @@ from shardplan.models.errors import InfeasibleError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
-from shardplan.solver.bound import pair_bounds
+from shardplan.solver.bound import pair_rates
 from shardplan.solver.cost.disagg import engine_profile
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.prune import pruned_pools
@@ -67,23 +67,29 @@ def replicas_for(rate_rps: float, replica_rps: float) -> int:
 def fewest_gpus_bounds(problem: Problem, rate_rps: float, deadline: Deadline | None = None,
                        ) -> list[tuple[int, Shape, int]]:
     """(a lower bound on the GPUs, shape, stages) of every pair that might sustain the rate in the
-    cluster, fewest first: the bound's relaxation of one replica (``bound.pair_bounds``) is at least
+    cluster, fewest first: the bound's relaxation of one replica (``bound.pair_rates``) is at least
     its requests/s, so at least ``ceil(rate / that)`` replicas are needed. Raises SolverLimitError
     when ``deadline`` passes (its grace included) before every pair is bounded."""
     check = None if deadline is None else deadline.check
     base = throughput_problem(problem)
     single = base.model_copy(update={"pins": base.pins.model_copy(update={"dp": 1})})
     tables = build_tables(single, SearchSpace(single, resolve_profile(single)), check)
-    bounds = pair_bounds(Oracle(tables), check)
+
+    def gpus(shape: Shape, stages: int, top: float) -> int | None:
+        """The GPUs of the replicas ``top`` tokens/s each would need, None past the cluster's."""
+        n = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
+        return n if n <= problem.cluster.num_gpus else None
+
+    # Each pair's bound is searched only until its GPUs are known (``pair_rates``' outcome).
+    bounds = pair_rates(Oracle(tables), check, gpus)
     out = []
     for shape, stages in candidate_pairs(base):
-        found = bounds.get((shape, stages))
-        top = None if found is None else found.objective
+        top = bounds.get((shape, stages))
         if top is None or top <= 0:
             continue
-        gpus = replicas_for(rate_rps, top / problem.workload.osl) * stages * shape.gpus
-        if gpus <= problem.cluster.num_gpus:
-            out.append((gpus, shape, stages))
+        n = gpus(shape, stages, top)
+        if n is not None:
+            out.append((n, shape, stages))
     return sorted(out)
 
 

@@ -151,11 +151,21 @@ def test_no_worker_that_fits_is_infeasible_with_the_rules_named() -> None:
     assert [rule for rule, _ in why_no_deployment(outcome).conflicts] == ["MEM-001"]
 
 
-@pytest.mark.parametrize("rate_rps", [8.0, 40.0])
-def test_colocated_fewest_gpus_for_a_rate_equal_brute_force(rate_rps) -> None:
+# SMALL[0]; TTFT binding over eight GPUs (one, then seven replicas of one); prompts of 256 tokens whose prefill
+# chunk grows over 32 microbatches on two H100s (two GPUs, then no deployment): bound.pair_rates' cases.
+COLOCATED_RATES = [
+    (SMALL[0], 8.0), (SMALL[0], 40.0), (SMALL[1], 3.0), (SMALL[1], 25.0),
+    (dict(model="llama-3.1-8b", cluster="2xH100", isl=256, osl=300, tpot_ms=25), 80.0),
+    (dict(model="llama-3.1-8b", cluster="2xH100", isl=256, osl=300, tpot_ms=25), 150.0),
+]
+
+
+@pytest.mark.parametrize(("case", "rate_rps"), COLOCATED_RATES,
+                         ids=lambda x: case_id(x) if isinstance(x, dict) else f"{x:g}rps")
+def test_colocated_fewest_gpus_for_a_rate_equal_brute_force(case, rate_rps) -> None:
     """Brute force: every (shape, stage count)'s exact best replica by the oracle (every batch, every
     boundary), replicated ceil(rate / its rate) times; the fewest GPUs that fit the cluster."""
-    p = problem(**SMALL[0], objective="throughput")
+    p = problem(**case, objective="throughput")
     counts = []
     for shape, stages in candidate_pairs(p):
         pinned = one_replica_of(p, shape, stages)
