@@ -14,6 +14,7 @@ Run: ``python -m benchmarks.disagg_solve [speed|parts|rate]``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
@@ -122,5 +123,14 @@ def rate() -> None:
           f"same deployment: {best is not None and found.choice == best[0]}")
 
 
+def main() -> None:
+    """The question on the command line (``speed`` without one); ``--help`` prints the module's text."""
+    questions = {"speed": speed, "parts": parts, "rate": rate}
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.disagg_solve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("question", nargs="?", choices=sorted(questions), default="speed")
+    questions[parser.parse_args().question]()
+
+
 if __name__ == "__main__":
-    {"speed": speed, "parts": parts, "rate": rate}[sys.argv[1] if len(sys.argv) > 1 else "speed"]()
+    main()
