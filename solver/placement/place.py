@@ -19,6 +19,7 @@ one "GPU" with the slots of all its GPUs), then each node's share is balanced ov
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -90,14 +91,25 @@ def greedy_placement(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: i
     bounds: list[float] = []
     optimal = True
     for layer, loads in zip(profile.layers, profile.loads, strict=True):
-        placed = _to_layer(layer, greedy_layer(loads, num_gpus, slots_per_gpu), loads)
-        achieved = placed.max_load(loads)
-        bound = layer_lower_bound(loads, num_gpus, slots_per_gpu, feasible=achieved)
-        optimal &= achieved <= bound * (1 + OPTIMAL_TOLERANCE)
-        layers.append(placed)
+        gpu_experts, bound, met = _greedy_layer_placed(tuple(loads), num_gpus, slots_per_gpu)
+        optimal &= met
+        layers.append(LayerPlacement(layer=layer, gpu_experts=gpu_experts))
         bounds.append(bound)
     return ExpertPlacement(num_gpus, slots_per_gpu, tuple(layers), tuple(bounds),
                            "optimal" if optimal else "feasible", time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=256)  # a few MB at most: uniform routing needs one entry per (ep, slots)
+def _greedy_layer_placed(loads: tuple[float, ...], num_gpus: int, slots: int,
+                         ) -> tuple[tuple[tuple[tuple[int, float], ...], ...], float, bool]:
+    """One layer's greedy placement as (per GPU, its (expert, share) slots), its proven lower bound, and
+    whether it meets that bound. A function of the loads alone: under uniform routing every layer of
+    every stage of every layout an enumeration places has the same loads (11,280 greedy layers were 12 of
+    40 s of a Qwen3-235B enumeration on 16x8xA100)."""
+    placed = _to_layer(0, greedy_layer(loads, num_gpus, slots), loads)
+    achieved = placed.max_load(loads)
+    bound = layer_lower_bound(loads, num_gpus, slots, feasible=achieved)
+    return placed.gpu_experts, bound, achieved <= bound * (1 + OPTIMAL_TOLERANCE)
 
 
 def _check_sizes(profile: ExpertLoadProfile, num_gpus: int, slots: int, gpus_per_node: int | None) -> None:

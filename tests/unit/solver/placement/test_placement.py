@@ -119,3 +119,19 @@ def test_bad_sizes():
         place_experts(profile, 0, 3)
     with pytest.raises(SpecError):
         place_experts(profile, 4, 3).layer(7)
+
+
+def test_greedy_placement_places_each_layer_by_its_own_loads():
+    """Layers are placed from a memo keyed by their loads (uniform routing repeats them): each layer of a
+    mixed profile, placed whole, equals that layer placed alone, and a repeated row keeps its own index."""
+    from shardplan.solver.placement.greedy import greedy_layer
+    from shardplan.solver.placement.place import _to_layer
+
+    zipf = zipf_profile(16, (0, 1, 2), 1.2, 4096.0, seed=3)
+    rows = (zipf.loads[0], zipf.loads[1], zipf.loads[0], zipf.loads[2])  # layer 7 repeats layer 3's loads
+    mixed = ExpertLoadProfile(num_experts=16, layers=(3, 4, 7, 9), loads=rows)
+    whole = greedy_placement(mixed, 4, 5)
+    for placed, loads, layer in zip(whole.layers, rows, mixed.layers, strict=True):
+        alone = _to_layer(layer, greedy_layer(loads, 4, 5), loads)
+        assert placed == alone and placed.layer == layer
+    assert whole.layers[0].gpu_experts == whole.layers[2].gpu_experts != whole.layers[1].gpu_experts
