@@ -90,14 +90,15 @@ class Asked:
 
 def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
                     target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None,
-                    cut_ttft: bool = False, floor: ChoiceFloor | None = None) -> Asked:
+                    cut_ttft: bool = False, floor: ChoiceFloor | None = None, most: int = MAX_PROPOSALS) -> Asked:
     """Solve ``question()`` (the model with the question's constraints and objective), judge its
     deployment (``floor``'s TTFT floor first, if given, then exactly), forbid it if refused and ask
     again, until one is accepted or none is left. ``screen()``, if given, is the question without its
     objective, asked first each time: CP-SAT proves it has no solution far sooner than it proves an
     objective has none (on 512 GPUs 13 ms against 1.2 s), and the last question of a search is that
-    proof. ``cut_ttft``: a refused deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``)."""
-    for proposals in range(1, MAX_PROPOSALS + 1):
+    proof. ``cut_ttft``: a refused deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``).
+    ``most``: the proposals after which it stops, not proven."""
+    for proposals in range(1, most + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
         if screen is None:
@@ -116,7 +117,7 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         m.forbid(c)
         if cut_ttft:
             m.cut_ttft(c.prefill, c.decode)
-    return Asked(None, False, MAX_PROPOSALS)
+    return Asked(None, False, most)
 
 
 # Pairs of candidates up to which every pair's TTFT cuts are posted at once; beyond, a pair's cuts
@@ -336,6 +337,15 @@ def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: boo
     target = target_units(rate_rps)
     m.cp.add(m.rate >= target)
     floor = ChoiceFloor(pools)  # sound at the target too (a deployment accepted there passes it there)
+    if floor.refuses_every(target):
+        # No deployment keeps the TTFT limit at the target (one floor per prefill candidate, its pair terms
+        # at their least): each proposal would be refused by the floor, one pair at a time (on 8x72xGB200
+        # 122,436 pairs, ~0.6 s a question). The first proposal is still asked, so the rules the answer
+        # names are the same deployment's as when every proposal was refused in turn.
+        first = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor,
+                                most=1)
+        floor.explain()
+        return DisaggResult(None, None, first.complete or floor.has_refused, first.proposals)
     asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor)
     proposals = asked.proposals
     best = asked.accepted

@@ -215,6 +215,57 @@ class ChoiceFloor:
             self._first_refused = (c, target_units)
         return refused
 
+    def refuses_every(self, target_units: int) -> bool:
+        """Whether ``refuses(c, target_units)`` holds for every choice that fits the cluster (then the exact
+        check refuses every deployment at that target): checked per prefill candidate and worker count,
+        with the pair's terms at their least (no transfer, the least decode time of any decode candidate).
+        Cheap: one ``evaluate`` per decode candidate (its round at batch 1), none per pair.
+
+        **Why it holds.** In ``refuses`` the chunk, the pass and the pool's time per prompt ``p`` depend
+        on (prefill candidate, x) only; the pair enters through the transfer ``t`` and the decode time
+        ``D = (OSL - 1) round``, where the round is read at a rung at or above batch 1, so ``D >= D1``,
+        the least ``(OSL - 1) round(1)`` over the decode candidates (the round grows with the batch, the
+        premise ``refuses`` rests on), and ``t >= 0``. ``L' = A - t`` and
+        ``E + L' = limit + D``, so ``v_max = (A - t + share p + slack) / (share (limit + D))`` falls as
+        ``t`` or ``D`` grows: at ``(0, D1)`` the spare and ``v_max`` are at least every pair's, and a
+        refusal there (with twice ``FLOAT_SLACK`` for the floats) is a refusal for every decode candidate
+        and y. The worker counts x run over every count that leaves room for one smallest decode
+        worker (y >= 1); when at least one request arrives within ``limit + D1`` (``rps (limit + D1) >=
+        1``, every realistic case), the refusal at x implies it at every smaller x: fewer workers run
+        at least as large a chunk (the climb's step grows as x falls), so the pass is no shorter and
+        the spare no larger, and ``share p (rps (limit + D1) - 1)`` only grows as ``p`` does; then only
+        the largest x is read."""
+        pools = self.pools
+        if not self.active or target_units <= 0 or not pools.prefill or not pools.decode:
+            return False
+        osl, n = pools.problem.workload.osl, pools.problem.cluster.num_gpus
+        rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)
+        least_decode_ns = min((osl - 1) * self._round_at(k, 1) for k in range(len(pools.decode))) if osl > 1 else 0
+        least_decode_gpus = min(d.gpus for d in pools.decode)
+        monotone = rps * (self.limit_ns + least_decode_ns) / NS_PER_S >= 1 + 2 * FLOAT_SLACK
+        for i, p in enumerate(pools.prefill):
+            most = (n - least_decode_gpus) // p.gpus
+            counts = range(most, most + 1) if monotone else range(1, most + 1)
+            if any(not self._refused_at(i, x, rps, 0, least_decode_ns) for x in counts if x >= 1):
+                return False
+        return True
+
+    def _refused_at(self, i: int, x: int, rps: float, transfer_ns: int, decode_ns: int) -> bool:
+        """``refuses``' test for prefill candidate ``i`` on ``x`` workers at ``rps``, with the transfer and
+        the decode time given (``refuses_every``: their least), twice the float slack."""
+        pass_ns = self._step(i, self._least_chunk(i, x, rps)).pass_ns
+        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer_ns
+        full = self._step(i, self.top_chunk)
+        per_prompt_ns = full.slowest_ns / (x * full.chunk)
+        e2e_floor_ns = self.overhead_ns + pass_ns + transfer_ns + decode_ns
+        v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
+        return spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + 2 * FLOAT_SLACK)
+
+    @property
+    def has_refused(self) -> bool:
+        """Whether ``refuses`` has refused any deployment."""
+        return self._first_refused is not None
+
     def explain(self) -> None:
         """Judge exactly the first deployment this floor refused, so that the pools' ``refused`` (the
         rules an infeasible answer names, ``serving.why_no_deployment``) holds TTFT's own message, as if

@@ -13,7 +13,7 @@ from ortools.sat.python import cp_model
 from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.model import PoolModel
-from shardplan.solver.disagg.search import target_units
+from shardplan.solver.disagg.search import fewest_gpus, target_units
 from shardplan.solver.disagg.ttft_cut import (
     ChoiceFloor,
     _climb,
@@ -24,6 +24,7 @@ from shardplan.solver.disagg.ttft_cut import (
     rungs,
 )
 from shardplan.solver.encode import new_solver
+from shardplan.solver.optimise import Deadline
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 WITH_TTFT = [c for c in SMALL if c.get("ttft_ms") is not None]
@@ -213,3 +214,44 @@ def test_rungs_cover_one_to_sixteen_then_grow_by_a_sixteenth_to_the_top() -> Non
     ladder = rungs(316)
     assert ladder[:16] == list(range(1, 17)) and ladder[-1] == 316
     assert all(a < b <= max(a + 1, a * 17 / 16) for a, b in zip(ladder, ladder[1:], strict=False))
+
+
+# Cases and targets for ``refuses_every``: the small cases with TTFT, and the same models at a TTFT limit
+# only a lone prompt nearly meets (request overhead included), where no deployment keeps it at any rate.
+HOPELESS = [dict(model="llama-3.1-8b", cluster="2x4xH100", isl=8000, osl=300, ttft_ms=100, tpot_ms=50),
+            dict(model="llama-3.1-8b", cluster="4xH200", isl=4000, osl=200, ttft_ms=200, engine="sglang")]
+# A lone prompt keeps TTFT 300 ms here; at 20 requests/s and more the queue of OSL 2,000's requests in flight
+# cannot (the proof's utilisation term), at 0.5 it may.
+QUEUED = dict(model="llama-3.1-8b", cluster="2x4xH100", isl=8000, osl=2000, ttft_ms=300, tpot_ms=50)
+EVERY_AT = [(c, r) for c in WITH_TTFT + SGL_TIGHT + HOPELESS + [QUEUED] for r in (0.5, 3.0, 12.5, 50.0)]
+
+
+@pytest.mark.parametrize(("case", "rate_rps"), EVERY_AT, ids=lambda v: case_id(v) if isinstance(v, dict) else f"{v:g}")
+def test_the_floor_refuses_every_deployment_only_where_brute_force_accepts_none(case, rate_rps) -> None:
+    """``ChoiceFloor.refuses_every`` (the ``--rate`` search's early proof that nothing keeps TTFT): where it
+    holds, the floor refuses every choice at the target and brute force finds no deployment the exact
+    check accepts there."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    target = target_units(rate_rps)
+    if floor.refuses_every(target):
+        assert all(floor.refuses(c, target) for c in brute.choices(pools) if pools.rate(c) >= target)
+        assert brute.fewest_gpus(pools, target) is None
+
+
+@pytest.mark.parametrize("case", HOPELESS, ids=case_id)
+def test_refuses_every_holds_where_the_request_overhead_leaves_no_queue(case) -> None:
+    """The proof applies to these cases (so the test above holds it to brute force somewhere), and the
+    ``--rate`` search then answers with the rule, as it does without the proof."""
+    pools = pools_for(case)
+    assert ChoiceFloor(pools).refuses_every(target_units(3.0))
+    found = fewest_gpus(pools, 3.0, Deadline(None))
+    assert found.plan is None and found.proven
+    assert "SLA-001" in pools.refused
+
+
+def test_refuses_every_reads_the_queue_not_only_the_lone_prompt() -> None:
+    pools = pools_for(QUEUED)
+    floor = ChoiceFloor(pools)
+    assert not floor.refuses_every(target_units(0.5))
+    assert floor.refuses_every(target_units(50.0))
