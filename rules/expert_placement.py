@@ -96,18 +96,16 @@ class ExpertPlacement:
 
     def imbalance(self, profile: ExpertLoadProfile, layer: int) -> float:
         """Max GPU load / mean GPU load of one layer (1.0 is perfect balance)."""
-        loads = profile.layer_loads(layer)
-        mean = sum(loads) / self.num_gpus
-        return self.layer(layer).max_load(loads) / mean if mean > 0 else 1.0
+        return self._imbalance(self.layer(layer), profile)
 
     def max_over_mean(self, profile: ExpertLoadProfile) -> list[float]:
         """``imbalance`` of every layer, in the order of ``layers`` (each layer read in place, not looked up)."""
-        out = []
-        for placed in self.layers:
-            loads = profile.layer_loads(placed.layer)
-            mean = sum(loads) / self.num_gpus
-            out.append(placed.max_load(loads) / mean if mean > 0 else 1.0)
-        return out
+        return [self._imbalance(placed, profile) for placed in self.layers]
+
+    def _imbalance(self, placed: LayerPlacement, profile: ExpertLoadProfile) -> float:
+        loads = profile.layer_loads(placed.layer)
+        mean = sum(loads) / self.num_gpus
+        return placed.max_load(loads) / mean if mean > 0 else 1.0
 
     def bound_over_mean(self, profile: ExpertLoadProfile) -> list[float]:
         """The lower bounds divided by the mean GPU load, per layer (what no placement can beat)."""

@@ -90,11 +90,17 @@ class Deadline:
         left = self.work_left()
         return STEP_WORK if left is None else min(STEP_WORK, left)
 
+    def within(self) -> str:
+        """The limit, as a message names it: "5 s", or "10 units of work" for a search bounded by work."""
+        if self.limit_s is None and self.work_limit is not None:
+            return f"{self.work_limit:g} units of work"
+        return f"{self.limit_s:g} s"
+
     def no_plan(self) -> str:
         """The one line a search cut short before any plan says (names the option, as bad input does)."""
         if self.limit_s is None and self.work_limit is not None:
-            return f"no plan found within {self.work_limit:g} units of work"
-        return f"time-limit: no plan found within {self.limit_s:g} s"
+            return f"no plan found within {self.within()}"
+        return f"time-limit: no plan found within {self.within()}"
 
     def allows(self, cost_s: float) -> bool:
         """Whether at least ``cost_s`` seconds remain (always, without a limit)."""

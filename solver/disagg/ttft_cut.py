@@ -202,15 +202,9 @@ class ChoiceFloor:
             return False
         osl = self.pools.problem.workload.osl
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
-        pass_ns = self._step(c.prefill, self._least_chunk(c.prefill, c.x, rps)).pass_ns
         round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
         transfer = self._transfer_ns(c.prefill, c.decode)
-        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer  # L' < 0: no rate keeps the limit
-        full = self._step(c.prefill, self.top_chunk)
-        per_prompt_ns = full.slowest_ns / (c.x * full.chunk)  # the pool's, as serving_stack_ns prices it
-        e2e_floor_ns = self.overhead_ns + pass_ns + transfer + (osl - 1) * round_ns
-        v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
-        refused = spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + FLOAT_SLACK)
+        refused = self._refused_at(c.prefill, c.x, rps, transfer, (osl - 1) * round_ns, FLOAT_SLACK)
         if refused and self._first_refused is None:
             self._first_refused = (c, target_units)
         return refused
@@ -246,20 +240,20 @@ class ChoiceFloor:
         for i, p in enumerate(pools.prefill):
             most = (n - least_decode_gpus) // p.gpus
             counts = range(most, most + 1) if monotone else range(1, most + 1)
-            if any(not self._refused_at(i, x, rps, 0, least_decode_ns) for x in counts if x >= 1):
+            if any(not self._refused_at(i, x, rps, 0, least_decode_ns, 2 * FLOAT_SLACK) for x in counts if x >= 1):
                 return False
         return True
 
-    def _refused_at(self, i: int, x: int, rps: float, transfer_ns: int, decode_ns: int) -> bool:
-        """``refuses``' test for prefill candidate ``i`` on ``x`` workers at ``rps``, with the transfer and
-        the decode time given (``refuses_every``: their least), twice the float slack."""
+    def _refused_at(self, i: int, x: int, rps: float, transfer_ns: int, decode_ns: int, slack: float) -> bool:
+        """The floor's test for prefill candidate ``i`` on ``x`` workers at ``rps``, the transfer and the decode
+        time given (``refuses``: the pair's; ``refuses_every``: their least), ``slack`` for the floats."""
         pass_ns = self._step(i, self._least_chunk(i, x, rps)).pass_ns
-        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer_ns
+        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer_ns  # L' < 0: no rate keeps the limit
         full = self._step(i, self.top_chunk)
-        per_prompt_ns = full.slowest_ns / (x * full.chunk)
+        per_prompt_ns = full.slowest_ns / (x * full.chunk)  # the pool's, as serving_stack_ns prices it
         e2e_floor_ns = self.overhead_ns + pass_ns + transfer_ns + decode_ns
         v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
-        return spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + 2 * FLOAT_SLACK)
+        return spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + slack)
 
     @property
     def has_refused(self) -> bool:

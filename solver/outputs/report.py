@@ -265,8 +265,8 @@ def runner_up(plan: Plan, time_limit_s: float | None = 10.0, work_limit: float |
     try:
         return _runner_up(plan, deadline, started)
     except SolverLimitError:
-        within = f"{time_limit_s:g} s" if time_limit_s is not None else f"{work_limit:g} units of work"
-        return RunnerUp(None, False, time.perf_counter() - started, (f"no runner-up found within {within}",))
+        return RunnerUp(None, False, time.perf_counter() - started,
+                        (f"no runner-up found within {deadline.within()}",))
     except Exception as exc:  # noqa: BLE001 - the plan stands; only the comparison is lost
         return RunnerUp(None, False, time.perf_counter() - started,
                         (f"runner-up could not be computed: {type(exc).__name__}: {exc}",))
