@@ -16,10 +16,11 @@ the batch (the premise ``workers.DecodeSearch`` takes too; tests check it on eve
 pass is at least ``pass(h)`` and TPOT at least ``round(j)``. A worker's capacity need not grow with
 the batch (it dips by parts per million where the round grows in proportion), so the floors are
 maxima over every smaller chunk or batch (``capacity_below``). The state is carried, ``X e2e0 <=
-C``, where ``e2e0`` = overhead + queue + pass + transfer + (OSL - 1) rounds, so Little's law gives
-``TTFT = C / X - (OSL - 1) round >= overhead + queue + pass + transfer``; the queue is ``share (C -
-1) s`` rounded, ``s`` the pool's time per prompt at its largest chunk over x workers
-(``cost.disagg.serving_stack_ns``). With
+C``, where ``e2e0`` = overhead + queue + pass + transfer + admission + (OSL - 1) rounds, so Little's
+law gives ``TTFT = C / X - (OSL - 1) round >= overhead + queue + pass + transfer + admission``; the
+queue is ``share (C - 1) s`` rounded, ``s`` the pool's time per prompt at its largest chunk over x
+workers (``cost.disagg.serving_stack_ns``); the decode worker's admission is none at one request in flight, so
+``PairCuts`` leave it out and ``ChoiceFloor`` counts it where more than one must be in flight. With
 ``v = X s`` (the prefill pool's utilisation, at most 1) and ``C >= X (queue + E)``, ``E`` = overhead +
 pass(h) + transfer + (OSL - 1) round(j):
 
@@ -50,7 +51,14 @@ from shardplan.hardware import Tier
 from shardplan.hardware.profile import Profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import PrefillStep, decode_step, largest_chunk, prefill_step, transfer_ns
+from shardplan.solver.cost.disagg import (
+    PrefillStep,
+    admission_ns,
+    decode_step,
+    largest_chunk,
+    prefill_step,
+    transfer_ns,
+)
 from shardplan.solver.cost.evaluate import NS_PER_S
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, DecodeWorker, PrefillWorker
@@ -204,7 +212,7 @@ class ChoiceFloor:
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
         round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
         transfer = self._transfer_ns(c.prefill, c.decode)
-        refused = self._refused_at(c.prefill, c.x, rps, transfer, (osl - 1) * round_ns, FLOAT_SLACK)
+        refused = self._refused_at(c.prefill, c.x, rps, transfer, round_ns, FLOAT_SLACK)
         if refused and self._first_refused is None:
             self._first_refused = (c, target_units)
         return refused
@@ -234,24 +242,33 @@ class ChoiceFloor:
             return False
         osl, n = pools.problem.workload.osl, pools.problem.cluster.num_gpus
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)
-        least_decode_ns = min((osl - 1) * self._round_at(k, 1) for k in range(len(pools.decode))) if osl > 1 else 0
+        least_round_ns = min(self._round_at(k, 1) for k in range(len(pools.decode))) if osl > 1 else 0
         least_decode_gpus = min(d.gpus for d in pools.decode)
-        monotone = rps * (self.limit_ns + least_decode_ns) / NS_PER_S >= 1 + 2 * FLOAT_SLACK
+        monotone = rps * (self.limit_ns + (osl - 1) * least_round_ns) / NS_PER_S >= 1 + 2 * FLOAT_SLACK
         for i, p in enumerate(pools.prefill):
             most = (n - least_decode_gpus) // p.gpus
             counts = range(most, most + 1) if monotone else range(1, most + 1)
-            if any(not self._refused_at(i, x, rps, 0, least_decode_ns, 2 * FLOAT_SLACK) for x in counts if x >= 1):
+            if any(not self._refused_at(i, x, rps, 0, least_round_ns, 2 * FLOAT_SLACK) for x in counts if x >= 1):
                 return False
         return True
 
-    def _refused_at(self, i: int, x: int, rps: float, transfer_ns: int, decode_ns: int, slack: float) -> bool:
+    def _refused_at(self, i: int, x: int, rps: float, transfer_ns: int, round_ns: int, slack: float) -> bool:
         """The floor's test for prefill candidate ``i`` on ``x`` workers at ``rps``, the transfer and the decode
-        time given (``refuses``: the pair's; ``refuses_every``: their least), ``slack`` for the floats."""
+        round given (``refuses``: the pair's; ``refuses_every``: their least), ``slack`` for the floats.
+
+        The decode worker's admission (``cost.disagg.admission_ns``: the engine's wait steps, each a round) is
+        part of the e2e, and so of the floor, once more than one request is in flight: it is, when the floor's
+        e2e without it already holds one request at ``rps`` (``C >= X e2e0 >= rps E > 1``). Read at the floor's
+        round, it is at most the exact one (it grows with the round); in ``refuses_every`` it falls as the
+        transfer does, so the argument there holds with it."""
         pass_ns = self._step(i, self._least_chunk(i, x, rps)).pass_ns
-        spare_ns = self.limit_ns - self.overhead_ns - pass_ns - transfer_ns  # L' < 0: no rate keeps the limit
+        decode_ns = (self.pools.problem.workload.osl - 1) * round_ns
+        e2e_floor_ns = self.overhead_ns + pass_ns + transfer_ns + decode_ns
+        if round_ns and rps * e2e_floor_ns / NS_PER_S > 1 + slack:
+            e2e_floor_ns += admission_ns(self.pools.profile, round_ns, 2)
+        spare_ns = self.limit_ns - (e2e_floor_ns - decode_ns)  # L' < 0: no rate keeps the limit
         full = self._step(i, self.top_chunk)
         per_prompt_ns = full.slowest_ns / (x * full.chunk)  # the pool's, as serving_stack_ns prices it
-        e2e_floor_ns = self.overhead_ns + pass_ns + transfer_ns + decode_ns
         v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
         return spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + slack)
 
