@@ -41,7 +41,7 @@ EVALUATE_WORK = 4e-3
 # The work ``solve`` and ``enumerate`` get without --time-limit or --work-limit (``--work-limit 0``: none, a
 # search to the end): above every case that proves today, so those print the same bytes, and low enough that
 # the searches that did not end (benchmarks/fuzz/README.md, 2026-11-27) end in about a minute.
-DEFAULT_WORK_LIMIT = 20.0
+DEFAULT_WORK_LIMIT = 15.0
 
 # Where the improvement loop starts: an oracle's candidate on the encoding's tables, or None.
 Seed = Callable[[Oracle], Candidate | None]
