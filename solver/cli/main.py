@@ -344,11 +344,13 @@ def calibrate(
               help="seconds the search may take; the best plan found by then is returned as 'feasible' with its "
                    "bound and gap; --serving auto keeps both modes within it (colocated half, disaggregated the "
                    "rest) (default: none)")
-@click.option("--work-limit", type=float, default=None,
-              help=f"units of search work (about CPU seconds of one core, but the same on every machine and "
-                   f"at any load, so the same input prints the same bytes); the best plan found by then is "
-                   f"returned as 'feasible' with its bound and gap; 0: search to a proof, however long "
-                   f"(default: {DEFAULT_WORK_LIMIT:g} without --time-limit, none with it)")
+@click.option("--work-limit", type=float, default=None, metavar="UNITS",
+              help=f"search work allowed: CP-SAT's deterministic time, branch-and-bound nodes and exact checks, "
+                   f"a unit about 1-3 CPU seconds but counted the same on every machine and at any load, so the "
+                   f"same input prints the same bytes; the best plan found by then is returned as 'feasible' "
+                   f"with its bound and gap (none found: exit 2); 0: search to a proof, however long; --serving "
+                   f"auto gives each mode all of it (default: {DEFAULT_WORK_LIMIT:g} without --time-limit, none "
+                   f"with it)")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
               help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True,
@@ -458,7 +460,7 @@ def work_note(work: float | None, given: bool) -> str:
     """The human view's line when the work limit, not a proof, ended the search (``work`` None: never)."""
     if work is None:
         return ""
-    what = f"--work-limit {work:g}" if given else f"the default work limit ({work:g} units, about as many CPU seconds)"
+    what = f"--work-limit {work:g}" if given else f"the default work limit ({work:g} units)"
     return (f"note: {what} ended the search before it proved this plan the best; --work-limit N allows more, "
             "--work-limit 0 searches to a proof")
 
@@ -510,9 +512,9 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
               help="stop after this many layouts; the output is marked partial (default: none)")
 @click.option("--time-limit", type=float, default=None,
               help="seconds for the whole enumeration; the output is marked partial (default: none)")
-@click.option("--work-limit", type=float, default=None,
-              help=f"units of search work for the whole enumeration (about CPU seconds of one core, the same "
-                   f"on every machine and at any load: the same rows every time); the output is marked partial; "
+@click.option("--work-limit", type=float, default=None, metavar="UNITS",
+              help=f"search work for the whole enumeration (as solve counts it: a unit is about 1-3 CPU seconds, "
+                   f"counted the same at any load, so the same rows every time); the output is marked partial; "
                    f"0: every layout, however long (default: {DEFAULT_WORK_LIMIT:g} without --time-limit, none "
                    f"with it)")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
