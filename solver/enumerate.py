@@ -39,10 +39,11 @@ def candidate_pairs(problem: Problem) -> list[tuple[Shape, int]]:
 
 class Enumeration:
     """Every feasible layout's plan (all replica counts), yielded one at a time as it is found, at most
-    ``limit`` of them, within ``time_limit_s``. Nothing is kept between pairs but the running count, so
-    the memory is one pair's. After the iteration ``partial`` says whether it stopped before visiting
-    every pair and replica count (the limit, the count or an interruption); a pair whose search the
-    deadline cut short is left out, as its boundaries and batch are not proven its best."""
+    ``limit`` of them, within ``time_limit_s`` (the clock) and ``work_limit`` (``search_base.Deadline``:
+    the pairs' searches, and each plan priced and checked, ``Deadline.checking``). Nothing is kept between
+    pairs but the running count, so the memory is one pair's. After the iteration ``partial`` says whether
+    it stopped before visiting every pair and replica count (the limit, the count or an interruption); a
+    pair whose search the deadline cut short is left out, as its boundaries and batch are not proven its best."""
 
     def __init__(
         self,
@@ -50,11 +51,12 @@ class Enumeration:
         limit: int | None = None,
         progress: Callable[[int, int], None] | None = None,
         time_limit_s: float | None = None,
+        work_limit: float | None = None,
     ):
         self.problem = problem
         self.limit = limit
         self.progress = progress
-        self.deadline = Deadline(time_limit_s)
+        self.deadline = Deadline(time_limit_s, work_limit)
         self.partial = True  # until the last pair is done
         self.count = 0
 
@@ -91,7 +93,8 @@ class Enumeration:
                 return
             # Each replica repeats the first one's placement; the record counts the replicas of this plan.
             copies = experts if experts is None else replace(experts, replicas=dp)
-            plan = _plan(problem, layout.model_copy(update={"dp": dp}), copies)
+            with self.deadline.checking():  # each plan priced and checked is work (search_base.Deadline)
+                plan = _plan(problem, layout.model_copy(update={"dp": dp}), copies)
             if plan is not None:
                 self.count += 1
                 yield plan

@@ -8,13 +8,15 @@ No solver here: the integer-batch search (``batch_search.py``) runs without OR-T
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from shardplan.models.errors import SolverLimitError, SpecError
 from shardplan.rules.catalog import SWITCHES, unknown_switches
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
+from shardplan.solver.cost.evaluate import evaluations
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.tables import Tables
 
@@ -28,6 +30,18 @@ STEP_WORK = 0.2
 PREP_GRACE_S = 0.5  # how far past the deadline the cost tables may still finish (Deadline.check)
 NODE_WORK = 1e-4  # work of one branch-and-bound node: about its CPU seconds (6.6-9e-5 s measured per node)
 WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to read the model and say UNKNOWN
+# The work of the pure-Python loops, about their CPU seconds as NODE_WORK is a node's: an exact check of a
+# deployment or a plan (judge every rule) is CHECK_WORK, and each ``evaluate`` call its pricing makes
+# EVALUATE_WORK (a disaggregated check prices a decode pool at many batches: 0.13 s and ~25 evaluations a
+# check on Kimi-K2 14x72xGB200, 3-5 ms an evaluation; benchmarks/fuzz/README.md, 2026-11-27). Counted
+# (``Deadline.checking``) where those loops run: the disaggregated walk, seed, questions and enumeration, the
+# colocated enumeration's plans; so a work limit cuts them at the same place at any load.
+CHECK_WORK = 1e-3
+EVALUATE_WORK = 4e-3
+# The work ``solve`` and ``enumerate`` get without --time-limit or --work-limit (``--work-limit 0``: none, a
+# search to the end): above every case that proves today, so those print the same bytes, and low enough that
+# the searches that did not end (benchmarks/fuzz/README.md, 2026-11-27) end in about a minute.
+DEFAULT_WORK_LIMIT = 15.0
 
 # Where the improvement loop starts: an oracle's candidate on the encoding's tables, or None.
 Seed = Callable[[Oracle], Candidate | None]
@@ -76,6 +90,19 @@ class Deadline:
         """Count ``work`` units done (a CP-SAT solve's deterministic time, branch-and-bound nodes)."""
         self.work_done += work
 
+    @contextmanager
+    def checking(self) -> Iterator[None]:
+        """Count the exact check inside as work: ``CHECK_WORK``, and ``EVALUATE_WORK`` per ``evaluate``."""
+        before = evaluations()
+        try:
+            yield
+        finally:
+            self.spend(CHECK_WORK + EVALUATE_WORK * (evaluations() - before))
+
+    def by_work(self) -> bool:
+        """Whether the work limit, not the clock, is what ended the search (``passed`` and no plan proven)."""
+        return self.work_limit is not None and self.work_done >= self.work_limit
+
     def work_left(self) -> float | None:
         """The work a CP-SAT solve may still do (None: unbounded)."""
         if self.work_limit is None:
@@ -96,11 +123,11 @@ class Deadline:
             return f"{self.work_limit:g} units of work"
         return f"{self.limit_s:g} s"
 
-    def no_plan(self) -> str:
-        """The one line a search cut short before any plan says (names the option, as bad input does)."""
+    def no_plan(self, what: str = "plan") -> str:
+        """The one line a search cut short before any ``what`` says (names the option, as bad input does)."""
         if self.limit_s is None and self.work_limit is not None:
-            return f"no plan found within {self.within()}"
-        return f"time-limit: no plan found within {self.within()}"
+            return f"work-limit: no {what} found within {self.within()} (--work-limit 0 searches to the end)"
+        return f"time-limit: no {what} found within {self.within()}"
 
     def allows(self, cost_s: float) -> bool:
         """Whether at least ``cost_s`` seconds remain (always, without a limit)."""

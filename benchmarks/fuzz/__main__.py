@@ -16,7 +16,8 @@ written on error, and the peak memory of any case.
 
 ``--serving`` draws only the cases of the serving flags (issue 15: ``solve --serving/--rate``, ``evaluate
 --serving disagg --prefill/--decode``, ``enumerate --serving disagg``), spread over those three commands.
-``--no-limit`` draws valid, realistic ``solve`` and ``enumerate`` requests with no ``--time-limit``
+``--no-limit`` draws valid, realistic ``solve`` and ``enumerate`` requests with no ``--time-limit`` (and no
+``--work-limit``: what a user gets with no flags, so the default work limit applies since 2026-11-27)
 (``tests/fuzz/cases.py`` ``no_limit_case``; two solves to one enumeration) and prints the wall times per
 command and mode (median, p90, max) and every case past ``SLOW_S``. ``--record R`` writes every case (argv,
 exit code, seconds, last stderr line) as JSON lines.
@@ -243,7 +244,8 @@ def main() -> None:
     parser.add_argument("--extremes", action="store_true",
                         help="only valid inputs at the edges of their ranges on huge clusters (robust16)")
     parser.add_argument("--no-limit", action="store_true",
-                        help="valid, realistic solve and enumerate requests with no --time-limit: wall times")
+                        help="valid, realistic solve and enumerate requests with no --time-limit (the default "
+                             "work limit applies, as for a user with no flags): wall times")
     parser.add_argument("--record", type=Path, default=None, help="write every case here (JSON lines)")
     args = parser.parse_args()
     print(f"load average at start: {load_average()}", file=sys.stderr, flush=True)

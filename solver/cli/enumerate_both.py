@@ -44,10 +44,13 @@ class BothModes:
     ``partial`` says whether either mode stopped before its last candidate; ``colocated`` and ``disagg``
     are the two enumerations (``disagg`` None when ``limit`` was used up before it started)."""
 
-    def __init__(self, problem: Problem, limit: int | None, time_limit_s: float | None):
+    def __init__(self, problem: Problem, limit: int | None, time_limit_s: float | None,
+                 work_limit: float | None = None):
         self.problem = throughput_problem(problem)
-        self.limit, self.time_limit_s = limit, time_limit_s
-        self.deadline = Deadline(time_limit_s)  # the whole enumeration's, and an explanation's after it
+        self.limit, self.time_limit_s, self.work_limit = limit, time_limit_s, work_limit
+        # The whole enumeration's clock, and an explanation's after it; each mode gets the whole work limit
+        # (as ``solve --serving auto``'s modes do): the colocated rows are then colocated enumerate's.
+        self.deadline = Deadline(time_limit_s, work_limit)
         self.count = 0
         self.frontier = Frontier()  # least first value, most second: per user negated, per GPU
         self.partial = True
@@ -57,7 +60,8 @@ class BothModes:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         started = time.monotonic()
         budget_s = mode_budget_s(self.time_limit_s, 0.0, 2)
-        self.colocated, colocated_deadline = Enumeration(self.problem, time_limit_s=budget_s), Deadline(budget_s)
+        self.colocated = Enumeration(self.problem, time_limit_s=budget_s, work_limit=self.work_limit)
+        colocated_deadline = Deadline(budget_s)  # the colocated share of the clock (its work: ``colocated``'s own)
         for plan in self.colocated:
             for each in chain((plan,), smaller_batches(plan)):  # lazily: each smaller batch is priced in turn
                 if self._full():
@@ -72,10 +76,15 @@ class BothModes:
         if left is not None and left <= 0:
             return  # partial: the deployments were never visited
         self.disagg = DisaggEnumeration(self.problem, left,
-                                        mode_budget_s(self.time_limit_s, time.monotonic() - started, 1))
+                                        mode_budget_s(self.time_limit_s, time.monotonic() - started, 1),
+                                        self.work_limit)
         for row in disagg_rows(self.disagg):
             yield self._numbered({k: v for k, v in row.items() if k != "index"})
         self.partial = self.colocated.partial or self.disagg.partial
+
+    def cut_by_work(self) -> bool:
+        """Whether the work limit ended either mode's enumeration."""
+        return any(run is not None and run.deadline.by_work() for run in (self.colocated, self.disagg))
 
     def _full(self) -> bool:
         return self.limit is not None and self.count >= self.limit
@@ -121,10 +130,10 @@ def smaller_batches(plan: Plan) -> Iterator[Plan]:
 
 
 def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | None, time_limit_s: float | None,
-                   report_path: str | None, outputs: OutputFiles) -> None:
+                   report_path: str | None, outputs: OutputFiles, work_limit: float | None = None) -> None:
     """``enumerate --serving auto`` (module docstring). Nothing feasible in either mode is infeasible
     (exit 1, both modes' rules named); a time limit that passes before any row is the limit's error."""
-    run = BothModes(problem, limit, time_limit_s)
+    run = BothModes(problem, limit, time_limit_s, work_limit)
     rows: list[dict[str, Any]] = []
     modes: list[str] = []  # each row's mode, for the table's frontier line
     for row in run:
@@ -136,8 +145,8 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
         if not (as_json or jsonl):
             click.echo(f"{row['index']:>4}  {row['serving']:<9}  {_row_text(row)}")
     if run.count == 0:
-        if run.partial and time_limit_s is not None:
-            raise SolverLimitError(f"time-limit: no layout or deployment found within {time_limit_s:g} s")
+        if run.partial and (time_limit_s is not None or run.cut_by_work()):
+            raise SolverLimitError(run.deadline.no_plan("layout or deployment"))
         exc = run.infeasible()
         if as_json:
             click.echo(json.dumps(infeasible_dict(run.problem, exc), indent=2))

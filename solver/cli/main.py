@@ -53,7 +53,7 @@ from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted, emit
 from shardplan.solver.placement.plan import place_and_price, write_experts
-from shardplan.solver.search_base import Deadline
+from shardplan.solver.search_base import DEFAULT_WORK_LIMIT, Deadline
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
@@ -344,6 +344,13 @@ def calibrate(
               help="seconds the search may take; the best plan found by then is returned as 'feasible' with its "
                    "bound and gap; --serving auto keeps both modes within it (colocated half, disaggregated the "
                    "rest) (default: none)")
+@click.option("--work-limit", type=float, default=None, metavar="UNITS",
+              help=f"search work allowed: CP-SAT's deterministic time, branch-and-bound nodes and exact checks, "
+                   f"a unit about 1-3 CPU seconds but counted the same on every machine and at any load, so the "
+                   f"same input prints the same bytes; the best plan found by then is returned as 'feasible' "
+                   f"with its bound and gap (none found: exit 2); 0: search to a proof, however long; --serving "
+                   f"auto gives each mode all of it (default: {DEFAULT_WORK_LIMIT:g} without --time-limit, none "
+                   f"with it)")
 @click.option("--dag", "dag_path", default=None, type=click.Path(dir_okay=False),
               help="write the execution DAG (.json, .graphml, .dot, .mmd)")
 @click.option("--detail", type=click.Choice(["logical", "expanded"]), default="logical", show_default=True,
@@ -364,7 +371,8 @@ def calibrate(
               help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits (alone: "
                    "colocated layouts; with --serving disagg|auto, those modes); default: none")
 @click.pass_context
-def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path: str | None, detail: str,
+def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limit: float | None,
+          dag_path: str | None, detail: str,
           experts_out: str | None, emit_engine: str | None, report_path: str | None, runner_up: bool | None,
           serving: str, rate_rps: float | None, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
@@ -380,6 +388,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
       shardplan solve --model qwen3-235b-a22b --cluster 2x8xH200 --serving auto --tpot-ms 50 --json
     """
     check_time_limit(time_limit)
+    work = work_budget(time_limit, work_limit)
+    note = work_note(work, given=work_limit is not None)
     if serving != "colocated" or rate_rps is not None:
         # Lazily on purpose: the disaggregated search loads OR-Tools, networkx and the pool models, none
         # of which a colocated solve's start-up needs.
@@ -391,7 +401,7 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
         with OutputFiles(input_files(kw)) as outputs:
             problem = prepare_serving(problem_args(kw), serving, rate_rps, objective_given, serving_outputs, outputs)
-            solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs)
+            solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs, work, note)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("dag", dag_path)
@@ -406,8 +416,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         problem = build_problem(problem_args(kw))
         check_experts_out(problem, experts_out)
         try:
-            deadline = Deadline(time_limit)
-            with searching("solving", time_limit, quiet=as_json):
+            deadline = Deadline(time_limit, work)
+            with searching("solving", time_limit, quiet=as_json, work_limit=work):
                 plan = run_solve(problem, deadline=deadline)
         except InfeasibleError as exc:
             if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
@@ -421,6 +431,8 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, dag_path:
         show_plan(plan, as_json, emit_engine, report_path,
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s,
                   deadline.work_done)
+        if plan.status == "feasible" and deadline.by_work() and not (as_json or emit_engine):
+            click.echo(note)
 
 
 def input_files(kw: dict[str, Any]) -> list[str | None]:
@@ -432,6 +444,25 @@ def input_files(kw: dict[str, Any]) -> list[str | None]:
 def check_time_limit(time_limit: float | None) -> None:
     if time_limit is not None and not (time_limit > 0 and math.isfinite(time_limit)):
         raise SpecError("time-limit", f"must be a finite number > 0, got {time_limit}")
+
+
+def work_budget(time_limit: float | None, work_limit: float | None) -> float | None:
+    """The search's work limit (``search_base.Deadline``): ``--work-limit``'s (0: none, a search to the end),
+    else ``DEFAULT_WORK_LIMIT`` without --time-limit and none with it (the clock alone bounds it, as before)."""
+    if work_limit is None:
+        return DEFAULT_WORK_LIMIT if time_limit is None else None
+    if not (work_limit >= 0 and math.isfinite(work_limit)):
+        raise SpecError("work-limit", f"must be a finite number >= 0 (0: search to the end), got {work_limit}")
+    return work_limit or None
+
+
+def work_note(work: float | None, given: bool) -> str:
+    """The human view's line when the work limit, not a proof, ended the search (``work`` None: never)."""
+    if work is None:
+        return ""
+    what = f"--work-limit {work:g}" if given else f"the default work limit ({work:g} units)"
+    return (f"note: {what} ended the search before it proved this plan the best; --work-limit N allows more, "
+            "--work-limit 0 searches to a proof")
 
 
 def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: str | None,
@@ -481,6 +512,11 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
               help="stop after this many layouts; the output is marked partial (default: none)")
 @click.option("--time-limit", type=float, default=None,
               help="seconds for the whole enumeration; the output is marked partial (default: none)")
+@click.option("--work-limit", type=float, default=None, metavar="UNITS",
+              help=f"search work for the whole enumeration (as solve counts it: a unit is about 1-3 CPU seconds, "
+                   f"counted the same at any load, so the same rows every time); the output is marked partial; "
+                   f"0: every layout, however long (default: {DEFAULT_WORK_LIMIT:g} without --time-limit, none "
+                   f"with it)")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False),
               help="write a self-contained HTML report: latency-throughput scatter and Pareto frontier")
 @click.option("--serving", type=click.Choice(["colocated", "disagg", "auto"]), default="colocated", show_default=True,
@@ -489,7 +525,7 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
                    "frontier, each row with its serving mode")
 @click.pass_context
 def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
-                  report_path: str | None, serving: str, **kw: Any) -> None:
+                  work_limit: float | None, report_path: str | None, serving: str, **kw: Any) -> None:
     """Every feasible layout with its best boundaries and batch, and the latency-throughput
     Pareto frontier. Stage boundaries are not enumerated (there are ~10^14 ways to cut 61 layers
     into 8 stages): each layout shows its best ones.
@@ -500,6 +536,7 @@ def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | N
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
+    work = work_budget(time_limit, work_limit)
     if serving != "colocated":
         # Lazily on purpose: as in solve, the disaggregated search's modules load only for it.
         from shardplan.solver.cli.enumerate_both import enumerate_both
@@ -511,23 +548,24 @@ def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | N
             objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
             check_serving_inputs(problem, None, objective_given, serving)
             run_modes = enumerate_disagg if serving == "disagg" else enumerate_both
-            run_modes(problem, as_json, jsonl, limit, time_limit, report_path, outputs)
+            run_modes(problem, as_json, jsonl, limit, time_limit, report_path, outputs, work)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("report", report_path)
-        enumerate_and_show(as_json, jsonl, limit, time_limit, report_path, outputs, kw)
+        enumerate_and_show(as_json, jsonl, limit, time_limit, report_path, outputs, kw, work)
 
 
 def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit: float | None,
-                       report_path: str | None, outputs: OutputFiles, kw: dict[str, Any]) -> None:
+                       report_path: str | None, outputs: OutputFiles, kw: dict[str, Any],
+                       work_limit: float | None = None) -> None:
     """The body of ``enumerate``: rows are printed as they are found (``solver/cli/stream.py``); the report
     goes to a temporary file, renamed before the summary prints. Ctrl-C ends the output as a partial one
     before the one-line interruption."""
     problem = build_problem(problem_args(kw))
     printer = Printer("jsonl" if jsonl else "json" if as_json else "table")
     kept = Kept(with_points=report_path is not None)
-    deadline = Deadline(time_limit)  # the enumeration's, and what is left of it for an explanation
-    run = Enumeration(problem, limit=limit, time_limit_s=time_limit)
+    run = Enumeration(problem, limit=limit, time_limit_s=time_limit, work_limit=work_limit)
+    deadline = run.deadline  # the enumeration's, and what is left of it for an explanation
     try:
         with cli_views().progress("enumerating layouts", enabled=not (as_json or jsonl)) as tick:
             run.progress = tick
@@ -537,8 +575,8 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
         printer.finish(kept, partial=True)
         raise
     if kept.count == 0:
-        if run.partial and time_limit is not None:
-            raise SolverLimitError(f"time-limit: no layout found within {time_limit:g} s")
+        if run.partial and deadline.passed():
+            raise SolverLimitError(deadline.no_plan("layout"))
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result;
         # --json prints solve's infeasible object too, and the one line still goes to stderr.
         # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed.

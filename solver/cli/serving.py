@@ -72,12 +72,12 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
                                                           "pins apply to one colocated layout")
 
 
-def _colocated(problem: Problem, rate_rps: float | None, time_limit_s: float | None) -> dict[str, Any]:
+def _colocated(problem: Problem, rate_rps: float | None, deadline: Deadline) -> dict[str, Any]:
     try:
         if rate_rps is None:
-            plan = colocated_throughput(problem, time_limit_s)
+            plan = colocated_throughput(problem, deadline=deadline)
         else:
-            found = colocated_rate(problem, rate_rps, Deadline(time_limit_s))
+            found = colocated_rate(problem, rate_rps, deadline)
             if found is None:
                 raise InfeasibleError([("SLA-001", f"no colocated replicas sustain {rate_rps:g} requests/s "
                                                    "within the limits on this cluster")])
@@ -87,15 +87,14 @@ def _colocated(problem: Problem, rate_rps: float | None, time_limit_s: float | N
     return {"serving": "colocated", **solved_dict(plan, report.binding_constraints(plan)), "_plan": plan}
 
 
-def _disagg(problem: Problem, rate_rps: float | None, time_limit_s: float | None) -> dict[str, Any]:
+def _disagg(problem: Problem, rate_rps: float | None, deadline: Deadline) -> dict[str, Any]:
     started = time.perf_counter()
-    deadline = Deadline(time_limit_s)
     outcome = solve_disagg(throughput_problem(problem), rate_rps, deadline)
     plan = outcome.result.plan
     if plan is None and not outcome.result.proven:
         # The search stopped before it had proposed every deployment: the rules that refused the ones it
-        # did are no proof that none exists, so say what colocated says when its time limit cuts it short.
-        raise SolverLimitError(deadline.no_plan() if time_limit_s is not None else
+        # did are no proof that none exists, so say what colocated says when its limit cuts it short.
+        raise SolverLimitError(deadline.no_plan() if deadline.passed() else
                                f"no disaggregated deployment found in {outcome.result.proposals} proposals")
     if plan is None:
         why = why_no_deployment(outcome, rate_rps)
@@ -121,6 +120,7 @@ class ServingResult:
     modes: dict[str, dict[str, Any]]
     plans: dict[str, Plan | DisaggPlan | None]
     chosen: str | None
+    cut_by_work: tuple[str, ...] = ()  # the modes whose plan the work limit left unproven
 
     @property
     def chosen_plan(self) -> Plan | DisaggPlan | None:
@@ -152,20 +152,24 @@ def mode_budget_s(time_limit_s: float | None, spent_s: float, modes_left: int) -
     return left_s / modes_left if left_s > 0 else MIN_MODE_S
 
 
-def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None) -> ServingResult:
+def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
+                 work_limit: float | None = None) -> ServingResult:
     """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better. In auto, a mode
     the time limit stopped before any plan gets the status ``time-limit`` and the other is still
     planned and may be chosen; when no mode has a plan and one was cut short, the limit is the error
-    (nothing is proven infeasible)."""
+    (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds each mode's search
+    whole: auto's colocated answer is then the colocated mode's, whatever the other mode needs."""
     modes: dict[str, dict[str, Any]] = {}
     planners = {"colocated": _colocated, "disagg": _disagg}
     selected = [mode for mode in planners if serving in (mode, "auto")]
     started = time.monotonic()
+    deadlines: dict[str, Deadline] = {}
     for index, mode in enumerate(selected):
         budget_s = time_limit_s if len(selected) == 1 else mode_budget_s(time_limit_s, time.monotonic() - started,
                                                                            len(selected) - index)
+        deadlines[mode] = Deadline(budget_s, work_limit)
         try:
-            modes[mode] = planners[mode](problem, rate_rps, budget_s)
+            modes[mode] = planners[mode](problem, rate_rps, deadlines[mode])
         except SolverLimitError as exc:
             if serving != "auto":
                 raise
@@ -183,7 +187,8 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
         data = {**base, "serving": "auto", "chosen": chosen, "modes": modes}
     else:
         data = modes[serving]
-    return ServingResult(problem, serving, rate_rps, data, modes, plans, chosen)
+    cut = tuple(mode for mode, data in modes.items() if data["status"] == "feasible" and deadlines[mode].by_work())
+    return ServingResult(problem, serving, rate_rps, data, modes, plans, chosen, cut)
 
 
 @dataclass(frozen=True)
@@ -243,9 +248,9 @@ def prepare_serving(args: ProblemArgs, serving: str, rate_rps: float | None, obj
 
 
 def run_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                out: ServingOutputs, outputs: OutputFiles) -> ServingResult:
+                out: ServingOutputs, outputs: OutputFiles, work_limit: float | None = None) -> ServingResult:
     """Plan, and write the chosen plan's files (renamed into place; nothing when no mode has a plan)."""
-    result = plan_serving(problem, serving, rate_rps, time_limit_s)
+    result = plan_serving(problem, serving, rate_rps, time_limit_s, work_limit)
     out.write(result, outputs)
     if result.chosen is not None:
         outputs.commit()
@@ -253,11 +258,12 @@ def run_serving(problem: Problem, serving: str, rate_rps: float | None, time_lim
 
 
 def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                  as_json: bool, out: ServingOutputs, outputs: OutputFiles) -> None:
+                  as_json: bool, out: ServingOutputs, outputs: OutputFiles, work_limit: float | None = None,
+                  work_note: str = "") -> None:
     """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
     InfeasibleError (after the JSON) when no mode has a plan."""
-    with searching("solving", time_limit_s, quiet=as_json):
-        result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs)
+    with searching("solving", time_limit_s, quiet=as_json, work_limit=work_limit):
+        result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs, work_limit)
     launch = result.data.get("launch")
     if as_json:
         click.echo(json.dumps(result.data, indent=2, sort_keys=False))
@@ -265,6 +271,8 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
         click.echo(launch["script"], nl=False)
     else:
         print_modes(result.modes, result.chosen, serving)
+        if result.cut_by_work:  # the work limit, not a proof, ended a mode's search with a plan
+            click.echo(f"{', '.join(result.cut_by_work)}: {work_note}")
         for path in (out.dag_path, out.report_path, out.experts_out):
             if path and result.chosen is not None:
                 click.echo(f"wrote {path}")
@@ -346,13 +354,13 @@ def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[i
 
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
                      time_limit_s: float | None, report_path: str | None = None,
-                     outputs: OutputFiles | None = None) -> None:
+                     outputs: OutputFiles | None = None, work_limit: float | None = None) -> None:
     """``enumerate --serving disagg``: a deployment per pair of worker candidates as found (``--jsonl``
     one per line, then ``{"type": "frontier", "count", "pareto", "partial"}``; ``--json`` one object
     ``{"count", "pareto", "plans", "partial"}``; a table otherwise), and the frontier of tokens/s per GPU
     against tokens/s per user. Nothing feasible is infeasible (exit 1). ``report_path``: the frontier's
     HTML page, written through ``outputs`` (every row is kept for it) and renamed before the summary."""
-    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
+    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s, work_limit)
     rows: list[dict[str, Any]] = []
     for row in disagg_rows(run):
         if jsonl:
@@ -362,8 +370,8 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
         if not (as_json or jsonl):
             click.echo(f"{row['index']:>4}  " + _summary("disagg", row) + "  " + report.pools_brief(row))
     if run.count == 0:
-        if run.partial and time_limit_s is not None:  # stopped before any deployment: nothing is proven
-            raise SolverLimitError(f"time-limit: no deployment found within {time_limit_s:g} s")
+        if run.partial and (run.cut_short or run.deadline.passed()):  # stopped before any deployment: nothing proven
+            raise SolverLimitError(run.deadline.no_plan("deployment"))
         exc = no_deployment(run)
         if as_json:  # solve's infeasible object, as colocated enumerate prints it; the line goes to stderr
             click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))

@@ -9,13 +9,18 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 
-def searching(what: str, time_limit_s: float | None, quiet: bool) -> AbstractContextManager[Any]:
+def searching(what: str, time_limit_s: float | None, quiet: bool,
+              work_limit: float | None = None) -> AbstractContextManager[Any]:
     """The context a search runs in: the spinner (``views.working``) when stderr is a terminal and the
     output is for a person, else nothing. ``what`` names the work, e.g. "solving"."""
     if quiet or sys.stderr is None or not sys.stderr.isatty():
         return nullcontext()
-    bound = ("Ctrl-C stops; --time-limit S returns the best plan found by then" if time_limit_s is None
-             else f"at most {time_limit_s:.1f} s")
+    if time_limit_s is not None:
+        bound = f"at most {time_limit_s:.1f} s"
+    elif work_limit is not None:
+        bound = f"at most {work_limit:g} units of work; Ctrl-C stops"
+    else:
+        bound = "Ctrl-C stops; --time-limit S returns the best plan found by then"
     # Lazily on purpose: rich costs about 0.06 s of CPU to import, and only a terminal needs it here.
     from shardplan.solver.cli.views import working
 

@@ -333,9 +333,22 @@ class LoadedLayers:
         return [layer for layer in layers if layer in self.factors]
 
 
+class _Evaluations:
+    """How many times ``evaluate`` ran in this process: the same for the same input on any machine and at
+    any load, so the pure-Python searches count their pricing as work by it (``search_base.Deadline``)."""
+
+    count = 0
+
+
+def evaluations() -> int:
+    """``evaluate`` calls so far in this process (a search reads the difference over its own work)."""
+    return _Evaluations.count
+
+
 def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput and per-GPU memory of ``layout`` for ``problem``
     (priced with ``profile`` if given, else the problem's or the GPU's default profile)."""
+    _Evaluations.count += 1
     model, cluster, wl = problem.model, problem.cluster, problem.workload
     profile = resolve_profile(problem, profile)
     memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence

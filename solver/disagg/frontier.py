@@ -5,7 +5,8 @@ every rule), streamed as found, and the Pareto frontier of tokens/s per GPU agai
 Decode candidates here include each layout's power-of-two batches below its largest (a smaller batch is
 a faster round: more tokens/s per user, fewer per GPU). A pair's search is small (x and y up to the
 cluster over the workers' GPUs), so this is a plain enumeration, bounded like the colocated one
-(``limit``, ``time_limit_s``; ``partial`` after the iteration says whether it stopped early).
+(``limit``, ``time_limit_s``, ``work_limit``: its exact checks, ``Deadline.checking``; ``partial`` after
+the iteration says whether it stopped early).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
 
 
 class DisaggEnumeration:
-    def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None):
+    def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None,
+                 work_limit: float | None = None):
         profile = engine_profile(problem)
-        self.limit, self.deadline = limit, Deadline(time_limit_s)
+        self.limit, self.deadline = limit, Deadline(time_limit_s, work_limit)
         check = self.deadline.check  # pricing every layout ran 20 s past --time-limit 0.5 on 1,296 GPUs
         try:
             self.pools = Pools(problem, profile, prefill_workers(problem, profile, check),
@@ -68,7 +70,7 @@ class DisaggEnumeration:
                     self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
                     self.count += 1
                     yield plan
-        self.partial = self.cut_short
+        self.partial = self.cut_short or self.deadline.passed()  # the last pair's search may have been cut
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
         """The pair's first deployment in per-GPU order that keeps every rule (None also when the time
@@ -76,7 +78,8 @@ class DisaggEnumeration:
         for c in sorted(pair_choices(self.pools, i, k), key=self.pools.per_gpu_key):
             if self.deadline.passed():
                 return None
-            plan = self.pools.feasible_plan(c)
+            with self.deadline.checking():  # an exact check is work (search_base.Deadline)
+                plan = self.pools.feasible_plan(c)
             if plan is not None:
                 return plan
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
@@ -111,7 +112,10 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
             return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
         c = m.read(solver)
         refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
-        plan = None if refused else pools.feasible_plan(c, target)
+        plan = None
+        if not refused:
+            with deadline.checking():  # an exact check is work (search_base.Deadline), a floor's verdict is not
+                plan = pools.feasible_plan(c, target)
         if plan is not None:
             return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
         m.forbid(c)
@@ -136,8 +140,11 @@ def _screened(deadline: Deadline, screen: cp_model.CpModel, question: cp_model.C
     solver, status = solve_within(deadline, screen, deadline.remaining())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return solver, status
-    bounded = new_solver(deadline.remaining(), work_limit_s=QUESTION_WORK_S)
+    left = deadline.work_left()
+    work = QUESTION_WORK_S if left is None else min(QUESTION_WORK_S, left)
+    bounded = new_solver(deadline.remaining(), work_limit_s=work)
     best = bounded.solve(question)
+    deadline.spend(bounded.deterministic_time)
     return (bounded, best) if best in (cp_model.OPTIMAL, cp_model.FEASIBLE) else (solver, status)
 
 
@@ -222,7 +229,10 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     for c in sorted(pools.keeping_up(i, k, SEED_CHOICES), key=pools.per_gpu_key)[:SEED_CHECKS]:
         if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
             return None
-        plan = None if floor.refuses(c, pools.rate(c)) else pools.feasible_plan(c)
+        plan = None
+        if not floor.refuses(c, pools.rate(c)):
+            with deadline.checking() if deadline is not None else nullcontext():  # work, as in _first_accepted
+                plan = pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))
     return None

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
-from shardplan.models.errors import InfeasibleError
+from shardplan.models.errors import InfeasibleError, SolverLimitError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
@@ -46,9 +46,9 @@ def requests_per_s(plan: Plan) -> float:
     return plan.prediction.metrics.output_tokens_per_s / plan.problem.workload.osl
 
 
-def colocated_throughput(problem: Problem, time_limit_s: float | None) -> Plan:
-    """``solve`` at the throughput objective (raises InfeasibleError)."""
-    return solve(throughput_problem(problem), time_limit_s)
+def colocated_throughput(problem: Problem, time_limit_s: float | None = None, deadline: Deadline | None = None) -> Plan:
+    """``solve`` at the throughput objective (raises InfeasibleError); ``deadline`` replaces ``time_limit_s``'s."""
+    return solve(throughput_problem(problem), time_limit_s, deadline)
 
 
 def one_replica_of(problem: Problem, shape: Shape, stages: int) -> Problem:
@@ -96,13 +96,24 @@ def fewest_gpus_bounds(problem: Problem, rate_rps: float, deadline: Deadline | N
 def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> ColocatedRate | None:
     """The fewest GPUs of colocated replicas that sustain ``rate_rps`` (module docstring). Pairs are
     searched in the order of their bound on the GPUs, and the search stops at the first pair whose
-    bound exceeds the best found: none after it can need fewer."""
+    bound exceeds the best found: none after it can need fewer. When the deadline passes with a plan found,
+    that plan is returned as ``feasible`` (not proven the fewest GPUs); before any, SolverLimitError."""
     best: tuple[tuple[int, float], ColocatedRate] | None = None
+    cut = False
     for bound_gpus, shape, stages in fewest_gpus_bounds(problem, rate_rps, deadline):
         if best is not None and bound_gpus > best[0][0]:
             break
+        if best is not None and deadline.passed():
+            cut = True
+            break
         pinned = one_replica_of(problem, shape, stages)
-        found = optimise(pinned, deadline, only_pins=True)
+        try:
+            found = optimise(pinned, deadline, only_pins=True)
+        except SolverLimitError:
+            if best is None:
+                raise
+            cut = True
+            break
         if isinstance(found, NoPlan):
             continue
         one = decode(pinned, found.layout, "optimal" if found.proven else "feasible")
@@ -117,7 +128,7 @@ def colocated_rate(problem: Problem, rate_rps: float, deadline: Deadline) -> Col
         return None
     chosen = best[1]
     layout = chosen.plan.layout.model_copy(update={"dp": replicas_for(rate_rps, chosen.replica_rps)})
-    plan = decode(throughput_problem(problem), layout, chosen.plan.status)
+    plan = decode(throughput_problem(problem), layout, "feasible" if cut else chosen.plan.status)
     return ColocatedRate(plan, chosen.replica_rps)
 
 

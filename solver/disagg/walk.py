@@ -31,6 +31,7 @@ from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.optimise import Deadline
+from shardplan.solver.search_base import NODE_WORK
 
 # Deployments the walk may list in all (each costs a Fraction, a heap entry and, judged, a floor of
 # about half a millisecond); past it, CP-SAT searches what is left. 2x8xH200 lists under 3,000.
@@ -95,9 +96,11 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
             out.expanded.append((i, k))
             continue
         c = Choice(*entry[1:])
+        deadline.spend(NODE_WORK)  # each judged deployment is work, an exact check more (search_base.Deadline)
         if not judge.refuses(c, pools.rate(c)):
             out.checks += 1
-            plan = pools.feasible_plan(c)
+            with deadline.checking():
+                plan = pools.feasible_plan(c)
             if plan is not None:
                 out.accepted, out.complete = (c, plan), True
                 return out

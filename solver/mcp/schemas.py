@@ -67,10 +67,15 @@ class ProblemInput(BaseModel):
         default=0, description="expert slots per GPU beyond ceil(experts / ep), for copies of hot experts")
 
 
+WORK_NOTE = ("units of search work (CP-SAT's deterministic time, branch-and-bound nodes, exact checks; about "
+             "CPU seconds, but the same at any load), within the time limit too; default: none")
+
+
 class PlanInput(ProblemInput):
     time_limit: float | None = Field(
         default=None, description="solver seconds (default and cap: the server's); the best plan found is "
                                   "returned with status 'feasible'")
+    work_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, description=WORK_NOTE)
     dag_path: str | None = Field(
         default=None, description=f"write the execution DAG (.json, .graphml, .dot, .mmd), {PATH_NOTE}")
     detail: Literal["logical", "expanded"] = "logical"
@@ -92,6 +97,7 @@ class PlanInput(ProblemInput):
 class EnumerateInput(ProblemInput):
     limit: int = Field(description="stop after this many layouts (1 to the server's cap)")
     time_limit: float = Field(description="seconds for the whole enumeration (at most the server's cap)")
+    work_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, description=WORK_NOTE)
     serving: Literal["colocated", "disagg", "auto"] = Field(
         default="colocated", description="colocated layouts, or disaggregated deployments (the frontier of "
                                          "tokens/s per GPU against tokens/s per user), or auto: both on that "

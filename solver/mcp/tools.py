@@ -155,6 +155,7 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
     if args.serving != "colocated" or args.rate is not None:
         return _plan_serving(args, inputs, ServingOutputs(dag_path, args.detail, args.emit, None, experts_out),
                              time_limit_s)
+    work = args.work_limit or None  # 0, as on the command line: none
     inputs = replace(inputs, engine=engine_with_emit(None, args.emit))  # as solve: --emit X prices with X
     with OutputFiles(input_files(inputs)) as outputs:
         outputs.add("dag", dag_path)
@@ -164,7 +165,7 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
         problem = build_problem(inputs)
         check_experts_out(problem, experts_out)
         try:
-            solved = solve(problem, time_limit_s=time_limit_s)
+            solved = solve(problem, deadline=Deadline(time_limit_s, work))
         except InfeasibleError as exc:
             return infeasible_dict(problem, exc)
         if dag_path:
@@ -188,7 +189,7 @@ def _plan_serving(args: PlanInput, inputs: ProblemArgs, out: ServingOutputs, tim
             writer_for(args.dag_path)
         objective_given = "objective" in args.model_fields_set
         problem = prepare_serving(inputs, args.serving, args.rate, objective_given, out, outputs)
-        result = run_serving(problem, args.serving, args.rate, time_limit_s, out, outputs)
+        result = run_serving(problem, args.serving, args.rate, time_limit_s, out, outputs, args.work_limit or None)
     data = result.data
     if args.include_dag and result.chosen_plan is not None:
         data["dag"] = to_json_data(serving_dag(result.chosen_plan, args.detail))
@@ -202,38 +203,40 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     if not 1 <= args.limit <= MAX_ENUMERATE_LIMIT:
         raise SpecError("limit", f"must be an integer in 1..{MAX_ENUMERATE_LIMIT} (the server's cap), got {args.limit}")
     problem = build_problem(problem_args(args, session.root))
+    work = args.work_limit or None  # 0, as on the command line: none
     if args.serving == "disagg":
-        return _enumerate_disagg(problem, args.limit, time_limit_s)
+        return _enumerate_disagg(problem, args.limit, time_limit_s, work)
     if args.serving == "auto":
-        return _enumerate_both(problem, args.limit, time_limit_s, "objective" in args.model_fields_set)
-    deadline = Deadline(time_limit_s)
-    run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s)
+        return _enumerate_both(problem, args.limit, time_limit_s, "objective" in args.model_fields_set, work)
+    run = Enumeration(problem, limit=args.limit, time_limit_s=time_limit_s, work_limit=work)
     plans = list(run)
     if not plans:
-        if run.partial:  # as the CLI: the time limit, not the rules, left it empty
-            raise SolverLimitError(f"time-limit: no layout found within {time_limit_s:g} s")
-        return infeasible_dict(problem, InfeasibleError(explain(problem, deadline=deadline)))
+        if run.partial:  # as the CLI: the limit, not the rules, left it empty
+            raise SolverLimitError(run.deadline.no_plan("layout"))
+        return infeasible_dict(problem, InfeasibleError(explain(problem, deadline=run.deadline)))
     return enumeration_dict([enumerated_row(i, p) for i, p in enumerate(plans)], pareto_front(plans), run.partial)
 
 
-def _enumerate_disagg(problem: Problem, limit: int, time_limit_s: float) -> dict[str, Any]:
-    """``shardplan enumerate --serving disagg --limit N --time-limit S --json``."""
+def _enumerate_disagg(problem: Problem, limit: int, time_limit_s: float, work: float | None) -> dict[str, Any]:
+    """``shardplan enumerate --serving disagg --limit N --time-limit S [--work-limit W] --json``."""
     check_serving_inputs(problem, None, False, "disagg")
-    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s)
+    run = DisaggEnumeration(throughput_problem(problem), limit, time_limit_s, work)
     rows = list(disagg_rows(run))
     if not rows:
         return infeasible_dict(throughput_problem(problem), no_deployment(run))
     return disagg_enumeration_dict(rows, run)
 
 
-def _enumerate_both(problem: Problem, limit: int, time_limit_s: float, objective_given: bool) -> dict[str, Any]:
-    """``shardplan enumerate --serving auto --limit N --time-limit S --json``."""
+def _enumerate_both(problem: Problem, limit: int, time_limit_s: float, objective_given: bool,
+                    work: float | None) -> dict[str, Any]:
+    """``shardplan enumerate --serving auto --limit N --time-limit S [--work-limit W] --json``."""
     check_serving_inputs(problem, None, objective_given, "auto")
-    run = BothModes(problem, limit, time_limit_s)
+    run = BothModes(problem, limit, time_limit_s, work)
     rows = list(run)
     if not rows:
-        if run.partial:  # as the CLI: the time limit, not the rules, left it empty
-            raise SolverLimitError(f"time-limit: no layout or deployment found within {time_limit_s:g} s")
+        if run.partial:  # as the CLI: the limit, not the rules, left it empty
+            raise SolverLimitError(run.deadline.no_plan("layout or deployment") if not run.cut_by_work() else
+                                   Deadline(None, work).no_plan("layout or deployment"))
         return infeasible_dict(run.problem, run.infeasible())
     return both_modes_dict(rows, run)
 

@@ -140,7 +140,7 @@ SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "
 
 
 def _cut_short_after(seconds: float):
-    def planner(problem: Any, rate_rps: Any, time_limit_s: Any) -> dict[str, Any]:
+    def planner(problem: Any, rate_rps: Any, deadline: Any) -> dict[str, Any]:
         raise SolverLimitError(f"time-limit: no plan found within {seconds:g} s")
     return planner
 
@@ -175,8 +175,8 @@ def test_auto_keeps_to_one_time_limit_for_both_modes(capsys, monkeypatch) -> Non
     given: dict[str, Any] = {}
 
     def planner(mode: str, spends_s: float):
-        def plan(problem: Any, rate_rps: Any, time_limit_s: Any) -> dict[str, Any]:
-            given[mode] = time_limit_s
+        def plan(problem: Any, rate_rps: Any, deadline: Any) -> dict[str, Any]:
+            time_limit_s = given[mode] = deadline.limit_s
             clock[0] += spends_s
             raise SolverLimitError(f"time-limit: no plan found within {time_limit_s:g} s")
         return plan

@@ -106,7 +106,7 @@ def test_expired_deadline_returns_the_incumbent_with_a_valid_gap(scenario):
 
 def test_cli_short_limit_reports_feasible_with_gap(capsys, monkeypatch):
     """Through the command line: the expired search prints ``feasible`` with ``bound`` and ``gap``."""
-    monkeypatch.setattr(main_module, "Deadline", lambda s: Expired())  # the command's, which solve() searches with
+    monkeypatch.setattr(main_module, "Deadline", lambda *_: Expired())  # the command's, which solve() searches with
     main(["solve", "--model", "llama-3.1-70b", "--cluster", "8xH100", "--objective", "throughput",
           "--time-limit", "1", "--json"])  # returns: only a failure exits
     data = json.loads(capsys.readouterr().out)

@@ -13,11 +13,21 @@ import pytest
 from click.testing import CliRunner
 from ortools.sat.python import cp_model
 
+from shardplan.rules.layout import Layout
+from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.optimise import solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.report import runner_up
-from shardplan.solver.search_base import NODE_WORK, STEP_LIMIT_S, STEP_WORK, WORK_FLOOR, Deadline
+from shardplan.solver.search_base import (
+    CHECK_WORK,
+    EVALUATE_WORK,
+    NODE_WORK,
+    STEP_LIMIT_S,
+    STEP_WORK,
+    WORK_FLOOR,
+    Deadline,
+)
 from tests.factory import problem
 
 cli_main = importlib.import_module("shardplan.solver.cli.main")  # the package's ``main`` is the entry point
@@ -38,6 +48,19 @@ def test_work_is_counted_and_ends_the_search() -> None:
     deadline.spend(STEP_WORK / 2)
     assert deadline.passed() and deadline.work_left() == WORK_FLOOR
     assert "units of work" in deadline.no_plan()
+
+
+def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
+    p = problem("llama-3.1-8b", "2xH100")
+    deadline = Deadline(None, work_limit=CHECK_WORK + EVALUATE_WORK + CHECK_WORK / 2)
+    with deadline.checking():
+        evaluate(p, Layout(tp=2, stages=((0, p.model.num_layers),)))
+    assert deadline.work_done == pytest.approx(CHECK_WORK + EVALUATE_WORK) and not deadline.passed()
+    with deadline.checking():
+        pass  # a check that priced nothing (its pricing cached) is still one check
+    assert deadline.passed() and deadline.by_work()
+    assert deadline.no_plan() == ("work-limit: no plan found within 0.0055 units of work (--work-limit 0 "
+                                  "searches to the end)")
 
 
 def test_without_a_limit_steps_are_bounded_by_work_and_work_ends_nothing() -> None:
