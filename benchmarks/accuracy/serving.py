@@ -569,8 +569,10 @@ def _tables_for(engine: str, gpu: str, tables: dict[str, list[Point]] | None) ->
 def refit(
     groups: dict[tuple[str, str], list[EngineRun]], tables: dict[str, list[Point]] | None = None
 ) -> list[Profile]:
-    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs; with ``tables``,
-    TensorRT-LLM's profiles are fitted on its runs and its table rows of the GPU together (the joint fit)."""
+    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs: first each GPU's weight
+    stream on its dense rows (``weight_streams``), then each engine's own field on all its runs with that stream;
+    with ``tables``, TensorRT-LLM's profiles are fitted on its runs and its table rows of the GPU together (the
+    joint fit), and the GPU's dense table rows enter its stream."""
     written = []
     terms = _op_terms()
     streams = weight_streams(groups, tables, terms)

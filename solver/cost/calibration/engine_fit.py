@@ -155,8 +155,8 @@ class StreamFit:
         """What an engine profile's source says of the stream it inherits."""
         tables = f" and {self.table_rows} dense max-throughput table rows" if self.table_rows else ""
         return (f"hbm_efficiency (the GPU's weight stream) fitted once per GPU on {self.runs} dense runs of "
-                f"{', '.join(ENGINE_NAMES[e] for e in self.engines)}{tables} (each engine's layer_overhead_us "
-                f"fitted with it there, refit below on all its runs), shared by every engine profile of the GPU; "
+                f"{', '.join(ENGINE_NAMES[e] for e in self.engines)}{tables} (each engine with a layer_overhead_us of "
+                f"its own beside it there, then discarded), shared by every engine profile of the GPU; "
                 f"median |TPOT error| on those runs {self.median_abs_error:.1%}")
 
 
