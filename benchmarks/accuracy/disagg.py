@@ -70,7 +70,7 @@ from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload, resolve_profile
-from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, ENGINE_LIMITS, STREAM_FIELDS
+from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, ENGINE_LIMITS
 from shardplan.solver.cost.calibration.fit import write_profile
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
 from shardplan.solver.cost.disagg import engine_profile, evaluate_disagg, role_problem
@@ -412,7 +412,7 @@ OP_TERMS = ("kv_stream_efficiency", "mla_stream_efficiency", "attention_fixed_us
 def same_die_profile(engine_profile: Profile, hardware: Profile) -> Profile:
     """``hardware`` (a GPU's default profile) with ``engine_profile``'s engine fields, TTFT fields, scheduler
     limits and operator terms: an engine profile for a GPU with the same die as ``engine_profile``'s."""
-    own = (*STREAM_FIELDS, *ENGINE_FIELDS, *TTFT_FIELDS, *ENGINE_LIMITS[engine_profile.engine], *OP_TERMS)
+    own = (*ENGINE_FIELDS, *TTFT_FIELDS, *ENGINE_LIMITS[engine_profile.engine], *OP_TERMS)
     gpu_name = hardware.name
     return Profile.model_validate({**hardware.model_dump(), **{
         **{field: getattr(engine_profile, field) for field in own},

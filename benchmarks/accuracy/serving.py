@@ -58,14 +58,10 @@ from shardplan.rules.problem import Objective, Problem, Workload
 from shardplan.solver.cost.calibration.engine_fit import (
     ENGINE_BOUNDS,
     ENGINE_FIELDS,
-    STREAM_FIELDS,
     EngineRun,
-    StreamFit,
     at_bound,
     decode_floor_ms,
-    dense,
     fit_engine,
-    fit_weight_stream,
     table_errors,
     tpot_errors,
 )
@@ -569,51 +565,25 @@ def _tables_for(engine: str, gpu: str, tables: dict[str, list[Point]] | None) ->
 def refit(
     groups: dict[tuple[str, str], list[EngineRun]], tables: dict[str, list[Point]] | None = None
 ) -> list[Profile]:
-    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs: first each GPU's weight
-    stream on its dense rows (``weight_streams``), then each engine's own field on all its runs with that stream;
-    with ``tables``, TensorRT-LLM's profiles are fitted on its runs and its table rows of the GPU together (the
-    joint fit), and the GPU's dense table rows enter its stream."""
+    """Fit and write one engine profile per (engine, GPU) with at least MIN_RUNS runs; with ``tables``,
+    TensorRT-LLM's profiles are fitted on its runs and its table rows of the GPU together (the joint fit)."""
     written = []
     terms = _op_terms()
-    streams = weight_streams(groups, tables, terms)
-    for gpu, stream in streams.items():
-        print(f"  {gpu}: hbm_efficiency {stream.hbm_efficiency:g} on {stream.runs} dense runs "
-              f"({', '.join(stream.engines)}) and {stream.table_rows} dense table rows, median |TPOT error| "
-              f"{stream.median_abs_error:.1%}")
     for (engine, gpu), runs in groups.items():
         if len(runs) < MIN_RUNS:
             print(f"  {engine} on {gpu}: {len(runs)} runs, fewer than {MIN_RUNS}: no engine profile")
             continue
         base, note = base_profile(gpu, terms)
-        base = base.model_copy(update={"hbm_efficiency": streams[gpu].hbm_efficiency})
         rows = _tables_for(engine, gpu, tables)
-        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv",
-                            f"{streams[gpu].note()}; {note}", rows)
+        fitted = fit_engine(base, cast(Engine, engine), runs, f"{SOURCE} in serving_points.csv", note, rows)
         write_profile(fitted.profile)
         written.append(fitted.profile)
         joint = (f", {fitted.table_rows} table rows, median |throughput error| {fitted.table_median_abs_error:.1%}"
                  if rows else "")
-        fields = ", ".join(f"{f} {getattr(fitted.profile, f):g}" for f in (*STREAM_FIELDS, *ENGINE_FIELDS))
+        fields = ", ".join(f"{f} {getattr(fitted.profile, f):g}" for f in ENGINE_FIELDS)
         print(f"  wrote {fitted.profile.name}: {fitted.rows} runs, median |TPOT error| {fitted.median_abs_error:.1%}"
               f"{joint} ({fields})")
     return written
-
-
-def weight_streams(
-    groups: dict[tuple[str, str], list[EngineRun]], tables: dict[str, list[Point]] | None, terms: OpTerms,
-    held_out: str | None = None,
-) -> dict[str, StreamFit]:
-    """Per GPU with an engine profile, its weight stream fitted on its dense rows (``fit_weight_stream``): the
-    dense runs of each engine that gets a profile there, and the dense table rows the joint fit reads; without the
-    model ``held_out``, if given."""
-    out = {}
-    for gpu in sorted({g for (_, g), runs in groups.items() if len(runs) >= MIN_RUNS}):
-        runs = {cast(Engine, e): [r for r in dense(rs) if r.model != held_out]
-                for (e, g), rs in groups.items() if g == gpu and len(rs) >= MIN_RUNS}
-        rows = [p for p in _tables_for(TABLE_ENGINE, gpu, tables)
-                if not p.problem.model.is_moe and p.problem.model.name != held_out]
-        out[gpu] = fit_weight_stream(base_profile(gpu, terms)[0], runs, rows, cast(Engine, TABLE_ENGINE))
-    return out
 
 
 def leave_one_model_out(
@@ -626,20 +596,6 @@ def leave_one_model_out(
     held: dict[str, list[float]] = defaultdict(list)
     held_rows: list[float] = []
     terms = _op_terms()
-    every = weight_streams(groups, tables, terms)
-    streams: dict[str, dict[str, StreamFit]] = {}  # streams[model]: the weight streams fitted without it
-
-    def stream_without(model: str, gpu: str) -> float:
-        # a MoE model is in no dense row: the streams fitted on every dense row already leave it out
-        in_rows = any(r.model == model for runs in groups.values() for r in dense(runs)) or any(
-            p.problem.model.name == model and not p.problem.model.is_moe for rows in (tables or {}).values()
-            for p in rows)
-        if not in_rows:
-            return every[gpu].hbm_efficiency
-        if model not in streams:
-            streams[model] = weight_streams(groups, tables, terms, held_out=model)
-        return streams[model][gpu].hbm_efficiency
-
     for (engine, gpu), runs in groups.items():
         rows = _tables_for(engine, gpu, tables)
         models = sorted({r.model for r in runs} | {p.problem.model.name for p in rows})
@@ -650,8 +606,8 @@ def leave_one_model_out(
             test = [r for r in runs if r.model == model]
             train_rows = [p for p in rows if p.problem.model.name != model]
             test_rows = [p for p in rows if p.problem.model.name == model]
-            base = base_profile(gpu, terms)[0].model_copy(update={"hbm_efficiency": stream_without(model, gpu)})
-            fitted = fit_engine(base, cast(Engine, engine), train, "held-out check", table_points=train_rows)
+            fitted = fit_engine(base_profile(gpu, terms)[0], cast(Engine, engine), train, "held-out check",
+                                table_points=train_rows)
             held[engine] += tpot_errors(test, fitted.profile)
             held_rows += table_errors(test_rows, fitted.profile)
     return held, held_rows
@@ -714,7 +670,7 @@ def print_engine_fields() -> None:
         if not p.engine_default:
             continue
         cells = []
-        for f in (*STREAM_FIELDS, *ENGINE_FIELDS):
+        for f in ENGINE_FIELDS:
             value, (lo, hi) = getattr(p, f), ENGINE_BOUNDS[f]
             cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if at_bound(f, value) else ''}")
         for f in TTFT_FIELDS:
@@ -722,8 +678,7 @@ def print_engine_fields() -> None:
             cells.append(f"{f} {value:g} [{lo:g}, {hi:g}]{'*' if ttft_at_bound(f, value) else ''}")
         runs = "copy" if p.fit_rows is None else str(p.fit_rows)  # same-die copies (disagg.py) fit no rows
         print(f"  {p.name:24s} {runs:>4s} runs  " + "  ".join(cells)
-              + f"  ({len(STREAM_FIELDS)} TPOT field per GPU, on its dense runs; {len(ENGINE_FIELDS)} per profile; "
-              f"{len(TTFT_FIELDS)} TTFT fields per engine, "
+              + f"  ({len(ENGINE_FIELDS)} TPOT fields per profile; {len(TTFT_FIELDS)} TTFT fields per engine, "
               f"{len(fitted_fields(p.prefill_mixes_with_decode))} fitted: "
               f"{', '.join(fitted_fields(p.prefill_mixes_with_decode))})")
 

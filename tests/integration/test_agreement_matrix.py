@@ -60,7 +60,7 @@ def test_pinned_pipeline_at_the_engine_limit_equals_evaluate():
 @pytest.mark.parametrize("index", [1, 2, 3], ids=["pp2-limit63", "pp2-attn_dp4-tpot40", "attn_dp8-tpot20"])
 def test_pinned_uneven_microbatches_equal_evaluate(index):
     # evaluate's best batch is not a multiple of S x attn_dp (63 for pp=2 under a limit of 63; 84 for
-    # pp=2 x attn_dp=4 at 21 per group; 324 for attn_dp=8 under TPOT 20.2 ms, where 320 and 328 are the
+    # pp=2 x attn_dp=4 at 21 per group; 322 for attn_dp=8 under TPOT 20 ms, where 320 and 328 are the
     # even neighbours): solve, deciding any integer batch, returns it and its tokens/s exactly.
     probe = run_probe(*PROBES[index])
     assert probe.agree, (probe.layout, probe.tokens_per_s, probe.evaluated)

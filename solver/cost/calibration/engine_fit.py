@@ -1,15 +1,11 @@
 """Engine profiles: a GPU's default (hardware) profile with the serving engine's own fields fitted to
 that engine's runs under load.
 
-The same layout decodes at different speeds on vLLM, SGLang and TensorRT-LLM: their per-layer fixed
-costs differ (CUDA-graph capture, fused norms and residuals). ``ENGINE_FIELDS`` is that one field. The
-share of HBM peak a weight stream reaches (``STREAM_FIELDS``) is the GPU's: it is fitted once per GPU
-(``fit_weight_stream``) on the dense runs of every engine of the GPU and the dense offline table rows, within
-the range the operator points allow, and every engine profile of the GPU inherits it, so that what the
-MoE runs lack shows as their error instead of pushing a shared field to its bound (issue 13: "shared
-hardware fields fitted on dense rows and operator points, engine fields on that engine's runs").
-Everything else (GEMM curve, collectives, memory) stays the GPU's hardware profile, fitted on the
-offline tables and the operator points (``fit.py``).
+The same layout decodes at different speeds on vLLM, SGLang and TensorRT-LLM: their kernels stream
+weights and KV cache at different shares of HBM bandwidth, and their per-layer fixed costs differ
+(CUDA-graph capture, fused norms and residuals). ``ENGINE_FIELDS`` are those two; everything else
+(GEMM curve, collectives, memory) stays the GPU's hardware profile, fitted on the offline tables and
+the operator points (``fit.py``).
 
 The fit reads measured TPOT: each run is priced exactly as ``shardplan evaluate`` prices it
 (``evaluate``'s ``tpot_ms``, the prefill of the other requests included), and least squares with a
@@ -27,8 +23,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from shardplan.hardware.profile import Engine, Profile
 from shardplan.rules.layout import Layout
@@ -37,9 +33,7 @@ from shardplan.solver.cost.calibration.fit import _sig, residual, scaleup_bw_max
 from shardplan.solver.cost.calibration.points import Point
 from shardplan.solver.cost.evaluate import evaluate
 
-ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us",)
-# The GPU's weight stream: fitted once per GPU on dense rows (``fit_weight_stream``), shared by its engine profiles.
-STREAM_FIELDS: tuple[str, ...] = ("hbm_efficiency",)
+ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
 # Physical ranges: a layer's fixed cost between none (everything fused into one graph) and the
 # ~200 us of eager launches of a dozen kernels; a stream between 0.3 of HBM peak and the 0.95 no
 # kernel exceeds (the bare M = 1 GEMMs of op_points.csv reach 0.79-0.82 on H100/H200, their fixed time
@@ -130,86 +124,11 @@ def table_errors(points: Sequence[Point], profile: Profile) -> list[float]:
 
 def kind_weights(runs: int, rows: int) -> tuple[float, float]:
     """Residual weights of the runs and the table rows such that each kind weighs half of the total
-    (as ``fit._weights`` weighs its kinds): with no rows, every run weighs 1, and with no runs every row."""
+    (as ``fit._weights`` weighs its kinds): with no rows, every run weighs 1."""
     if rows == 0:
         return 1.0, 0.0
-    if runs == 0:
-        return 0.0, 1.0
     total = runs + rows
     return math.sqrt(0.5 * total / runs), math.sqrt(0.5 * total / rows)
-
-
-@dataclass(frozen=True)
-class StreamFit:
-    """A GPU's weight stream fitted on its dense rows, and what it was fitted on."""
-
-    hbm_efficiency: float
-    runs: int  # dense runs under load, every engine of the GPU
-    table_rows: int  # dense max-throughput table rows
-    engines: tuple[str, ...]  # the engines whose runs were fitted, each with its own layer_overhead_us
-    median_abs_error: float  # of the dense runs' TPOT at the fitted values
-    # layer_overhead_us[engine]: the per-layer cost fitted beside the stream on the dense rows (fit_engine refits it)
-    layer_overhead_us: dict[str, float] = field(default_factory=dict)
-
-    def note(self) -> str:
-        """What an engine profile's source says of the stream it inherits."""
-        tables = f" and {self.table_rows} dense max-throughput table rows" if self.table_rows else ""
-        return (f"hbm_efficiency (the GPU's weight stream) fitted once per GPU on {self.runs} dense runs of "
-                f"{', '.join(ENGINE_NAMES[e] for e in self.engines)}{tables} (each engine with a layer_overhead_us of "
-                f"its own beside it there, then discarded), shared by every engine profile of the GPU; "
-                f"median |TPOT error| on those runs {self.median_abs_error:.1%}")
-
-
-def dense(runs: Sequence[EngineRun]) -> list[EngineRun]:
-    """The runs of models without experts: what the GPU's weight stream is fitted on."""
-    return [r for r in runs if not r.problem.model.is_moe]
-
-
-def fit_weight_stream(
-    base: Profile, runs: Mapping[Engine, Sequence[EngineRun]], table_points: Sequence[Point] = (),
-    table_engine: Engine = "trtllm",
-) -> StreamFit:
-    """``base``'s GPU's weight stream (``STREAM_FIELDS``) fitted on dense rows only: each engine's dense runs,
-    priced with that engine's limits and a ``layer_overhead_us`` of its own fitted alongside, and the dense
-    offline table rows, priced as ``table_engine`` (each kind weighing half, as in ``fit_engine``). MoE rows are
-    left out: their expert reads, routing and combine are terms of their own, and fitted together they pushed a
-    stream shared with dense layers to its bound (benchmarks/accuracy/README.md)."""
-    # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
-    from scipy.optimize import least_squares
-
-    engines = sorted(e for e, rs in runs.items() if rs)
-    if table_points and table_engine not in engines:
-        engines.append(table_engine)
-    fields = [*STREAM_FIELDS, *(f"{e}.layer_overhead_us" for e in engines)]
-    lo = [ENGINE_BOUNDS["hbm_efficiency"][0]] + [ENGINE_BOUNDS["layer_overhead_us"][0]] * len(engines)
-    hi = [ENGINE_BOUNDS["hbm_efficiency"][1]] + [ENGINE_BOUNDS["layer_overhead_us"][1]] * len(engines)
-    x0 = [min(max(v, a), b) for v, a, b in zip(
-        [base.hbm_efficiency] + [base.layer_overhead_us] * len(engines), lo, hi, strict=True)]
-    starts = {e: base.model_copy(update=ENGINE_LIMITS[e]) for e in engines}
-    fitted_runs = [(e, r) for e in engines for r in runs.get(e, ())]
-    run_weight, row_weight = kind_weights(len(fitted_runs), len(table_points))
-
-    def candidates(x: Sequence[float]) -> dict[str, Profile]:
-        return {e: starts[e].model_copy(update={"hbm_efficiency": float(x[0]), "layer_overhead_us": float(v)})
-                for e, v in zip(engines, x[1:], strict=True)}
-
-    def run_errors(profiles: Mapping[str, Profile]) -> list[float]:
-        return [e for engine in engines for e in tpot_errors(runs.get(engine, ()), profiles[engine])]
-
-    def residuals(x: Sequence[float]) -> list[float]:
-        profiles = candidates(x)
-        rows = [row_weight * residual(p, profiles[table_engine]) for p in table_points]
-        return [run_weight * math.log1p(e) for e in run_errors(profiles)] + rows
-
-    fit = least_squares(
-        residuals, x0, bounds=(lo, hi), x_scale=[max(abs(v), 1.0) for v in x0], diff_step=0.03,
-        loss="soft_l1", f_scale=0.2, max_nfev=80 * len(fields), xtol=1e-4, ftol=1e-6,
-    )
-    x = [_sig(float(v)) for v in fit.x]
-    errors = run_errors(candidates(x))
-    error = statistics.median(abs(e) for e in errors) if errors else math.nan
-    return StreamFit(x[0], len(fitted_runs), len(table_points), tuple(e for e in engines if runs.get(e)), error,
-                     dict(zip(engines, x[1:], strict=True)))
 
 
 def fit_engine(

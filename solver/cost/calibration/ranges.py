@@ -8,10 +8,9 @@ by the test that reads every default profile.
 - A GPU's default (hardware) profile, and ``generic`` (their medians): the fields ``fit.py`` fits for its
   software generation, within ``fit.BOUNDS``, narrowed where op_points.csv measured the bare kernel (no
   weight stream or GEMM faster than it on H100/H200) and by the GPU's scale-up fabric (``scaleup_bw_max``).
-- An engine profile (``engine_default``): those hardware fields as inherited, the GPU's weight stream fitted on
-  its dense rows (``engine_fit.STREAM_FIELDS``), the engine's own fields (both within ``engine_fit.ENGINE_BOUNDS``)
-  and its TTFT pair (``ttft_fit.TTFT_BOUNDS``); not the GEMM curve where op_points.csv measured the GPU's own
-  kernels (``fit.gemm_terms``): there it is a measurement, not a fit.
+- An engine profile (``engine_default``): those hardware fields as inherited, plus the engine's own
+  (``engine_fit.ENGINE_BOUNDS``) and its TTFT pair (``ttft_fit.TTFT_BOUNDS``); not the GEMM curve where
+  op_points.csv measured the GPU's own kernels (``fit.gemm_terms``): there it is a measurement, not a fit.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
-from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS, STREAM_FIELDS
+from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
 from shardplan.solver.cost.calibration.fit import (
     FITTED,
     FITTED_BY_SOFTWARE,
@@ -73,7 +72,7 @@ def fitted_fields(profile: Profile, ops: OpFactors) -> list[FittedField]:
         measured = set(gemm_terms(ops, profile.gpu)) if profile.engine_default else set()
         ranges.update({f: field_bounds(f, ops, profile.gpu) for f in hardware if f not in measured})
     if profile.engine_default:
-        ranges.update({f: ENGINE_BOUNDS[f] for f in (*STREAM_FIELDS, *ENGINE_FIELDS)})
+        ranges.update({f: ENGINE_BOUNDS[f] for f in ENGINE_FIELDS})
         ranges.update({f: TTFT_BOUNDS[f] for f in TTFT_FIELDS})
     return [FittedField(profile.name, f, float(getattr(profile, f)), lo, hi) for f, (lo, hi) in ranges.items()]
 

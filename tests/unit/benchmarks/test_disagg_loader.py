@@ -25,7 +25,7 @@ from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import get_profile, profile_for_gpu
 from shardplan.models.derived import kv_bytes_per_token, layer_bytes, lm_head_resident_bytes
 from shardplan.rules.layout import Layout
-from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, STREAM_FIELDS
+from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
 from shardplan.solver.cost.disagg import transfer_tier
 
@@ -143,7 +143,7 @@ def test_gb200_engine_profiles_are_the_b200_engine_fields_on_gb200_hardware(engi
     # regenerate with `python -m benchmarks.accuracy.disagg --write-same-die-profiles` after a B200 refit
     assert stored == same_die_profile(b200, hardware)
     assert stored.name == f"gb200-nvl72-{engine}" and stored.engine_default and stored.gpu == "GB200-NVL72"
-    for field in (*STREAM_FIELDS, *ENGINE_FIELDS, *TTFT_FIELDS, "max_batch", "max_num_tokens", "moe_routed_token_ns"):
+    for field in (*ENGINE_FIELDS, *TTFT_FIELDS, "max_batch", "max_num_tokens", "moe_routed_token_ns"):
         assert getattr(stored, field) == getattr(b200, field), field
     for field in ("gemm_efficiency", "scaleup_bw_efficiency", "runtime_overhead_gib", "step_overhead_us"):
         assert getattr(stored, field) == getattr(hardware, field), field

@@ -16,15 +16,13 @@ from shardplan.solver.cost.calibration.engine_fit import (
     ENGINE_BOUNDS,
     ENGINE_FIELDS,
     ENGINE_LIMITS,
-    STREAM_FIELDS,
     EngineRun,
     at_bound,
     decode_floor_ms,
-    dense,
     fit_engine,
-    fit_weight_stream,
     floor_profile,
     kind_weights,
+    tpot_errors,
 )
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import THROUGHPUT, Point
@@ -49,7 +47,7 @@ def test_there_are_engine_profiles_for_every_engine():
 
 @pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
 def test_engine_fields_are_inside_their_physical_range(profile: Profile):
-    for field in (*STREAM_FIELDS, *ENGINE_FIELDS):
+    for field in ENGINE_FIELDS:
         lo, hi = ENGINE_BOUNDS[field]
         value = getattr(profile, field)
         assert lo <= value <= hi, (field, value)
@@ -69,11 +67,7 @@ def test_ttft_fields_are_inside_their_physical_range_and_shared_by_the_engine(pr
 @pytest.mark.parametrize("profile", ENGINE_PROFILES, ids=lambda p: p.name)
 def test_engine_profiles_keep_the_gpu_hardware_fields(profile: Profile):
     base = next(p for p in list_profiles() if p.default and p.gpu == profile.gpu)
-    own = (set(STREAM_FIELDS) | set(ENGINE_FIELDS) | set(TTFT_FIELDS) | set(ENGINE_LIMITS[profile.engine]) | METADATA
-           | OP_TERMS)
-    # the weight stream is the GPU's (fitted once on its dense rows): every engine profile of the GPU has the same
-    for field in STREAM_FIELDS:
-        assert {getattr(p, field) for p in ENGINE_PROFILES if p.gpu == profile.gpu} == {getattr(profile, field)}
+    own = set(ENGINE_FIELDS) | set(TTFT_FIELDS) | set(ENGINE_LIMITS[profile.engine]) | METADATA | OP_TERMS
     if profile.gpu in MEASURED_GEMM_GPUS:
         own |= GEMM_CURVE
         # the GPU's own measured GEMM curve (op_points.csv, M >= 1,024: 0.80-0.82 of the 16-bit peak, FP8 at
@@ -109,18 +103,9 @@ def test_the_fit_recovers_the_fields_that_made_the_measurements():
             layout = Layout.even(model.num_layers, 1, tp=tp, batch=batch)
             m = evaluate(problem, layout, truth).metrics
             runs.append(EngineRun(problem, layout, m.tpot_ms, m.ttft_ms, name, "test"))
-    # the GPU's weight stream from dense runs (a MoE run among them is left out), then the engine's own field
-    moe = get_model("qwen3-30b-a3b")
-    moe_run = EngineRun(runs[0].problem.model_copy(update={"model": moe}), Layout.even(moe.num_layers, 1, batch=1),
-                        1.0, 1.0, moe.name, "test")
-    assert dense([*runs, moe_run]) == runs
-    stream = fit_weight_stream(base, {"sglang": runs})
-    assert stream.hbm_efficiency == pytest.approx(0.6, rel=0.02)
-    assert stream.layer_overhead_us["sglang"] == pytest.approx(30.0, rel=0.02) and stream.runs == 6
-    fitted = fit_engine(base.model_copy(update={"hbm_efficiency": stream.hbm_efficiency}), "sglang", runs,
-                        "synthetic runs").profile
+    fitted = fit_engine(base, "sglang", runs, "synthetic runs").profile
     assert fitted.layer_overhead_us == pytest.approx(30.0, rel=0.02)
-    assert fitted.hbm_efficiency == stream.hbm_efficiency  # inherited, not refit
+    assert fitted.hbm_efficiency == pytest.approx(0.6, rel=0.02)
     assert fitted.name == "h100-sxm-sglang" and fitted.engine_default and fitted.fit_rows == 6
 
 
@@ -185,14 +170,10 @@ def test_the_joint_fit_recovers_the_fields_from_runs_and_table_rows_together():
         m = evaluate(problem, layout, truth).metrics
         runs.append(EngineRun(problem, layout, m.tpot_ms, m.ttft_ms, "llama-3.1-8b", "test"))
     rows = [_table_point("llama-3.1-70b", 8, isl, osl, truth) for isl, osl in ((128, 2048), (2048, 128), (500, 2000))]
-    stream = fit_weight_stream(base, {"trtllm": runs}, rows)
-    assert stream.hbm_efficiency == pytest.approx(0.7, rel=0.03)
-    assert stream.layer_overhead_us["trtllm"] == pytest.approx(25.0, rel=0.03) and stream.table_rows == 3
-    runs_only = fit_weight_stream(base, {"trtllm": runs})
-    assert abs(runs_only.layer_overhead_us["trtllm"] - 25.0) > 5.0 and runs_only.median_abs_error < 0.01
-    # the engine profile: the stream inherited, its own field fitted on runs and rows together
-    fitted = fit_engine(base.model_copy(update={"hbm_efficiency": stream.hbm_efficiency}), "trtllm", runs,
-                        "synthetic runs", table_points=rows)
+    fitted = fit_engine(base, "trtllm", runs, "synthetic runs", table_points=rows)
     assert fitted.profile.layer_overhead_us == pytest.approx(25.0, rel=0.03)
+    assert fitted.profile.hbm_efficiency == pytest.approx(0.7, rel=0.03)
     assert fitted.table_rows == 3 and fitted.table_median_abs_error < 0.01
     assert "3 max-throughput rows of synthetic" in fitted.profile.source
+    runs_only = fit_engine(base, "trtllm", runs, "synthetic runs").profile
+    assert abs(runs_only.layer_overhead_us - 25.0) > 5.0 and max(abs(e) for e in tpot_errors(runs, runs_only)) < 0.01
