@@ -96,7 +96,9 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
 def print_disagg(data: dict[str, Any]) -> None:
     m, kv = data["metrics"], data["kv_transfer"]
     p, d = data["prefill"], data["decode"]
-    click.echo(f"{data['model']}, disaggregated, {data['num_gpus']} GPUs: {data['status']}")
+    within = "" if data.get("gap") is None else (  # a limit stopped the search: how far from the proven bound
+        f", within {data['gap']:.2%} of the proven bound ({data['bound']:,.1f} tokens/s/GPU)")
+    click.echo(f"{data['model']}, disaggregated, {data['num_gpus']} GPUs: {data['status']}{within}")
     click.echo(f"  {data['cluster']}")
     click.echo("  " + report.pool_line("prefill", p))
     click.echo("  " + report.pool_line("decode", d))

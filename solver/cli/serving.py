@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import click
@@ -41,6 +42,7 @@ from shardplan.solver.disagg.serving import (
     throughput_problem,
     why_no_deployment,
 )
+from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
@@ -103,9 +105,26 @@ def _disagg(problem: Problem, rate_rps: float | None, deadline: Deadline) -> dic
     data = disagg_dict(plan, status=status, extra={
         "solve_time_s": round(time.perf_counter() - started, 3),
         "proposals": outcome.result.proposals,
+        **unproven_disagg(outcome),
     })
     data["_plan"] = plan
     return data
+
+
+def unproven_disagg(outcome: DisaggOutcome) -> dict[str, Any]:
+    """A feasible deployment's distance from optimal, as colocated's ``unproven``: ``bound`` the most
+    tokens/s per GPU any deployment reaches (``search.per_gpu_bound``; null for --rate, whose bound on GPUs is
+    not kept), ``gap`` = (bound - objective) / objective, the objective the deployment's rate per GPU as the
+    search counts it (``Pools.rate``, the steady state's at least); an optimal deployment has neither."""
+    result, pools = outcome.result, outcome.pools
+    if result.proven or result.choice is None:
+        return {}
+    if result.bound_per_gpu is None:
+        return {"bound": None, "gap": None}
+    value = Fraction(pools.rate(result.choice), pools.gpus(result.choice))
+    tokens_per_unit = pools.problem.workload.osl / RATE_UNITS_PER_RPS
+    return {"bound": round(float(result.bound_per_gpu) * tokens_per_unit, 3),
+            "gap": round(float((result.bound_per_gpu - value) / value), 6)}
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
-from shardplan.solver.disagg.walk import Walk, walk
+from shardplan.solver.disagg.walk import Walk, pair_bound, walk
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, Check, decode_workers, prefill_workers
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
@@ -58,6 +58,9 @@ class DisaggResult:
     choice: Choice | None
     proven: bool
     proposals: int  # deployments the walk judged exactly, and those the model proposed (accepted or refused)
+    # An unproven throughput answer's bound: no deployment reaches more rate units per GPU (``per_gpu_bound``);
+    # None when proven, for --rate, or without a plan.
+    bound_per_gpu: Fraction | None = None
 
 
 def build_pools(problem: Problem, profile: Profile, check: Check = None) -> Pools:
@@ -251,7 +254,8 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
     if best is not None and deadline.passed():  # the seed is what the limit leaves: no model to build
-        return DisaggResult(best.plan, best.choice, False, 0)  # (5 s on 8,192 GPUs, past --time-limit 5)
+        # (5 s on 8,192 GPUs, past --time-limit 5)
+        return DisaggResult(best.plan, best.choice, False, 0, per_gpu_bound(pools, best))
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
@@ -283,7 +287,17 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     if best is None:
         floor.explain()
         return DisaggResult(None, None, proven, proposals)
-    return DisaggResult(best.plan, best.choice, proven, proposals)
+    return DisaggResult(best.plan, best.choice, proven, proposals, None if proven else per_gpu_bound(pools, best))
+
+
+def per_gpu_bound(pools: Pools, best: Accepted) -> Fraction:
+    """The most rate units per GPU any deployment of these pools reaches, and at least ``best``'s: the pair
+    bound (``walk.pair_bound``, rules and limits aside) of the prefill and the decode candidate of the most
+    capacity per GPU each, as the bound grows with both. On pools ``prune.pruned_pools`` left it bounds every
+    deployment of the cluster too: a candidate it dropped has a pair bound below its seed, at most ``best``."""
+    prefill = max(Fraction(p.capacity_units, p.gpus) for p in pools.prefill)
+    decode = max(Fraction(d.capacity_units, d.gpus) for d in pools.decode)
+    return max(pair_bound(prefill, decode), Fraction(best.rate_units, best.gpus))
 
 
 def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:

@@ -69,6 +69,8 @@ def test_a_small_budget_ends_the_disaggregated_search_the_same_way_every_time(
     first, second = (json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
                      for _ in range(2))
     assert first["status"] == "feasible" and without_timing(first) == without_timing(second)
+    # How far from optimal, as colocated says it: the bound is above the deployment's tokens/s per GPU.
+    assert first["gap"] > 0 and first["bound"] > first["metrics"]["output_tokens_per_s_per_gpu"]
     # The deployment keeps every rule: evaluate judges its pools as given and exits 0 with no violation.
     code, out, err = run(["evaluate", *LLAMA_DISAGG, "--prefill", pool_text(first["prefill"]),
                           "--decode", pool_text(first["decode"]), "--json"], capsys)
