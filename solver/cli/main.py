@@ -430,7 +430,7 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limi
         left_s = None if time_limit is None else time_limit - (plan.solve_time_s or 0.0)
         show_plan(plan, as_json, emit_engine, report_path,
                   runner_up if runner_up is not None else not (as_json or emit_engine), outputs, left_s,
-                  deadline.work_done)
+                  deadline.work_done, work)
         if plan.status == "feasible" and deadline.by_work() and not (as_json or emit_engine):
             click.echo(note)
 
@@ -467,11 +467,13 @@ def work_note(work: float | None, given: bool) -> str:
 
 def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: str | None,
               with_runner_up: bool, outputs: OutputFiles, left_s: float | None = None,
-              plan_work: float = 0.0) -> None:
+              plan_work: float = 0.0, work_limit: float | None = None) -> None:
     """The plan as the options ask: JSON, a launch command or the human view; and the HTML report.
     Every output file is renamed into place before anything is printed. ``left_s``: what --time-limit
     leaves after the plan's search (None without a limit), the runner-up's budget; ``plan_work``: the
-    work the plan's search did (``Deadline.work_done``), which sizes it without a limit."""
+    work the plan's search did (``Deadline.work_done``), which sizes it without a limit, at most
+    ``work_limit`` (the plan's own, default or --work-limit): a plan the limit cut short gets a runner-up
+    no longer than its own search, not three times it."""
     findings = report.binding_constraints(plan)
     runner, note = None, None
     if with_runner_up and left_s is not None and left_s < MIN_RUNNER_UP_S:
@@ -481,6 +483,8 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
         # within what --time-limit leaves, so the whole command keeps to it. Without a limit the bound
         # is work, not seconds: the same runner-up on every machine and at every load.
         work = None if left_s is not None else max(RUNNER_UP_MIN_WORK, RUNNER_UP_WORK_FACTOR * plan_work)
+        if work is not None and work_limit is not None:
+            work = min(work, work_limit)
         with searching("the runner-up", left_s, quiet=as_json):
             runner = report.runner_up(plan, time_limit_s=left_s, work_limit=work)
     else:

@@ -17,6 +17,7 @@ import pytest
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.solver.cli.results import without_timing
 from shardplan.solver.optimise import solve
+from shardplan.solver.outputs import report
 from shardplan.solver.search_base import Deadline
 from tests.factory import problem
 from tests.integration.test_cli_disagg import run
@@ -85,3 +86,22 @@ def test_a_tiny_budget_marks_the_enumeration_partial(argv: list[str], capsys: py
     # What it found is the enumeration's first rows: the same as --limit of that many gives.
     first = json_of(["enumerate", *argv, "--limit", str(cut["count"])], capsys)
     assert without_timing(cut["plans"]) == without_timing(first["plans"])
+
+
+def test_the_runner_up_gets_at_most_the_plan_s_work_limit(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --time-limit the human view's runner-up gets three times the plan's work (at least 5 units),
+    but never more than the plan's own limit: a plan the default limit cut short would otherwise wait three
+    times as long again for its runner-up."""
+    budgets: list[float | None] = []
+    search = report.runner_up
+
+    def spy(plan: Any, time_limit_s: float | None = 10.0, work_limit: float | None = None) -> Any:
+        budgets.append(work_limit)
+        return search(plan, time_limit_s=time_limit_s, work_limit=work_limit)
+
+    monkeypatch.setattr(report, "runner_up", spy)
+    assert run(["solve", *LLAMA_THROUGHPUT, "--work-limit", "0.002"], capsys)[0] == 0
+    assert run(["solve", *LLAMA_THROUGHPUT], capsys)[0] == 0  # proves in well under 5 / 3 units: 5 units
+    assert run(["solve", *LLAMA_THROUGHPUT, "--work-limit", "0"], capsys)[0] == 0  # no limit: as before
+    assert budgets == [0.002, 5.0, 5.0]
