@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
@@ -46,7 +45,6 @@ from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.walk import Walk, pair_bound, walk
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, Check, decode_workers, prefill_workers
-from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
 
 MAX_PROPOSALS = 10_000  # a bound on the loop; each proposal is new (a refused one is forbidden)
@@ -143,11 +141,7 @@ def _screened(deadline: Deadline, screen: cp_model.CpModel, question: cp_model.C
     solver, status = solve_within(deadline, screen, deadline.remaining())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return solver, status
-    left = deadline.work_left()
-    work = QUESTION_WORK_S if left is None else min(QUESTION_WORK_S, left)
-    bounded = new_solver(deadline.remaining(), work_limit_s=work)
-    best = bounded.solve(question)
-    deadline.spend(bounded.deterministic_time)
+    bounded, best = solve_within(deadline, question, deadline.remaining(), QUESTION_WORK_S)
     return (bounded, best) if best in (cp_model.OPTIMAL, cp_model.FEASIBLE) else (solver, status)
 
 
@@ -229,12 +223,13 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
     i = max(range(len(pools.prefill)), key=lambda j: (pools.prefill[j].capacity_units / pools.prefill[j].gpus, -j))
     k = max(range(len(pools.decode)), key=lambda j: (pools.decode[j].capacity_units / pools.decode[j].gpus, -j))
     floor = ChoiceFloor(pools)
+    deadline = deadline or Deadline(None)
     for c in sorted(pools.keeping_up(i, k, SEED_CHOICES), key=pools.per_gpu_key)[:SEED_CHECKS]:
-        if deadline is not None and deadline.passed():  # no seed: the search then stops at the limit too
+        if deadline.passed():  # no seed: the search then stops at the limit too
             return None
         plan = None
         if not floor.refuses(c, pools.rate(c)):
-            with deadline.checking() if deadline is not None else nullcontext():  # work, as in _first_accepted
+            with deadline.checking():  # work, as in _first_accepted
                 plan = pools.feasible_plan(c)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))
