@@ -152,10 +152,13 @@ class ServingResult:
 
 
 TIME_LIMIT = "time-limit"  # a mode's status when the time limit stopped it before any plan (auto only)
+WORK_LIMIT = "work-limit"  # the same when the work limit (--work-limit or its default) stopped it
+CUT_SHORT = (TIME_LIMIT, WORK_LIMIT)
 
 
-def _cut_short(mode: str, exc: SolverLimitError) -> dict[str, Any]:
-    return {"serving": mode, "status": TIME_LIMIT, "message": str(exc)}
+def _cut_short(mode: str, exc: SolverLimitError, deadline: Deadline) -> dict[str, Any]:
+    """A mode a limit stopped before any plan, named by the limit that did (a script tells which to raise)."""
+    return {"serving": mode, "status": WORK_LIMIT if deadline.by_work() else TIME_LIMIT, "message": str(exc)}
 
 
 MIN_MODE_S = 0.01  # what a mode gets when the modes before it spent the whole limit: it says so at once
@@ -174,9 +177,9 @@ def mode_budget_s(time_limit_s: float | None, spent_s: float, modes_left: int) -
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
                  work_limit: float | None = None) -> ServingResult:
     """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better. In auto, a mode
-    the time limit stopped before any plan gets the status ``time-limit`` and the other is still
-    planned and may be chosen; when no mode has a plan and one was cut short, the limit is the error
-    (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds each mode's search
+    a limit stopped before any plan gets the status ``time-limit`` or ``work-limit`` (the limit that did)
+    and the other is still planned and may be chosen; when no mode has a plan and one was cut short, the
+    limit is the error (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds each mode's search
     whole: auto's colocated answer is then the colocated mode's, whatever the other mode needs."""
     modes: dict[str, dict[str, Any]] = {}
     planners = {"colocated": _colocated, "disagg": _disagg}
@@ -192,9 +195,9 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
         except SolverLimitError as exc:
             if serving != "auto":
                 raise
-            modes[mode] = _cut_short(mode, exc)
+            modes[mode] = _cut_short(mode, exc, deadlines[mode])
     plans = {mode: data.pop("_plan", None) for mode, data in modes.items()}
-    cut_short = [f"{mode}: {data['message']}" for mode, data in modes.items() if data["status"] == TIME_LIMIT]
+    cut_short = [f"{mode}: {data['message']}" for mode, data in modes.items() if data["status"] in CUT_SHORT]
     if cut_short and all(plan is None for plan in plans.values()):
         raise SolverLimitError("; ".join(cut_short))
     for data in modes.values():
@@ -300,7 +303,7 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
 
 
 def _summary(mode: str, data: dict[str, Any]) -> str:
-    if data["status"] == TIME_LIMIT:
+    if data["status"] in CUT_SHORT:
         return f"{mode:<10} {data['message']}"
     if data["status"] == "infeasible":
         rules = ", ".join(sorted({c["rule"] for c in data["conflict"]}))
@@ -313,7 +316,7 @@ def _summary(mode: str, data: dict[str, Any]) -> str:
 
 def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str) -> None:
     for mode, data in modes.items():
-        if data["status"] in ("infeasible", TIME_LIMIT):
+        if data["status"] in ("infeasible", *CUT_SHORT):
             continue
         if mode == "disagg":
             print_disagg(data)

@@ -211,3 +211,20 @@ def test_enumerate_disagg_streams_rows_then_the_frontier_per_gpu_against_per_use
     for r in rows:
         check_littles_law(r)
         assert r["metrics"]["tpot_ms"] <= 30 and r["metrics"]["ttft_ms"] <= 2000
+
+
+def test_auto_names_the_work_limit_when_it_is_what_cut_a_mode_short(capsys, monkeypatch) -> None:
+    """Without --time-limit the default work limit bounds each mode; a mode it stops before any plan says
+    ``work-limit`` (raise --work-limit), not ``time-limit`` (there was none). The stand-in planner spends
+    its deadline's whole work budget, then gives up as the real searches do."""
+    def spent(problem: Any, rate_rps: Any, deadline: Any) -> dict[str, Any]:
+        deadline.spend(deadline.work_limit)
+        raise SolverLimitError(deadline.no_plan())
+
+    monkeypatch.setattr(cli_serving, "_disagg", spent)
+    code, out, err = run(["solve", "--serving", "auto", *SMALL_8B, "--work-limit", "3", "--json"], capsys)
+    disagg = json.loads(out)["modes"]["disagg"]
+    assert code == 0 and err == ""
+    assert disagg["status"] == "work-limit" and disagg["message"].startswith("work-limit: no plan found within 3 ")
+    code, out, _ = run(["solve", "--serving", "auto", *SMALL_8B, "--work-limit", "3"], capsys)
+    assert code == 0 and "disagg     work-limit: no plan found within 3 units" in out
