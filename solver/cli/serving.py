@@ -179,8 +179,9 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
     """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better. In auto, a mode
     a limit stopped before any plan gets the status ``time-limit`` or ``work-limit`` (the limit that did)
     and the other is still planned and may be chosen; when no mode has a plan and one was cut short, the
-    limit is the error (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds each mode's search
-    whole: auto's colocated answer is then the colocated mode's, whatever the other mode needs."""
+    limit is the error (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds
+    each mode's search whole: auto's colocated answer is then the colocated mode's, whatever the other
+    mode needs."""
     modes: dict[str, dict[str, Any]] = {}
     planners = {"colocated": _colocated, "disagg": _disagg}
     selected = [mode for mode in planners if serving in (mode, "auto")]
