@@ -36,6 +36,7 @@ from shardplan.solver.cost.disagg import (
     transfer_ns,
 )
 from shardplan.solver.disagg.workers import DecodeWorker, PrefillWorker, rate_units
+from shardplan.solver.search_base import Deadline
 
 MAX_CONCURRENCY = 1 << 24  # a target no concurrency reaches is unsustainable (the doubling stops here)
 
@@ -172,6 +173,12 @@ class Pools:
         for d in errors:
             self.refused.setdefault(d.rule, d.message)
         return None if errors else plan
+
+    def checked_plan(self, c: Choice, deadline: Deadline, target_units: int | None = None) -> DisaggPlan | None:
+        """``feasible_plan``, its exact check counted as work against ``deadline`` (search_base.Deadline:
+        ``CHECK_WORK`` and each ``evaluate`` it makes), as every search that checks a deployment counts it."""
+        with deadline.checking():
+            return self.feasible_plan(c, target_units)
 
 
 def pools_capacity(pools: Pools, c: Choice) -> int:

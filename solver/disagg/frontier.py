@@ -78,8 +78,7 @@ class DisaggEnumeration:
         for c in sorted(pair_choices(self.pools, i, k), key=self.pools.per_gpu_key):
             if self.deadline.passed():
                 return None
-            with self.deadline.checking():  # an exact check is work (search_base.Deadline)
-                plan = self.pools.feasible_plan(c)
+            plan = self.pools.checked_plan(c, self.deadline)
             if plan is not None:
                 return plan
         return None

@@ -114,9 +114,8 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         c = m.read(solver)
         refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
         plan = None
-        if not refused:
-            with deadline.checking():  # an exact check is work (search_base.Deadline), a floor's verdict is not
-                plan = pools.feasible_plan(c, target)
+        if not refused:  # an exact check is work, a floor's verdict is not
+            plan = pools.checked_plan(c, deadline, target)
         if plan is not None:
             return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
         m.forbid(c)
@@ -229,8 +228,7 @@ def seed(pools: Pools, deadline: Deadline | None = None) -> Accepted | None:
             return None
         plan = None
         if not floor.refuses(c, pools.rate(c)):
-            with deadline.checking():  # work, as in _first_accepted
-                plan = pools.feasible_plan(c)
+            plan = pools.checked_plan(c, deadline)
         if plan is not None:
             return Accepted(c, plan, pools.rate(c), pools.gpus(c))
     return None

@@ -99,8 +99,7 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         deadline.spend(NODE_WORK)  # each judged deployment is work, an exact check more (search_base.Deadline)
         if not judge.refuses(c, pools.rate(c)):
             out.checks += 1
-            with deadline.checking():
-                plan = pools.feasible_plan(c)
+            plan = pools.checked_plan(c, deadline)
             if plan is not None:
                 out.accepted, out.complete = (c, plan), True
                 return out
