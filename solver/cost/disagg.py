@@ -133,6 +133,15 @@ def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) 
     return DecodeStep(batch, _ns(pred.metrics.decode_step_ms), pred)
 
 
+def forget_worker_prices() -> None:
+    """Empty the memos of ``prefill_step`` and ``decode_step``. A search's work counts the ``evaluate`` calls
+    it makes (search_base.Deadline), which a memo filled by an earlier search in the same process spares; so
+    each disaggregated search starts from empty memos, as in a fresh process, and a work limit ends it at
+    the same place in a long-lived one (the MCP server, library calls) as on the command line."""
+    prefill_step.cache_clear()
+    decode_step.cache_clear()
+
+
 def engine_profile(problem: Problem, profile: Profile | None = None) -> Profile:
     """The profile a disaggregated deployment is priced and searched with: the problem's, its engine batch
     limit (sequences one attention-DP rank's scheduler runs at once) replaced by ``--max-batch`` when

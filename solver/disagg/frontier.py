@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
-from shardplan.solver.cost.disagg import engine_profile
+from shardplan.solver.cost.disagg import engine_profile, forget_worker_prices
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import Frontier
@@ -43,6 +43,7 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
 class DisaggEnumeration:
     def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None,
                  work_limit: float | None = None):
+        forget_worker_prices()  # its work, and so where a work limit ends it, as in a fresh process
         profile = engine_profile(problem)
         self.limit, self.deadline = limit, Deadline(time_limit_s, work_limit)
         check = self.deadline.check  # pricing every layout ran 20 s past --time-limit 0.5 on 1,296 GPUs

@@ -21,7 +21,7 @@ from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem, resolve_profile
 from shardplan.solver.bound import pair_rates
-from shardplan.solver.cost.disagg import engine_profile
+from shardplan.solver.cost.disagg import engine_profile, forget_worker_prices
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.prune import pruned_pools
 from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput_from
@@ -142,6 +142,7 @@ class DisaggOutcome:
 def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
                  profile: Profile | None = None) -> DisaggOutcome:
     started = time.perf_counter()
+    forget_worker_prices()  # its work, and so where a work limit ends it, as in a fresh process
     profile = engine_profile(problem, profile)
     if rate_rps is None:  # only the candidates that can beat the seed per GPU (prune.py), same optimum
         pools, first = pruned_pools(problem, profile, deadline)
