@@ -90,8 +90,10 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
                refused: dict[str, str], deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
     """(prefill index, decode index, seed) of the first pair whose ``search.seed`` keeps every rule:
     the best candidates of each role first, then the other pairs of the ``SEED_RANKS`` best of each by
-    ``pair_bound``; None if none does. The best pair alone may have none: on 2x8xH200 its one
-    deployment that fits the cluster breaks TTFT. ``refused`` gets why the best pair's were refused."""
+    ``pair_bound``; then the best deployment on a few scale-up domains (``walked_seed``), grown across the
+    cluster on those pairs (``grown_seed``); None if none does. The best pair alone may have none: on
+    2x8xH200 its one deployment that fits the cluster breaks TTFT. ``refused`` gets why the best pair's were
+    refused."""
     ranked_p = prefill.ranked(SEED_RANKS)
     ranked_d = [searches.index(s) for s in islice(decode_by_rate(searches), SEED_RANKS)]
     others = sorted(((i, k) for i in ranked_p for k in ranked_d if (i, k) != (ranked_p[0], ranked_d[0])),
