@@ -25,6 +25,7 @@ from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.search import SEED_CHECKS, Accepted
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.optimise import Deadline
+from shardplan.solver.search_base import NODE_WORK
 
 GROW_CHECKS = SEED_CHECKS  # exact checks the growing may spend in all: the budget of the seed it grows
 
@@ -92,6 +93,7 @@ class Grower:
     def _accepted(self, pair: Pools, floor: ChoiceFloor, c: Choice) -> DisaggPlan | None:
         """The plan if the TTFT floor does not refuse ``c`` and the exact check accepts it (counted against the
         budget), else None."""
+        self.deadline.spend(NODE_WORK)  # a verdict is work, as the walk's (not free where the floor refuses each y)
         if floor.refuses(c, pair.rate(c)):
             return None
         self.checks_left -= 1
