@@ -37,6 +37,7 @@ from itertools import islice
 from shardplan.hardware.profile import Profile
 from shardplan.rules.problem import Problem
 from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.grow import Grower
 from shardplan.solver.disagg.search import Accepted, seed
 from shardplan.solver.disagg.walk import pair_bound, walk
 from shardplan.solver.disagg.workers import (
@@ -89,13 +90,16 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
                refused: dict[str, str], deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
     """(prefill index, decode index, seed) of the first pair whose ``search.seed`` keeps every rule:
     the best candidates of each role first, then the other pairs of the ``SEED_RANKS`` best of each by
-    ``pair_bound``; None if none does. The best pair alone may have none: on 2x8xH200 its one
-    deployment that fits the cluster breaks TTFT. ``refused`` gets why the best pair's were refused."""
+    ``pair_bound``; then the best deployment on a few scale-up domains (``walked_seed``), grown across the
+    cluster on those pairs (``grown_seed``); None if none does. The best pair alone may have none: on
+    2x8xH200 its one deployment that fits the cluster breaks TTFT. ``refused`` gets why the best pair's were
+    refused."""
     ranked_p = prefill.ranked(SEED_RANKS)
     ranked_d = [searches.index(s) for s in islice(decode_by_rate(searches), SEED_RANKS)]
     others = sorted(((i, k) for i in ranked_p for k in ranked_d if (i, k) != (ranked_p[0], ranked_d[0])),
                     key=lambda ik: -pair_bound(per_gpu(prefill.priced[ik[0]]), decode_bound_per_gpu(searches[ik[1]])))
-    for n, (i, k) in enumerate([(ranked_p[0], ranked_d[0]), *others]):
+    pairs = [(ranked_p[0], ranked_d[0]), *others]
+    for n, (i, k) in enumerate(pairs):
         if deadline is not None and deadline.passed():
             return None
         pair = Pools(problem, profile, [prefill.worker(i)], [searches[k].worker()])
@@ -104,7 +108,8 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
             refused.update(pair.refused)
         if found is not None:
             return i, k, found
-    return walked_seed(problem, profile, prefill, searches, deadline)
+    walked = walked_seed(problem, profile, prefill, searches, deadline)
+    return None if walked is None else grown_seed(problem, profile, prefill, searches, walked, pairs, deadline)
 
 
 def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
@@ -132,6 +137,22 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
             return None
         budget = min(n, 2 * budget)
     return None
+
+
+def grown_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
+               walked: tuple[int, int, Accepted], pairs: list[tuple[int, int]], deadline: Deadline | None = None,
+               ) -> tuple[int, int, Accepted]:
+    """The walked seed grown across the cluster (``grow.py``) on the pairs ``first_seed`` tried, in their order
+    (the highest pair bound first), then on the walked seed's own pair: (prefill index, decode index, seed)
+    of the best deployment found, the walked one if none beats it. Only where the walk was needed: where
+    the best pairs have a seed, it is already near their best per GPU."""
+    i, k, best = walked
+    grower = Grower(best, deadline or Deadline(None))
+    for a, b in dict.fromkeys([*pairs, (i, k)]):
+        grown = grower.grow(Pools(problem, profile, [prefill.worker(a)], [searches[b].worker()]))
+        if grown is not None:
+            i, k, best = a, b, grown
+    return i, k, best
 
 
 def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None = None,
@@ -206,4 +227,6 @@ def _reaches(s: DecodeSearch, best_prefill: Fraction, floor: Fraction) -> bool:
     return s.done and pair_bound(best_prefill, decode_bound_per_gpu(s)) >= floor
 
 
-__all__ = ["best_decode", "decode_by_rate", "first_seed", "pair_bound", "pruned_pools", "walked_seed"]
+__all__ = [
+    "best_decode", "decode_by_rate", "first_seed", "grown_seed", "pair_bound", "pruned_pools", "walked_seed",
+]

@@ -12,8 +12,16 @@ from shardplan.rules.layout import Layout
 from shardplan.solver.cost.disagg import largest_chunk, prefill_step, resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.deploy import Choice, Pools
-from shardplan.solver.disagg.prune import PrefillJudged, best_decode, pair_bound, pruned_pools, walked_seed
-from shardplan.solver.disagg.search import build_pools, max_throughput, max_throughput_from
+from shardplan.solver.disagg.grow import Grower
+from shardplan.solver.disagg.prune import (
+    PrefillJudged,
+    best_decode,
+    first_seed,
+    pair_bound,
+    pruned_pools,
+    walked_seed,
+)
+from shardplan.solver.disagg.search import Accepted, build_pools, max_throughput, max_throughput_from
 from shardplan.solver.disagg.workers import (
     DecodeSearch,
     PrefillPriced,
@@ -24,7 +32,7 @@ from shardplan.solver.disagg.workers import (
 )
 from shardplan.solver.optimise import Deadline
 from tests.factory import problem
-from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id
+from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 IDS = [f"{c['model']}-{c['cluster']}-{c['isl']}" for c in SMALL]
 
@@ -183,6 +191,72 @@ def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> N
     assert seed.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]
 
 
+def keeps_up(pools, c) -> bool:
+    """At least the prefill workers that keep up with the decode pool (``grow.py`` reads no fewer)."""
+    return c.x * pools.prefill[c.prefill].capacity_units >= c.y * pools.decode[c.decode].capacity_units
+
+
+@pytest.mark.parametrize("case", SMALL + SGL_TIGHT, ids=case_id)
+def test_ttft_only_falls_as_prefill_workers_grow_past_keeping_up(case) -> None:
+    """``grow.py``'s premise, which its seed's quality (never its soundness) rests on: with the pair and y
+    fixed and at least the prefill workers that keep up, a deployment the exact check accepts stays
+    accepted with one more prefill worker (brute force over every such row of the cases)."""
+    pools = pools_for(case)
+    rows: dict[tuple[int, int, int], list[Choice]] = {}
+    for c in brute.choices(pools):
+        if pools.rate(c) > 0 and keeps_up(pools, c):
+            rows.setdefault((c.prefill, c.decode, c.y), []).append(c)
+    for row in rows.values():
+        accepted = [pools.feasible_plan(c) is not None for c in sorted(row, key=lambda c: c.x)]
+        assert accepted == sorted(accepted), row  # refused, then accepted: never back
+
+
+@pytest.mark.parametrize("case", SMALL + SGL_TIGHT, ids=case_id)
+def test_growing_a_pair_finds_brute_force_s_best_of_it_past_keeping_up(case) -> None:
+    """From an incumbent every deployment beats, ``Grower.grow`` on each pair returns a deployment the exact
+    check accepts, of the most rate per GPU brute force finds among the pair's deployments that keep up and
+    keep every rule (None when there are none)."""
+    pools = pools_for(case)
+    p = pools.problem
+    for i, pw in enumerate(pools.prefill):
+        for k, dw in enumerate(pools.decode):
+            pair = Pools(p, pools.profile, [pw], [dw])
+            accepted = [c for c in brute.choices(pair) if pair.rate(c) > 0 and keeps_up(pair, c)
+                        and pair.feasible_plan(c) is not None]
+            least = Accepted(Choice(0, 0, 1, 1), None, 1, 1 << 40)  # type: ignore[arg-type]  # beaten by any
+            grown = Grower(least, Deadline(None), most_checks=1 << 20).grow(pair)
+            if not accepted:
+                assert grown is None
+                continue
+            assert grown is not None and pair.feasible_plan(grown.choice) is not None
+            best = max(Fraction(pair.rate(c), pair.gpus(c)) for c in accepted)
+            assert Fraction(grown.rate_units, grown.gpus) == best, (i, k)
+
+
+@pytest.mark.parametrize("case", [SMALL[3], SGL_TIGHT[1]], ids=case_id)
+def test_the_grown_seed_keeps_every_rule_and_is_at_least_the_walked_one(case) -> None:
+    """Where ``first_seed`` falls back on the walk (no pair it tries has a seed: the cases of the walked seed
+    test above that have a deployment), the seed it returns (grown on its pairs) keeps every rule
+    and is at least as good per GPU as the walked one, and at most brute force's optimum."""
+    p = problem(**case, objective="throughput")
+    profile = resolve_profile(p)
+    prefill, searches = PrefillJudged(p, profile), decode_searches(p, profile)
+    walked = walked_seed(p, profile, prefill, searches)
+    found = first_seed(p, profile, prefill, searches, {})
+    assert found is not None
+    i, k, seed = found
+    pair = Pools(p, profile, [prefill.worker(i)], [searches[k].worker()])
+    c = Choice(0, 0, seed.choice.x, seed.choice.y)  # the seed's choice indexes the pools it was found on
+    assert pair.feasible_plan(c) is not None
+    assert (pair.rate(c), pair.gpus(c)) == (seed.rate_units, seed.gpus)
+    if walked is not None:
+        assert Fraction(seed.rate_units, seed.gpus) >= Fraction(walked[2].rate_units, walked[2].gpus)
+    full = build_pools(p, profile)
+    best = brute.best_throughput(full)
+    assert best is not None and Fraction(seed.rate_units, seed.gpus) <= Fraction(full.rate(best[0]),
+                                                                                full.gpus(best[0]))
+
+
 def test_the_8xh200_answer_is_not_the_optimum_of_the_open_512_gpu_sglang_case() -> None:
     """The open case (benchmarks/disagg_solve/README.md, "The 512-GPU SGLang case" and 2026-11-27
     ``pairttft``): Llama-3.1-70B FP8 on 64x8xH200 under SGLang's profile, TTFT 2 s, TPOT 50 ms. The seed
@@ -212,3 +286,15 @@ def test_the_8xh200_answer_is_not_the_optimum_of_the_open_512_gpu_sglang_case() 
         assert plan is not None and pools.gpus(c) == gpus
         assert Fraction(pools.rate(c), gpus) > Fraction(2_173_248, 5)
         assert round(plan.prediction.metrics.output_tokens_per_s_per_gpu, 1) == per_gpu
+
+
+@pytest.mark.slow
+def test_the_grown_seed_of_the_512_gpu_sglang_case_beats_the_known_53_gpu_deployment() -> None:
+    """The case above: the walked seed (5 GPUs, 217.3 tokens/s per GPU) grown on the best pairs reaches more
+    rate per GPU than the 53-GPU deployment (28,006,245 rate units on 53 GPUs, 264.2) and keeps every rule
+    (~7 s: the candidates priced as far as the pruning needs)."""
+    p = problem(model="llama-3.1-70b", cluster="64x8xH200", isl=4000, osl=500, ttft_ms=2000, tpot_ms=50,
+                engine="sglang", weights_dtype="fp8", objective="throughput")
+    pools, first = pruned_pools(p, resolve_profile(p))
+    assert first is not None and pools.feasible_plan(first.choice) is not None
+    assert Fraction(first.rate_units, first.gpus) > Fraction(28_006_245, 53)
