@@ -97,8 +97,7 @@ class Grower:
         if floor.refuses(c, pair.rate(c)):
             return None
         self.checks_left -= 1
-        with self.deadline.checking():  # work, as the seed's checks
-            return pair.feasible_plan(c)
+        return pair.checked_plan(c, self.deadline)  # work, as the seed's checks
 
 
 __all__ = ["GROW_CHECKS", "Grower"]

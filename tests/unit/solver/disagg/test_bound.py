@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from shardplan.solver.cost.disagg import decode_step, prefill_step, resolve_profile
+from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.search import build_pools
 from shardplan.solver.disagg.serving import solve_disagg
@@ -20,17 +20,6 @@ from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id
 # limits and an SGLang one where TTFT binds.
 CUT = [SMALL[2], SGL_TIGHT[1]]
 WORK = 0.005
-
-
-@pytest.fixture(autouse=True)
-def cold_prices() -> None:
-    """The work a search counts includes its ``evaluate`` calls, which the process-wide price memos
-    (``prefill_step``, ``decode_step``) spare where an earlier test in the same process priced the same layouts:
-    the budget above, measured in a fresh process (as the command line runs), then no longer cuts the search
-    short (the first case failed after test_prune.py, in the order pytest-xdist happened to give). Each test
-    starts from empty memos, as a fresh process does."""
-    prefill_step.cache_clear()
-    decode_step.cache_clear()
 
 
 @pytest.mark.parametrize("case", CUT, ids=case_id)
