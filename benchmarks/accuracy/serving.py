@@ -421,6 +421,69 @@ def print_ttft_shape(priced: Sequence[Priced]) -> None:
             print_shape(engine, group, cast(dict[str, Callable[[PricedRun], str]], SHAPE_SLICES), repeats)
 
 
+SLOPE_MAX_CONCURRENCY = 8  # few enough in flight that the prompt's own prefill is most of the TTFT difference
+
+
+@dataclass(frozen=True)
+class IslSlope:
+    """One setup (engine, model, formats, GPU, layout, concurrency) measured at two or more ISLs: the difference
+    of its median TTFT between the longest and the shortest, measured and predicted. The fixed costs per request
+    (serving stack, the scheduler's wait) cancel in it, so its ratio judges the prefill's price on the margin, which
+    fitted TTFT fields can hide at one ISL (benchmarks/accuracy/README.md, branch ``moeprefill``)."""
+
+    label: str
+    moe: bool
+    isl: tuple[int, int]
+    measured_ms: float
+    predicted_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_ms / self.measured_ms
+
+
+def isl_slopes(priced: Sequence[Priced]) -> list[IslSlope]:
+    """Every setup at concurrency <= ``SLOPE_MAX_CONCURRENCY`` measured at two ISLs or more, whose measured TTFT
+    grows with the ISL (a difference at or below zero is the runs' noise, not a prefill)."""
+    setups: dict[tuple[object, ...], dict[int, list[Priced]]] = defaultdict(lambda: defaultdict(list))
+    for p in priced:
+        r = p.run
+        if r.concurrency <= SLOPE_MAX_CONCURRENCY:
+            key = (r.engine, r.problem.model.name, r.problem.model.weights_dtype, r.problem.cluster.gpu.name,
+                   r.layout, r.concurrency)
+            setups[key][r.problem.workload.isl].append(p)
+    slopes = []
+    for by_isl in setups.values():
+        if len(by_isl) < 2:
+            continue
+        short, long = by_isl[min(by_isl)], by_isl[max(by_isl)]
+        measured = _median([p.run.ttft_ms for p in long]) - _median([p.run.ttft_ms for p in short])
+        if measured <= 0:
+            continue
+        predicted = _median([p.ttft_ms for p in long]) - _median([p.ttft_ms for p in short])
+        run = long[0].run
+        slopes.append(IslSlope(run.label, run.problem.model.moe is not None, (min(by_isl), max(by_isl)), measured,
+                               predicted))
+    return sorted(slopes, key=lambda s: (not s.moe, s.label))
+
+
+def print_isl_slopes(priced: Sequence[Priced]) -> None:
+    slopes = isl_slopes(priced)
+    if not slopes:
+        return
+    print(f"TTFT growth with the ISL at <= {SLOPE_MAX_CONCURRENCY} in flight (the same setup at its shortest and "
+          "longest ISL; fixed costs cancel): predicted / measured difference")
+    for moe, kind in ((True, "MoE"), (False, "dense")):
+        ratios = [s.ratio for s in slopes if s.moe == moe]
+        if ratios:
+            print(f"  {kind:5s} {len(ratios):3d} setups  median {_median(ratios):.2f} "
+                  f"(range {min(ratios):.2f}-{max(ratios):.2f})")
+    for s in slopes:
+        if s.moe:
+            print(f"    {s.label}  ISL {s.isl[0]} -> {s.isl[1]}: measured {s.measured_ms:.0f} ms, "
+                  f"predicted {s.predicted_ms:.0f} ms ({s.ratio:.2f})")
+
+
 def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, float, float]]:
     """Per engine, the runs whose engine version the source names and those it leaves unstated (measured
     October-November 2025, months before the named versions' runs): (engine, which, runs, median |TTFT
@@ -779,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'engine':10s} {'TTFT ratio':>10s} {'|TTFT| left':>11s} {'TPOT ratio':>10s} {'|TPOT| left':>11s}")
     for engine, ttft_ratio, ttft_left, tpot_ratio, tpot_left in offset_table(priced):
         print(f"  {engine:10s} {ttft_ratio:10.2f} {ttft_left:11.1%} {tpot_ratio:10.2f} {tpot_left:11.1%}")
+    print_isl_slopes(priced)
     if args.shape:
         print_ttft_shape(priced)
     return 0
