@@ -62,11 +62,11 @@ from shardplan.models.errors import SpecError
 from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
-from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
+from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming, within_limit
 from shardplan.rules.problem import Problem
 from shardplan.rules.problem import memory_limit_gib as memory_limit_gib  # re-exported; MEM-001 quotes it too
 from shardplan.rules.problem import resolve_profile as resolve_profile
-from shardplan.solver.cost.memory import GIB, stage_memory
+from shardplan.solver.cost.memory import GIB, StageMemory, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
@@ -426,34 +426,47 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
 
 def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = None) -> tuple[MemoryReport, ...]:
     profile = resolve_profile(problem, profile)
+    limit, capacity = memory_limit_gib(problem, profile), problem.cluster.gpu.hbm_gib
+    return tuple(
+        MemoryReport(
+            stage=s,
+            weights_gib=mem.weights_bytes / GIB,
+            kv_cache_gib=mem.kv_cache_bytes / GIB,
+            activations_gib=mem.activations_bytes / GIB,
+            comm_buffers_gib=mem.comm_buffers_bytes / GIB,
+            runtime_gib=mem.runtime_bytes / GIB,
+            total_gib=mem.total_bytes / GIB,
+            capacity_gib=capacity,
+            limit_gib=limit,
+        )
+        for s, mem in enumerate(_stage_memories(problem, layout, profile, layout.batch))
+    )
+
+
+def _stage_memories(problem: Problem, layout: Layout, profile: Profile, batch: int) -> list[StageMemory]:
+    """Bytes on one GPU of each stage of ``layout`` at ``batch`` sequences (whatever its own batch), for
+    ``profile``: what ``memory_reports`` reports and ``fits`` judges."""
     model, wl = problem.model, problem.workload
     shape = stage_shape(model, layout)
-    limit = memory_limit_gib(problem, profile)
-    prefill_tokens = prefill_chunk(problem, profile, microbatching(layout.pp, layout.batch)[1]) * wl.isl
-    reports = []
-    for s in range(layout.pp):
-        mem = stage_memory(
+    prefill_tokens = prefill_chunk(problem, profile, microbatching(layout.pp, batch)[1]) * wl.isl
+    return [
+        stage_memory(
             model, shape, profile, layout.stage_layers(s), s == 0, s == layout.pp - 1,
-            layout.batch, wl.context, prefill_tokens, extra_slots=problem.redundant_slots,
+            batch, wl.context, prefill_tokens, extra_slots=problem.redundant_slots,
         )
-        reports.append(
-            MemoryReport(
-                stage=s,
-                weights_gib=mem.weights_bytes / GIB,
-                kv_cache_gib=mem.kv_cache_bytes / GIB,
-                activations_gib=mem.activations_bytes / GIB,
-                comm_buffers_gib=mem.comm_buffers_bytes / GIB,
-                runtime_gib=mem.runtime_bytes / GIB,
-                total_gib=mem.total_bytes / GIB,
-                capacity_gib=problem.cluster.gpu.hbm_gib,
-                limit_gib=limit,
-            )
-        )
-    return tuple(reports)
+        for s in range(layout.pp)
+    ]
 
 
 def fits(problem: Problem, layout: Layout, profile: Profile | None = None) -> bool:
-    return all(m.fits for m in memory_reports(problem, layout, profile))
+    return _fits_at(problem, layout, resolve_profile(problem, profile), layout.batch)
+
+
+def _fits_at(problem: Problem, layout: Layout, profile: Profile, batch: int) -> bool:
+    """``fits`` of ``layout`` at ``batch`` sequences, without building the layout at that batch or the
+    reports (the batch bisection asks it about ten times per layout)."""
+    limit = memory_limit_gib(problem, profile)
+    return all(within_limit(mem.total_bytes / GIB, limit) for mem in _stage_memories(problem, layout, profile, batch))
 
 
 def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) -> int:
@@ -467,13 +480,13 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
     found = _MAX_BATCH.get(key)
     if found is not None:
         return found
-    if not fits(problem, one, profile):
+    if not _fits_at(problem, layout, profile, 1):
         lo = 0
     else:
         lo, hi = 1, layout.attn_dp * engine_batch_limit(problem, profile)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if fits(problem, layout.model_copy(update={"batch": mid}), profile):
+            if _fits_at(problem, layout, profile, mid):
                 lo = mid
             else:
                 hi = mid - 1
