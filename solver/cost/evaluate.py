@@ -235,6 +235,25 @@ class PhaseTable:
 
 
 def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
+    """The step's table for the kinds, memoised: ``evaluate`` prices the same step again for each batch
+    of a decode worker's search (its prefill chunk) and each bisection probe that lands on the same
+    microbatch, half of its tables in the speed case. Readers never change a table."""
+    key = (ctx.model, ctx.cluster, ctx.profile, ctx.shape, ctx.extra_slots, step, tuple(kinds), load_factor)
+    table = _PHASE_TABLES.get(key)
+    if table is None:
+        if len(_PHASE_TABLES) >= PHASE_TABLES_KEPT:
+            _PHASE_TABLES.clear()
+        table = _PHASE_TABLES[key] = _priced_table(ctx, step, kinds, load_factor)
+    return table
+
+
+# _PHASE_TABLES[(model, cluster, profile, shape, extra slots, step, kinds, load factor)]: what phase_table
+# priced: everything CostContext reads, so an equal key prices to an equal table.
+_PHASE_TABLES: dict[tuple[Any, ...], PhaseTable] = {}
+PHASE_TABLES_KEPT = 8192  # a few KB each; the fitter's candidate profiles would grow it without bound
+
+
+def _priced_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float) -> PhaseTable:
     layer_ops_s = {k: ctx.layer_ops_s(k, step, load_factor if k.moe else 1.0) for k in kinds}
     first_ops_s, last_ops_s = ctx.embedding_ops_s(step), ctx.lm_head_ops_s(step)
     return PhaseTable(
