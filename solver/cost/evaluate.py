@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -228,10 +228,23 @@ class PhaseTable:
     first_ops_s: dict[Op, float]
     last_ns: int
     last_ops_s: dict[Op, float]
+    # _ops_us[(counts' items in order, first, last)]: what stage_ops_us summed (phase_table shares a table
+    # among evaluate calls, and their stages repeat).
+    _ops_us: dict[tuple[Any, ...], dict[str, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
         total = sum(n * self.layer_ns[k] for k, n in counts.items())
         return total + (self.first_ns if first else 0) + (self.last_ns if last else 0)
+
+    def stage_ops_us(self, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+        """``_stage_ops_us`` of a stage whose layers are all priced by kind, summed once per table (the
+        order of ``counts`` is part of the key: it is the order the floats are added in); a copy, so a
+        caller may keep or change it."""
+        key = (tuple(counts.items()), first, last)
+        found = self._ops_us.get(key)
+        if found is None:
+            found = self._ops_us[key] = _stage_ops_us(self, counts, first, last)
+        return dict(found)
 
 
 def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
@@ -343,12 +356,16 @@ class LoadedLayers:
     def stage_ops_us(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
         """Microseconds per operator summed over the stage, as ``_stage_ops_us``."""
         loaded = self._loaded(layers)
+        if not loaded:
+            return self.table.stage_ops_us(counts, first, last)
         plain = Counter(counts)
         for layer in loaded:
             plain[layer_kind(self.ctx.model, layer)] -= 1
         return _stage_ops_us(self.table, +plain, first, last, tuple(self.layer_ops_s(layer) for layer in loaded))
 
     def _loaded(self, layers: range) -> list[int]:
+        if not self.factors:
+            return []  # uniform routing, the usual case: no need to look at each layer
         return [layer for layer in layers if layer in self.factors]
 
 
