@@ -388,8 +388,9 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     model, cluster, wl = problem.model, problem.cluster, problem.workload
     profile = resolve_profile(problem, profile)
     memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence
-    concurrency = layout.batch
-    layout = layout.model_copy(update={"batch": slots_held(problem, layout, profile)})
+    concurrency, held = layout.batch, slots_held(problem, layout, profile)
+    if held != concurrency:  # only an engine that reserves whole sequences, at a batch memory does not hold
+        layout = layout.model_copy(update={"batch": held})
     shape = stage_shape(model, layout)
     ctx = CostContext(model, cluster, profile, shape, problem.redundant_slots)
     batch, S = layout.batch, layout.pp
