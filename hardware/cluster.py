@@ -24,7 +24,6 @@ import re
 from collections.abc import Iterable
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -37,6 +36,7 @@ from pydantic import (
 from shardplan.hardware._errors import as_spec_error
 from shardplan.hardware.gpu import GPUSpec, get_gpu
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import HashOnce
 
 # α of one step of a collective, before calibration. NCCL's own tuning model (src/graph/tuning.cc)
 # charges ~0.5 µs per NVLink hop and a few µs of base latency per call; 1 µs per step sits between
@@ -47,7 +47,7 @@ DEFAULT_SCALEUP_LATENCY_US = 1.0
 DEFAULT_SCALEOUT_LATENCY_US = 5.0
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(HashOnce):
     """Identical GPUs in equal nodes, grouped into equal scale-up domains."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)

@@ -14,9 +14,10 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -30,7 +31,7 @@ DEFAULT_ENGINE: Engine = "vllm"
 MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few hundred bytes; anything near this is not one
 
 
-class Profile(BaseModel):
+class Profile(HashOnce):
     """Achieved fractions of peak and fixed overheads for one GPU type and serving software."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # a fitted factor is finite

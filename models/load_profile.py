@@ -25,15 +25,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from shardplan.models.errors import SpecError, spec_error_from
 from shardplan.models.files import parse_json, read_text
+from shardplan.models.frozen import HashOnce
 
 MAX_PROFILE_BYTES = 16 << 20  # 4,096 experts x 1,024 layers of counts fit comfortably
 
 
-class ExpertLoadProfile(BaseModel):
+class ExpertLoadProfile(HashOnce):
     """Tokens routed to each expert, per MoE layer (one row of ``loads`` per entry of ``layers``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from shardplan.models.dtypes import DType
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import HashOnce
 
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -102,7 +103,7 @@ class MoE(BaseModel):
         return self
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(HashOnce):
     """One decoder-only transformer: layers, attention, FFN, optional MoE, number formats."""
 
     model_config = _STRICT

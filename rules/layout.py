@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, model_validator
 
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import HashOnce
 
 
-class Layout(BaseModel):
+class Layout(HashOnce):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dp: PositiveInt = Field(default=1, description="replicas (request-level data parallelism)")

@@ -42,6 +42,16 @@ class StageTiming(_Data):
     decode_ops_us: dict[str, float]
 
 
+# What a GPU may hold beyond its limit and still fit: float rounding of sums in GiB, not memory.
+FIT_TOLERANCE_GIB = 1e-9
+
+
+def within_limit(total_gib: float, limit_gib: float) -> bool:
+    """Whether ``total_gib`` on one GPU fits ``limit_gib`` (``MemoryReport.fits``; the batch bisection asks
+    it without building a report)."""
+    return total_gib <= limit_gib + FIT_TOLERANCE_GIB
+
+
 class MemoryReport(_Data):
     stage: int
     weights_gib: float
@@ -55,7 +65,7 @@ class MemoryReport(_Data):
 
     @property
     def fits(self) -> bool:
-        return self.total_gib <= self.limit_gib + 1e-9
+        return within_limit(self.total_gib, self.limit_gib)
 
     @property
     def short_gib(self) -> float:

@@ -15,6 +15,7 @@ from shardplan.hardware import ClusterSpec
 from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import HashOnce
 from shardplan.models.load_profile import ExpertLoadProfile
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -72,7 +73,7 @@ class Pins(BaseModel):
 MAX_BATCH = 16384
 
 
-class Problem(BaseModel):
+class Problem(HashOnce):
     """One planning question. Units are already resolved: GiB, milliseconds, tokens."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -62,11 +62,11 @@ from shardplan.models.errors import SpecError
 from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
-from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming
+from shardplan.rules.prediction import MemoryReport, Metrics, Prediction, StageTiming, within_limit
 from shardplan.rules.problem import Problem
 from shardplan.rules.problem import memory_limit_gib as memory_limit_gib  # re-exported; MEM-001 quotes it too
 from shardplan.rules.problem import resolve_profile as resolve_profile
-from shardplan.solver.cost.memory import GIB, stage_memory
+from shardplan.solver.cost.memory import GIB, StageMemory, stage_memory
 from shardplan.solver.cost.operators import CostContext, LayerKind, Step, layer_kind
 from shardplan.solver.cost.stage import stage_shape
 
@@ -228,13 +228,45 @@ class PhaseTable:
     first_ops_s: dict[Op, float]
     last_ns: int
     last_ops_s: dict[Op, float]
+    # _ops_us[(counts' items in order, first, last)]: what stage_ops_us summed (phase_table shares a table
+    # among evaluate calls, and their stages repeat).
+    _ops_us: dict[tuple[Any, ...], dict[str, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def stage_ns(self, counts: Counter[LayerKind], first: bool, last: bool) -> int:
         total = sum(n * self.layer_ns[k] for k, n in counts.items())
         return total + (self.first_ns if first else 0) + (self.last_ns if last else 0)
 
+    def stage_ops_us(self, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
+        """``_stage_ops_us`` of a stage whose layers are all priced by kind, summed once per table (the
+        order of ``counts`` is part of the key: it is the order the floats are added in); a copy, so a
+        caller may keep or change it."""
+        key = (tuple(counts.items()), first, last)
+        found = self._ops_us.get(key)
+        if found is None:
+            found = self._ops_us[key] = _stage_ops_us(self, counts, first, last)
+        return dict(found)
+
 
 def phase_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float = 1.0) -> PhaseTable:
+    """The step's table for the kinds, memoised: ``evaluate`` prices the same step again for each batch
+    of a decode worker's search (its prefill chunk) and each bisection probe that lands on the same
+    microbatch, half of its tables in the speed case. Readers never change a table."""
+    key = (ctx.model, ctx.cluster, ctx.profile, ctx.shape, ctx.extra_slots, step, tuple(kinds), load_factor)
+    table = _PHASE_TABLES.get(key)
+    if table is None:
+        if len(_PHASE_TABLES) >= PHASE_TABLES_KEPT:
+            _PHASE_TABLES.clear()
+        table = _PHASE_TABLES[key] = _priced_table(ctx, step, kinds, load_factor)
+    return table
+
+
+# _PHASE_TABLES[(model, cluster, profile, shape, extra slots, step, kinds, load factor)]: what phase_table
+# priced: everything CostContext reads, so an equal key prices to an equal table.
+_PHASE_TABLES: dict[tuple[Any, ...], PhaseTable] = {}
+PHASE_TABLES_KEPT = 8192  # a few KB each; the fitter's candidate profiles would grow it without bound
+
+
+def _priced_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_factor: float) -> PhaseTable:
     layer_ops_s = {k: ctx.layer_ops_s(k, step, load_factor if k.moe else 1.0) for k in kinds}
     first_ops_s, last_ops_s = ctx.embedding_ops_s(step), ctx.lm_head_ops_s(step)
     return PhaseTable(
@@ -324,12 +356,16 @@ class LoadedLayers:
     def stage_ops_us(self, layers: range, counts: Counter[LayerKind], first: bool, last: bool) -> dict[str, float]:
         """Microseconds per operator summed over the stage, as ``_stage_ops_us``."""
         loaded = self._loaded(layers)
+        if not loaded:
+            return self.table.stage_ops_us(counts, first, last)
         plain = Counter(counts)
         for layer in loaded:
             plain[layer_kind(self.ctx.model, layer)] -= 1
         return _stage_ops_us(self.table, +plain, first, last, tuple(self.layer_ops_s(layer) for layer in loaded))
 
     def _loaded(self, layers: range) -> list[int]:
+        if not self.factors:
+            return []  # uniform routing, the usual case: no need to look at each layer
         return [layer for layer in layers if layer in self.factors]
 
 
@@ -352,8 +388,9 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     model, cluster, wl = problem.model, problem.cluster, problem.workload
     profile = resolve_profile(problem, profile)
     memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence
-    concurrency = layout.batch
-    layout = layout.model_copy(update={"batch": slots_held(problem, layout, profile)})
+    concurrency, held = layout.batch, slots_held(problem, layout, profile)
+    if held != concurrency:  # only an engine that reserves whole sequences, at a batch memory does not hold
+        layout = layout.model_copy(update={"batch": held})
     shape = stage_shape(model, layout)
     ctx = CostContext(model, cluster, profile, shape, problem.redundant_slots)
     batch, S = layout.batch, layout.pp
@@ -426,34 +463,47 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
 
 def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = None) -> tuple[MemoryReport, ...]:
     profile = resolve_profile(problem, profile)
+    limit, capacity = memory_limit_gib(problem, profile), problem.cluster.gpu.hbm_gib
+    return tuple(
+        MemoryReport(
+            stage=s,
+            weights_gib=mem.weights_bytes / GIB,
+            kv_cache_gib=mem.kv_cache_bytes / GIB,
+            activations_gib=mem.activations_bytes / GIB,
+            comm_buffers_gib=mem.comm_buffers_bytes / GIB,
+            runtime_gib=mem.runtime_bytes / GIB,
+            total_gib=mem.total_bytes / GIB,
+            capacity_gib=capacity,
+            limit_gib=limit,
+        )
+        for s, mem in enumerate(_stage_memories(problem, layout, profile, layout.batch))
+    )
+
+
+def _stage_memories(problem: Problem, layout: Layout, profile: Profile, batch: int) -> list[StageMemory]:
+    """Bytes on one GPU of each stage of ``layout`` at ``batch`` sequences (whatever its own batch), for
+    ``profile``: what ``memory_reports`` reports and ``fits`` judges."""
     model, wl = problem.model, problem.workload
     shape = stage_shape(model, layout)
-    limit = memory_limit_gib(problem, profile)
-    prefill_tokens = prefill_chunk(problem, profile, microbatching(layout.pp, layout.batch)[1]) * wl.isl
-    reports = []
-    for s in range(layout.pp):
-        mem = stage_memory(
+    prefill_tokens = prefill_chunk(problem, profile, microbatching(layout.pp, batch)[1]) * wl.isl
+    return [
+        stage_memory(
             model, shape, profile, layout.stage_layers(s), s == 0, s == layout.pp - 1,
-            layout.batch, wl.context, prefill_tokens, extra_slots=problem.redundant_slots,
+            batch, wl.context, prefill_tokens, extra_slots=problem.redundant_slots,
         )
-        reports.append(
-            MemoryReport(
-                stage=s,
-                weights_gib=mem.weights_bytes / GIB,
-                kv_cache_gib=mem.kv_cache_bytes / GIB,
-                activations_gib=mem.activations_bytes / GIB,
-                comm_buffers_gib=mem.comm_buffers_bytes / GIB,
-                runtime_gib=mem.runtime_bytes / GIB,
-                total_gib=mem.total_bytes / GIB,
-                capacity_gib=problem.cluster.gpu.hbm_gib,
-                limit_gib=limit,
-            )
-        )
-    return tuple(reports)
+        for s in range(layout.pp)
+    ]
 
 
 def fits(problem: Problem, layout: Layout, profile: Profile | None = None) -> bool:
-    return all(m.fits for m in memory_reports(problem, layout, profile))
+    return _fits_at(problem, layout, resolve_profile(problem, profile), layout.batch)
+
+
+def _fits_at(problem: Problem, layout: Layout, profile: Profile, batch: int) -> bool:
+    """``fits`` of ``layout`` at ``batch`` sequences, without building the layout at that batch or the
+    reports (the batch bisection asks it about ten times per layout)."""
+    limit = memory_limit_gib(problem, profile)
+    return all(within_limit(mem.total_bytes / GIB, limit) for mem in _stage_memories(problem, layout, profile, batch))
 
 
 def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) -> int:
@@ -467,13 +517,13 @@ def max_batch(problem: Problem, layout: Layout, profile: Profile | None = None) 
     found = _MAX_BATCH.get(key)
     if found is not None:
         return found
-    if not fits(problem, one, profile):
+    if not _fits_at(problem, layout, profile, 1):
         lo = 0
     else:
         lo, hi = 1, layout.attn_dp * engine_batch_limit(problem, profile)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if fits(problem, layout.model_copy(update={"batch": mid}), profile):
+            if _fits_at(problem, layout, profile, mid):
                 lo = mid
             else:
                 hi = mid - 1

@@ -108,6 +108,18 @@ def _layers_cached_tokens(model: ModelSpec, start: int, stop: int, context: int)
     return sum(cached_tokens(model, i, context) for i in range(start, stop))
 
 
+@lru_cache(maxsize=8192)
+def _stage_fixed(
+    model: ModelSpec, shape: StageShape, start: int, stop: int, first: bool, last: bool, context: int, extra_slots: int
+) -> tuple[float, int, float]:
+    """What ``stage_memory`` reads that the batch does not change, in one memoised look-up (the batch
+    bisection asks for the same stage about ten times): the weight bytes with the model's ends on the
+    stage, one sequence's cached tokens over its layers, and the KV bytes per token and layer."""
+    weights = _layers_weight_bytes(model, shape, start, stop, extra_slots)
+    weights += end_weight_bytes(model, shape, first, last)
+    return weights, _layers_cached_tokens(model, start, stop, context), kv_bytes_per_token_layer(model)
+
+
 def stage_memory(
     model: ModelSpec,
     shape: StageShape,
@@ -120,10 +132,10 @@ def stage_memory(
     prefill_tokens: int,
     extra_slots: int = 0,
 ) -> StageMemory:
-    weights = _layers_weight_bytes(model, shape, layers.start, layers.stop, extra_slots)
-    weights += end_weight_bytes(model, shape, first, last)
+    fixed = _stage_fixed(model, shape, layers.start, layers.stop, first, last, context, extra_slots)
+    weights, tokens, kv_per_token = fixed
     group_seqs = math.ceil(sequences / shape.attn_dp)
-    kv = group_seqs * _layers_cached_tokens(model, layers.start, layers.stop, context) * kv_bytes_per_token_layer(model)
+    kv = group_seqs * tokens * kv_per_token
     kv /= shape.kv_split * shape.sp
     talks = shape.gpus > 1
     return StageMemory(

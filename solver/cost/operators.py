@@ -83,6 +83,11 @@ def representative_layer(model: ModelSpec, kind: LayerKind) -> int:
     raise ValueError(f"no layer of kind {kind}")
 
 
+# _TIERS[(cluster, first GPU, last GPU, size)]: the tier of a group's collectives (CostContext._tier).
+_TIERS: dict[tuple[ClusterSpec, int, int, int], Tier] = {}
+TIERS_KEPT = 65536  # tens of bytes each; a search over many clusters would grow it without bound
+
+
 class CostContext:
     """Bundles what every operator needs: model, cluster, profile, the stage shape and the redundant
     expert slots per GPU (copies beyond ceil(E / ep), which a GPU reads like its own experts)."""
@@ -92,7 +97,6 @@ class CostContext:
         self.model, self.cluster, self.profile, self.shape = model, cluster, profile, shape
         self.extra_slots = extra_slots
         self.gpu: GPUSpec = cluster.gpu
-        self._tiers: dict[tuple[int, int, int], Tier] = {}
 
     # --- primitives ------------------------------------------------------------------------
     def gemm_s(
@@ -165,16 +169,19 @@ class CostContext:
         return self._tier((src, dst))
 
     def _tier(self, group: Sequence[int]) -> Tier:
-        """The group's tier, cached: groups here are runs or strides of ids, so first, last and
-        size identify them, and a 4,096-GPU group is scanned once rather than per operator."""
-        key = (group[0], group[-1], len(group))
-        tier = self._tiers.get(key)
+        """The group's tier, cached for every context on the cluster (``evaluate`` makes one per call): groups
+        here are runs or strides of ids, so first, last and size identify them, and a 4,096-GPU group is
+        scanned once rather than per operator."""
+        key = (self.cluster, group[0], group[-1], len(group))
+        tier = _TIERS.get(key)
         if tier is None:
+            if len(_TIERS) >= TIERS_KEPT:
+                _TIERS.clear()
             # Ascending, and a scale-up domain is a block of consecutive ids: the group stays in one
             # domain exactly when its first and last GPU do. Scanning every id made a stage of a
             # million-GPU cluster cost seconds per shape (issue 14).
             ends = (group[0], group[-1])
-            tier = self._tiers[key] = Tier.SCALE_OUT if self.cluster.spans_scaleout(ends) else Tier.SCALE_UP
+            tier = _TIERS[key] = Tier.SCALE_OUT if self.cluster.spans_scaleout(ends) else Tier.SCALE_UP
         return tier
 
     # --- one layer -------------------------------------------------------------------------
