@@ -188,7 +188,9 @@ def generic_profile(results: Sequence[FitResult], ops_csv: Path = OPS_CSV) -> Pr
     base = shared_profile(ops, "*", "trtllm").model_copy(update={"name": "generic", "default": True})
     defaults = [r for r in results if r.profile.default and r.profile.software == base.software]
     fields = sorted({f for r in defaults for f in r.fields})
-    update = {f: statistics.median(getattr(r.profile, f) for r in defaults) for f in fields}
+    # Each field's median over the profiles that fitted it: a field only some GPUs fit (fp4_gemm_ratio, on
+    # Blackwell's FP4 rows) is None in the others, which has no median (the refit crashed there).
+    update = {f: statistics.median(getattr(r.profile, f) for r in defaults if f in r.fields) for f in fields}
     names = ", ".join(r.profile.name for r in defaults)
     update["source"] = (
         f"fallback for GPUs without measurements: shared operator factors ({ops.note}); fitted fields "
