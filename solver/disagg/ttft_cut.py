@@ -20,7 +20,8 @@ C``, where ``e2e0`` = overhead + queue + pass + transfer + admission + (OSL - 1)
 law gives ``TTFT = C / X - (OSL - 1) round >= overhead + queue + pass + transfer + admission``; the
 queue is ``share (C - 1) s`` rounded, ``s`` the pool's time per prompt at its largest chunk over x
 workers (``cost.disagg.serving_stack_ns``); the decode worker's admission is none at one request in flight, so
-``PairCuts`` leave it out and ``ChoiceFloor`` counts it where more than one must be in flight. With
+``ChoiceFloor`` counts it where more than one must be in flight, and ``PairCuts`` where their cap on the rate is
+above what one request in flight can carry (``_with_admission``). With
 ``v = X s`` (the prefill pool's utilisation, at most 1) and ``C >= X (queue + E)``, ``E`` = overhead +
 pass(h) + transfer + (OSL - 1) round(j):
 
@@ -160,9 +161,32 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
                 continue
             e2e_floor_ns = overhead_ns + pass_ns + transfer + (wl.osl - 1) * round_ns
             v_max = most_utilisation(spare_ns, e2e_floor_ns, share, s1_ns)
+            if wl.osl > 1:
+                v_max = _with_admission(v_max, admission_ns(profile, round_ns, 2), spare_ns, e2e_floor_ns, share,
+                                        s1_ns)
             row.append(_units_above(v_max * NS_PER_S / s1_ns) + 1)
         caps.append(row)
     return PairCuts(chunk_floor, batch_floor, caps)
+
+
+ADMISSION_SLACK = 1e-6  # relative: the rates compared are floats from integer nanoseconds
+
+
+def _with_admission(v_max: float, admitted_ns: int, spare_ns: float, e2e_floor_ns: float, share: float,
+                    per_prompt_ns: float) -> float:
+    """The cap on the prefill pool's utilisation with the decode worker's admission (``admitted_ns``, read at
+    the level's round: at most the exact one) in TTFT and in the e2e, where it is sound for every deployment.
+
+    The admission is in TTFT only when more than one request is in flight; with one, ``X e2e0 <= 1`` bounds the
+    rate by ``1 / E``. So the tighter cap ``v'`` (``most_utilisation`` with ``L' - A`` and ``E + A``) holds
+    for every rate above ``1 / E``, and the cut ``R <= x v' / s1`` for every rate as soon as one worker's
+    ``v' / s1`` is at least ``1 / E`` (``v' E >= s1``, with slack for the floats): then ``x v' / s1 >= 1 / E``
+    on any ``x >= 1``. Otherwise the cap without it stands (``ChoiceFloor`` counts the admission per
+    deployment, where it knows the rate)."""
+    if admitted_ns <= 0 or spare_ns - admitted_ns < 0:
+        return v_max
+    tighter = most_utilisation(spare_ns - admitted_ns, e2e_floor_ns + admitted_ns, share, per_prompt_ns)
+    return tighter if tighter * e2e_floor_ns >= per_prompt_ns * (1 + ADMISSION_SLACK) else v_max
 
 
 class ChoiceFloor:

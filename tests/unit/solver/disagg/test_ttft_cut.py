@@ -277,3 +277,18 @@ def test_refuses_every_reads_the_queue_not_only_the_lone_prompt() -> None:
     floor = ChoiceFloor(pools)
     assert not floor.refuses_every(target_units(0.5))
     assert floor.refuses_every(target_units(50.0))
+
+
+def test_the_cuts_count_the_decode_admission_and_still_allow_every_accepted_deployment(monkeypatch) -> None:
+    """Brute force on the TensorRT-LLM case above: the pair cuts with the decode worker's admission allow every
+    deployment the exact check accepts, and forbid more of the refused ones than without it."""
+    pools = pools_for(TRT_ADMISSION)
+    choices = [c for c in brute.choices(pools) if pools.rate(c) > 0]
+    accepted = {c for c in choices if pools.feasible_plan(c) is not None}
+    cuts = cuts_of(pools)
+    assert accepted and all(cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c)) for c in accepted)
+    forbidden = {c for c in choices if not cuts[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c))}
+    monkeypatch.setattr(ttft_cut, "admission_ns", lambda *_: 0)
+    without = cuts_of(pools)
+    forbidden_without = {c for c in choices if not without[(c.prefill, c.decode)].allows(c.x, c.y, pools.rate(c))}
+    assert forbidden_without < forbidden and not forbidden & accepted
