@@ -82,9 +82,7 @@ class Deadline:
         self.work_done = 0.0
 
     def passed(self) -> bool:
-        if self.work_limit is not None and self.work_done >= self.work_limit:
-            return True
-        return self.end is not None and time.perf_counter() >= self.end
+        return self.by_work() or (self.end is not None and time.perf_counter() >= self.end)
 
     def spend(self, work: float) -> None:
         """Count ``work`` units done (a CP-SAT solve's deterministic time, branch-and-bound nodes)."""

@@ -86,6 +86,12 @@ class BothModes:
         """Whether the work limit ended either mode's enumeration."""
         return any(run is not None and run.deadline.by_work() for run in (self.colocated, self.disagg))
 
+    def no_plan(self) -> str:
+        """The line an enumeration a limit stopped before any row says, naming the limit that did: the work
+        limit when it ended a mode's enumeration (each mode counts its own work), else the whole run's."""
+        deadline = Deadline(None, self.work_limit) if self.cut_by_work() else self.deadline
+        return deadline.no_plan("layout or deployment")
+
     def _full(self) -> bool:
         return self.limit is not None and self.count >= self.limit
 
@@ -146,7 +152,7 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
             click.echo(f"{row['index']:>4}  {row['serving']:<9}  {_row_text(row)}")
     if run.count == 0:
         if run.partial and (time_limit_s is not None or run.cut_by_work()):
-            raise SolverLimitError(run.deadline.no_plan("layout or deployment"))
+            raise SolverLimitError(run.no_plan())
         exc = run.infeasible()
         if as_json:
             click.echo(json.dumps(infeasible_dict(run.problem, exc), indent=2))

@@ -235,8 +235,7 @@ def _enumerate_both(problem: Problem, limit: int, time_limit_s: float, objective
     rows = list(run)
     if not rows:
         if run.partial:  # as the CLI: the limit, not the rules, left it empty
-            raise SolverLimitError(run.deadline.no_plan("layout or deployment") if not run.cut_by_work() else
-                                   Deadline(None, work).no_plan("layout or deployment"))
+            raise SolverLimitError(run.no_plan())
         return infeasible_dict(run.problem, run.infeasible())
     return both_modes_dict(rows, run)
 
