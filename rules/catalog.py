@@ -3,6 +3,8 @@ against them, ``shardplan rules`` lists them. IDs are never reused."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from shardplan.models.errors import SpecError
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import EngineBatchLimit, MemoryFits, TpotLimit, TtftLimit
@@ -98,8 +100,15 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
     return sorted(set(allow) - set(SWITCHES))
 
 
+def check_allow(allow: Iterable[str]) -> None:
+    """Every --allow switch must name a rule that can be turned off (``SpecError`` naming the first that does not)."""
+    bad = unknown_switches(frozenset(allow))
+    if bad:
+        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+
+
 __all__ = [
     "ALL_RULES", "CATALOG", "DAG_RULES", "DISAGG_RULES", "LISTED_RULES", "REGISTRY", "SWITCHES", "Kind", "Rule",
-    "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches",
+    "check_allow", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches",
 ]
 

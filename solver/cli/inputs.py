@@ -32,6 +32,7 @@ from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
 from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
+from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Pins, Problem, Workload
 
@@ -137,6 +138,7 @@ def build_problem(args: ProblemArgs) -> Problem:
         objective = Objective(args.objective)
     except ValueError:
         raise SpecError("objective", f"{args.objective!r}; one of latency, throughput") from None
+    check_allow(args.allow)  # evaluate runs no search, whose own check (search_base) would name it
     pins = dict(args.pins)
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])

@@ -32,6 +32,11 @@ CASES = [
     ("nan-tpot", ["solve", "--tpot-ms", "nan"], BAD_INPUT, "tpot-ms"),
     ("unknown-objective", ["solve", "--objective", "fastest"], BAD_INPUT, "objective"),
     ("unknown-allow", ["solve", "--allow", "nonsense"], BAD_INPUT, "unknown switch"),
+    # evaluate runs no search, which was the only place the switch was checked: priced as if not given (exit 0)
+    ("evaluate-unknown-allow", ["evaluate", *LLAMA_8B, "--allow", "nonsense"], BAD_INPUT, "unknown switch"),
+    ("evaluate-disagg-unknown-allow", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving",
+                                       "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--allow", "x"],
+     BAD_INPUT, "unknown switch"),
     ("malformed-stages", ["solve", "--stages", "0-30"], BAD_INPUT, "START:END"),
     ("stages-not-covering", ["evaluate", *LLAMA_8B, "--stages", "0:10,10:20"], BAD_INPUT, "cover"),
     ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),
