@@ -294,7 +294,7 @@ def calibrate(
       isl, osl           input / output tokens per request (positive integers)
       batch_size         static batch, when stated
       request_rate_qps   offered rate (inf: all requests at once; blank: not serving)
-      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a positive number)
+      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a number in 1e-9..1e15)
       config_group       rows differing only in layout share it (blank allowed)
       notes              free text
     A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8

@@ -25,7 +25,6 @@ scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import math
@@ -41,7 +40,7 @@ from shardplan.hardware import Collective, collective_time_s, get_gpu, oneshot_a
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.solver.cost.calibration.measures import predict
-from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms
+from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms, read_op_points
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
 
 DIGITS = 4
@@ -175,8 +174,7 @@ def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
 
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_op_points(path)
     gemm = [r for r in rows if r["op"] == "gemm"]
 
     bf16_eff, bf16_half = gemm_curve(gemm, "bfloat16")
