@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -235,7 +235,7 @@ def profile_names() -> tuple[str, ...]:
 def get_profile(name: str) -> Profile:
     profiles = _all_profiles()
     if name not in profiles:
-        raise SpecError("profile", f"unknown profile {name!r}; known: {', '.join(profiles)}")
+        raise SpecError("profile", f"unknown profile {quoted(name)}; known: {', '.join(profiles)}")
     return profiles[name]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.errors import SpecError, quoted, spec_error_from
 from shardplan.models.files import parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
@@ -182,9 +182,9 @@ def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[
         raise SpecError("layers", f'{path}: expected an object {{"layers": {{"<layer>": [tokens per expert], ...}}}}')
     unknown = sorted(set(data) - {"layers", "num_experts", "source"})
     if unknown:
-        raise SpecError(unknown[0], f"{path}: unknown key (allowed: layers, num_experts, source)")
+        raise SpecError(unknown[0][:40], f"{path}: unknown key (allowed: layers, num_experts, source)")
     if "num_experts" in data and data["num_experts"] != num_experts:
-        raise SpecError("num_experts", f"{path} has {data['num_experts']!r}, the model has {num_experts}")
+        raise SpecError("num_experts", f"{path} has {quoted(data['num_experts'])}, the model has {num_experts}")
     by_layer: dict[int, list[float]] = {}
     for key, row in data["layers"].items():
         layer = _layer_index(key, f"layers.{key}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import EngineBatchLimit, MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.dag.catalog import DAG_RULES
@@ -75,7 +75,7 @@ def get_rule(rule_id: str) -> Rule:
     """Any rule, plan or DAG, by its ID (any case) or its kebab-case name."""
     rule = REGISTRY.get(rule_id.lower())
     if rule is None:
-        raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in LISTED_RULES)}")
+        raise SpecError("rule", f"unknown rule {quoted(rule_id)}; known: {', '.join(r.id for r in LISTED_RULES)}")
     return rule
 
 
@@ -104,7 +104,7 @@ def check_allow(allow: Iterable[str]) -> None:
     """Every --allow switch must name a rule that can be turned off (``SpecError`` naming the first that does not)."""
     bad = unknown_switches(frozenset(allow))
     if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+        raise SpecError("allow", f"unknown switch {quoted(bad[0])}; known: {', '.join(sorted(SWITCHES))}")
 
 
 __all__ = [

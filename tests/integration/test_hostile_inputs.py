@@ -18,6 +18,7 @@ from shardplan.hardware import profile as profile_module
 from shardplan.hardware.profile import PROFILE_DIR, Profile, list_profiles, profile_from_data
 from shardplan.models import SpecError
 from shardplan.models.files import parse_json
+from shardplan.solver.cost.calibration.points import REQUIRED_COLUMNS
 from shardplan.solver.dag.export import to_mermaid
 from shardplan.solver.mcp import tools
 from shardplan.solver.mcp.safety import Root, TimeLimits
@@ -153,3 +154,27 @@ def test_a_full_stdout_is_one_line_and_the_unusable_output_code(tmp_path):
     lines = run.stderr.decode().splitlines()
     assert run.returncode == 2
     assert lines == ["shardplan: error: cannot write standard output: No space left on device"]
+
+
+LONG = "x" * 100_000
+SERVING = ["--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg"]
+
+
+@pytest.mark.parametrize("argv", [
+    # Each quoted the whole value back: a 100 kB error line.
+    ["evaluate", *SMALL, "--weights-dtype", LONG],
+    ["evaluate", *SMALL, "--kv-dtype", LONG],
+    ["evaluate", *SMALL, "--profile", LONG],
+    ["evaluate", *SMALL, "--allow", LONG],
+    ["rules", LONG],
+    ["calibrate", "{dir}/p.csv", "--out", "{dir}/p.json", "--software", LONG],
+    ["calibrate", "{dir}/p.csv", "--out", "{dir}/p.json", "--gpu", LONG],
+    ["evaluate", *SERVING, "--prefill", "workers=1," + "k" * 4000 + "=1", "--decode", "workers=1"],
+    ["evaluate", *SERVING, "--prefill", "workers=1", "--decode", "workers=" + "1" * 4000],
+    ["evaluate", *SERVING, "--prefill", "workers=1", "--decode", "w" * 4000],
+], ids=["weights-dtype", "kv-dtype", "profile", "allow", "rules", "software", "gpu", "pool-key", "pool-value",
+        "pool-part"])
+def test_a_huge_value_is_not_quoted_back_whole(tmp_path, argv):
+    header = ",".join(REQUIRED_COLUMNS).encode() + b"\n"  # no rows: calibrate reaches --gpu and --software
+    code, line = _run(tmp_path, argv, {"p.csv": header})
+    assert code == 2 and len(line) < 1000, (code, len(line))
