@@ -32,6 +32,10 @@ from shardplan.models.files import parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
 MAX_PROFILE_BYTES = 16 << 20  # 4,096 experts x 1,024 layers of counts fit comfortably
+# The most tokens one expert of one layer may be given: far beyond any measured trace, and low enough that a
+# layer's total over 4,096 experts stays finite (128 counts of 1e308 summed to inf, and the placement's
+# max/mean load became NaN in the JSON output, which is then not JSON).
+MAX_COUNT = 1e15
 
 
 class ExpertLoadProfile(HashOnce):
@@ -69,6 +73,8 @@ class ExpertLoadProfile(HashOnce):
                     raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: not a finite number ({tokens})")
                 if tokens < 0:
                     raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: negative count ({tokens})")
+                if tokens > MAX_COUNT:
+                    raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: count {tokens:g} is above {MAX_COUNT:g}")
         return self
 
     def layer_loads(self, layer: int) -> tuple[float, ...]:

@@ -178,3 +178,11 @@ def test_a_huge_value_is_not_quoted_back_whole(tmp_path, argv):
     header = ",".join(REQUIRED_COLUMNS).encode() + b"\n"  # no rows: calibrate reaches --gpu and --software
     code, line = _run(tmp_path, argv, {"p.csv": header})
     assert code == 2 and len(line) < 1000, (code, len(line))
+
+
+def test_a_load_profile_whose_layer_total_overflows_is_bad_input_not_nan_in_the_json(tmp_path):
+    layers = {str(i): [1.0] * 128 for i in range(48)} | {"3": [1e308] * 128}
+    argv = ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "2xH100", "--tp", "2", "--json",
+            "--load-profile", "{dir}/load.json"]
+    code, line = _run(tmp_path, argv, {"load.json": json.dumps({"layers": layers}).encode()})
+    assert code == 2 and line.startswith("shardplan: error: load-profile loads[3][0]:")
