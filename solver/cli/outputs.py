@@ -48,6 +48,8 @@ class OutputFiles:
         """Check ``path`` for ``--option`` now, before any work; None (option not given) is skipped."""
         if path is None:
             return
+        if not str(path):  # realpath("") is the current folder: calibrate --out '' wrote its profiles there
+            raise SpecError(option, "an empty path; name the file to write")
         shown, target = str(path), _resolved(path)
         if directory_ok and os.path.isdir(target):
             folder = target

@@ -52,6 +52,9 @@ CASES = [
     ("enumerate-report-into-missing-dir", ["enumerate", *LLAMA_8B, "--report", "{missing_dir}/x.html"], BAD_INPUT,
      "does not exist"),
     ("report-is-a-directory", ["solve", "--report", "{tmp}"], BAD_INPUT, "directory"),
+    # realpath("") is the current folder: calibrate wrote its profiles there (exit 0), --dag said "is a directory"
+    ("calibrate-out-empty", ["calibrate", "{bad_json}", "--out", ""], BAD_INPUT, "out: an empty path"),
+    ("dag-empty", ["solve", *LLAMA_8B, "--dag", ""], BAD_INPUT, "dag: an empty path"),
     ("zero-time-limit", ["solve", "--time-limit", "0"], BAD_INPUT, "time-limit"),
     ("negative-work-limit", ["solve", "--work-limit", "-1"], BAD_INPUT, "work-limit"),
     ("work-limit-not-a-number", ["solve", "--work-limit", "abc"], BAD_INPUT, "--work-limit"),
