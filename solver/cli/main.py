@@ -608,7 +608,9 @@ def rules(rule_id: str | None, as_json: bool) -> None:
     \b
     Examples: shardplan rules          shardplan rules TP-001 --json
     """
-    selected = [get_rule(rule_id)] if rule_id else list(LISTED_RULES)
+    # "is not None": an empty ID (a script's unset variable) is an unknown rule, not the whole catalog,
+    # whose first rule --json printed as if it had been asked for.
+    selected = [get_rule(rule_id)] if rule_id is not None else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
         emit_json(data if rule_id is None else data[0])
