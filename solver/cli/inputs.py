@@ -128,8 +128,9 @@ def build_problem(args: ProblemArgs) -> Problem:
     if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:  # below 0 or not finite: zipf_profile says so
         raise SpecError("zipf", f"must be at most {MAX_ZIPF_EXPONENT:g}, got {args.zipf:g}")
     model = args.model if isinstance(args.model, ModelSpec) else get_model(args.model)
-    weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
-    kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None
+    # "is not None": an empty dtype (a script's unset variable) is an unknown one, not the checkpoint's.
+    weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype is not None else None
+    kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype is not None else None
     if kv is not None and kv not in (DType.BF16, DType.FP16, DType.FP8):
         raise SpecError("kv-dtype", f"KV cache in {kv.value} is not supported; use bf16, fp16 or fp8")
     model = model.with_dtypes(weights, kv)

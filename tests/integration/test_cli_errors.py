@@ -42,6 +42,9 @@ CASES = [
     ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),
     ("nonsense-weights-dtype", ["solve", "--weights-dtype", "nonsense"], BAD_INPUT, "unknown dtype"),
     ("fp4-kv-cache", ["solve", "--kv-dtype", "fp4"], BAD_INPUT, "not supported"),
+    # an empty dtype was read as none given: the checkpoint's weights, a 16-bit cache, exit 0
+    ("empty-weights-dtype", ["evaluate", *LLAMA_8B, "--weights-dtype", ""], BAD_INPUT, "weights-dtype: unknown dtype"),
+    ("empty-kv-dtype", ["evaluate", *LLAMA_8B, "--kv-dtype", ""], BAD_INPUT, "kv-dtype: unknown dtype"),
     ("unknown-profile", ["solve", "--profile", "nonexistent"], BAD_INPUT, "unknown profile"),
     ("unknown-engine", ["solve", "--emit", "tgi"], BAD_INPUT, "--emit"),
     ("unknown-engine-option", ["evaluate", *LLAMA_8B, "--engine", "tgi"], BAD_INPUT, "--engine"),
