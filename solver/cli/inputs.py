@@ -320,8 +320,9 @@ def layout_from_pins(problem: Problem) -> Layout:
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
         raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: "
                               f"ep = G / expert_tp = {layout.ep}")
-    if p.ep not in (None, 1) and not model.is_moe:
-        raise SpecError("ep", f"{problem.model.name} has no MoE layers")
+    for degree, value in (("ep", p.ep), ("expert-tp", p.expert_tp)):  # a pool's pins skip Problem's validator
+        if value not in (None, 1) and not model.is_moe:
+            raise SpecError(degree, f"{problem.model.name} has no MoE layers")
     if layout.num_gpus > problem.cluster.num_gpus:
         raise SpecError("cluster",
                         f"the layout needs {layout.num_gpus} GPUs; the cluster has {problem.cluster.num_gpus}")

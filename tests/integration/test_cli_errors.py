@@ -40,6 +40,12 @@ CASES = [
     ("malformed-stages", ["solve", "--stages", "0-30"], BAD_INPUT, "START:END"),
     ("stages-not-covering", ["evaluate", *LLAMA_8B, "--stages", "0:10,10:20"], BAD_INPUT, "cover"),
     ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),
+    # expert-tp on a dense model: a plan or pool printed "expert_tp": 2, a degree nothing in it has (exit 0)
+    ("dense-expert-tp", ["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", "--tp", "2", "--expert-tp", "2",
+                         "--allow", "expert-tp"], BAD_INPUT, "expert-tp: meta-llama/Llama-3.1-8B has no MoE layers"),
+    ("dense-pool-expert-tp", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg",
+                              "--prefill", "workers=1,tp=2,expert_tp=2", "--decode", "workers=1", "--allow",
+                              "expert-tp"], BAD_INPUT, "prefill expert-tp: meta-llama/Llama-3.1-8B has no MoE"),
     ("nonsense-weights-dtype", ["solve", "--weights-dtype", "nonsense"], BAD_INPUT, "unknown dtype"),
     ("fp4-kv-cache", ["solve", "--kv-dtype", "fp4"], BAD_INPUT, "not supported"),
     # an empty dtype was read as none given: the checkpoint's weights, a 16-bit cache, exit 0
