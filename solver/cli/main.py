@@ -706,6 +706,9 @@ def _run(args: list[str], notes: list[str]) -> None:
         if _caused_by_ctrl_c(exc):
             _fail_interrupted(exc)
         fail("aborted", EXIT_BAD_INPUT)
+    except click.exceptions.NoArgsIsHelpError:  # its message is the whole --help, squashed onto one line
+        fail(f"error: command: none given; one of {', '.join(sorted(cli.commands))} (shardplan --help says "
+             "what each does)", EXIT_BAD_INPUT)
     except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...
         fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT)
     except ShardplanError as exc:  # SpecError, InfeasibleError and the rest of ours

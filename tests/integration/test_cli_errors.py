@@ -71,6 +71,7 @@ CASES = [
     ("zero-enumerate-limit", ["enumerate", "--limit", "0"], BAD_INPUT, "limit"),
     ("unknown-option", ["solve", "--frobnicate"], BAD_INPUT, "No such option"),
     ("unknown-command", ["plan-it"], BAD_INPUT, "No such command"),
+    ("no-command", [], BAD_INPUT, "command: none given; one of calibrate,"),  # was the whole --help on one line
     ("empty-rule-id", ["rules", "", "--json"], BAD_INPUT, "unknown rule ''"),  # printed GPU-001, exit 0
     ("infeasible-memory", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100"], INFEASIBLE, "MEM-001"),
     ("infeasible-with-emit-and-report", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--emit", "vllm",
