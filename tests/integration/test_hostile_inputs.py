@@ -186,3 +186,13 @@ def test_a_load_profile_whose_layer_total_overflows_is_bad_input_not_nan_in_the_
             "--load-profile", "{dir}/load.json"]
     code, line = _run(tmp_path, argv, {"load.json": json.dumps({"layers": layers}).encode()})
     assert code == 2 and line.startswith("shardplan: error: load-profile loads[3][0]:")
+
+
+@pytest.mark.parametrize("name", ["[/bold]", "[link=https://example.com]x[/link]"])
+def test_a_name_from_an_input_file_is_printed_as_text_not_markup(tmp_path, name):
+    # rich read it as markup: "[/bold]" ended in MarkupError (exit 3), a [link=...] became a link.
+    case = Case("solve", ["solve", *SMALL, "--no-runner-up", "--profile", "{dir}/p.json"],
+                {"p.json": _profile_with(name=name)})
+    outcome = run_in_process(case, tmp_path)
+    assert outcome.code == 0, outcome.stderr
+    assert f"calibration profile {name}\n" in outcome.stdout
