@@ -196,3 +196,13 @@ def test_a_name_from_an_input_file_is_printed_as_text_not_markup(tmp_path, name)
     outcome = run_in_process(case, tmp_path)
     assert outcome.code == 0, outcome.stderr
     assert f"calibration profile {name}\n" in outcome.stdout
+
+
+def test_a_read_only_output_is_refused_and_kept(tmp_path):
+    # The rename that puts an output in place needs only the folder's permission: it replaced the file anyway.
+    kept = tmp_path / "plan.html"
+    kept.write_text("KEEP")
+    kept.chmod(0o444)
+    code, line = _run(tmp_path, ["solve", *SMALL, "--no-runner-up", "--report", "{dir}/plan.html"])
+    assert code == 2 and line.startswith("shardplan: error: report:") and line.endswith("is read-only")
+    assert kept.read_text() == "KEEP"
