@@ -339,6 +339,9 @@ def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
     types = r.cfg.get("layer_types") or []
     if types and (not isinstance(types, list) or len(types) != layers):
         raise SpecError("layer_types", f"expected {layers} entries")
+    unknown = [kind for kind in types if kind not in ("sliding_attention", "full_attention")]
+    if unknown:  # a misspelt kind was priced as full attention
+        raise SpecError("layer_types", f"unknown kind {quoted(unknown[0])}; one of sliding_attention, full_attention")
     window_layers = tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
     window = r.int("sliding_window") if window_layers else None
     attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})
