@@ -38,6 +38,8 @@ def read_text(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) ->
         info = os.stat(path)
     except OSError as exc:
         raise SpecError(field, f"cannot read {path}: {exc.strerror}") from None
+    except ValueError:  # a NUL byte: no file can have that name (main(argv) in-process, a library caller)
+        raise SpecError(field, f"{quoted(str(path))} is not a path") from None
     if not stat.S_ISREG(info.st_mode):
         raise SpecError(field, f"{path} is not a regular file")
     if info.st_size > max_bytes:

@@ -43,6 +43,15 @@ def test_a_key_given_twice_is_refused_naming_it():
     assert err.value.field == "model" and "'num_hidden_layers'" in str(err.value)
 
 
+@pytest.mark.parametrize("option", ["--model", "--profile", "--load-profile"])
+def test_a_file_name_with_a_nul_byte_is_bad_input(tmp_path, option):
+    # No command line can carry one (execve ends the argument there), but main(argv) in-process can: os.stat
+    # raised ValueError, an internal error (exit 3).
+    argv = ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "2xH100", "--tp", "2", option, "a\0b.json"]
+    outcome = run_in_process(Case("evaluate", argv), tmp_path)
+    assert outcome.code == 2 and "is not a path" in outcome.stderr, outcome.stderr
+
+
 def test_a_config_with_a_repeated_key_is_bad_input(tmp_path):
     text = json.dumps(preset_config("llama-3.1-8b"))[:-1] + ', "num_hidden_layers": 100000000}'
     code, line = _run(tmp_path, ["evaluate", "--model", "{dir}/c.json", "--cluster", "1xH100"],
