@@ -659,6 +659,13 @@ def main(argv: list[str] | None = None) -> None:
     turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    for i, arg in enumerate(args):
+        # No command line carries a NUL (execve ends the argument there); main(argv) in-process can, and
+        # os.stat, click's path checks and realpath raise ValueError on it (an internal error, exit 3).
+        if "\0" in arg:
+            option = (args[i - 1] if i and args[i - 1].startswith("-") else
+                      arg.split("=")[0] if arg.startswith("-") else "argument")
+            fail(f"error: {option.lstrip('-').replace(chr(0), '') or 'argument'}: contains a NUL byte", EXIT_BAD_INPUT)
     with held_notes() as notes, _sigterm_unwinds():
         _run(args, notes)
 

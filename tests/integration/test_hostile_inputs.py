@@ -17,7 +17,7 @@ import pytest
 from shardplan.hardware import profile as profile_module
 from shardplan.hardware.profile import PROFILE_DIR, Profile, list_profiles, profile_from_data
 from shardplan.models import SpecError
-from shardplan.models.files import parse_json
+from shardplan.models.files import parse_json, read_text
 from shardplan.solver.cost.calibration.points import REQUIRED_COLUMNS
 from shardplan.solver.dag.export import to_mermaid
 from shardplan.solver.mcp import tools
@@ -43,13 +43,25 @@ def test_a_key_given_twice_is_refused_naming_it():
     assert err.value.field == "model" and "'num_hidden_layers'" in str(err.value)
 
 
-@pytest.mark.parametrize("option", ["--model", "--profile", "--load-profile"])
-def test_a_file_name_with_a_nul_byte_is_bad_input(tmp_path, option):
-    # No command line can carry one (execve ends the argument there), but main(argv) in-process can: os.stat
-    # raised ValueError, an internal error (exit 3).
-    argv = ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "2xH100", "--tp", "2", option, "a\0b.json"]
-    outcome = run_in_process(Case("evaluate", argv), tmp_path)
-    assert outcome.code == 2 and "is not a path" in outcome.stderr, outcome.stderr
+@pytest.mark.parametrize(("argv", "field"), [
+    (["evaluate", "--model", "a\0b.json"], "model"),
+    (["solve", *SMALL, "--dag", "{dir}/a\0b.json"], "dag"),
+    (["solve", *SMALL, "--report={dir}/a\0b.html"], "report"),
+    (["validate", "a\0b.json"], "argument"),
+    (["calibrate", "p.csv", "--out", "p.json", "--ops", "a\0b.csv"], "ops"),
+    (["mcp", "--root", "a\0b"], "root"),
+])
+def test_an_argument_with_a_nul_byte_is_bad_input(tmp_path, argv, field):
+    # No command line can carry one (execve ends the argument there), but main(argv) in-process can: os.stat,
+    # click's path checks and realpath raised ValueError, an internal error (exit 3).
+    code, line = _run(tmp_path, argv)
+    assert (code, line) == (2, f"shardplan: error: {field}: contains a NUL byte")
+
+
+def test_read_text_names_a_path_with_a_nul_byte():
+    with pytest.raises(SpecError) as err:
+        read_text("a\0b.json", "model")
+    assert err.value.field == "model" and "is not a path" in err.value.reason
 
 
 def test_a_config_with_a_repeated_key_is_bad_input(tmp_path):
