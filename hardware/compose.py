@@ -121,8 +121,7 @@ def compose_on(base: P, engine: str, sources: Sequence[ProfileLike], fields: Seq
     """``base`` with ``fields`` taken from ``sources`` (the engine's fitted profiles of other GPUs), named
     ``name``; its source says, in one line, which field came from where."""
     differ = [f for f in fields if len({getattr(p, f) for p in sources}) > 1]
-    how = f", the median of {', '.join(differ)}" if differ else ""
-    steps = " and step" if set(STEP_FIELDS) <= set(fields) else ""
+    how = f" (the median of {', '.join(differ)})" if differ else ""
     software = sources[0].software.split(",")[0].split(" (")[0]
     return base.model_copy(update={
         **engine_fields(sources, fields),
@@ -131,7 +130,7 @@ def compose_on(base: P, engine: str, sources: Sequence[ProfileLike], fields: Seq
         "default": False,
         "engine_default": False,
         "software": f"{software} behaviour on {base.gpu} (composed)",
-        "source": (f"composed: hardware fields from {base.name}; {engine} behaviour{steps} fields from "
+        "source": (f"composed: hardware fields from {base.name}; {', '.join(fields)} from "
                    f"{' and '.join(p.name for p in sources)}{how}"),
         "fit_rows": None,
         "fit_median_abs_error": None,

@@ -244,8 +244,8 @@ def list_profiles() -> list[Profile]:
 
 
 def profile_names() -> tuple[str, ...]:
-    """The names ``get_profile`` knows."""
-    return tuple(_all_profiles())
+    """The names ``get_profile`` knows: the stored profiles', then the composed ones'."""
+    return (*_all_profiles(), *(p.name for p in composed_profiles()))
 
 
 def get_profile(name: str) -> Profile:
