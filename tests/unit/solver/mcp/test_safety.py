@@ -68,3 +68,11 @@ def test_time_limits_default_cap_and_wall() -> None:
         assert refused.value.field == "time-limit"
     with pytest.raises(SpecError):
         TimeLimits(default_s=200.0, max_s=100.0)  # a default above the cap
+
+
+def test_a_profile_name_stored_or_composed_is_passed_on_as_a_name_not_read_as_a_path(tree: tuple[Path, Path]) -> None:
+    from shardplan.solver.mcp.tools import profile_of
+
+    root, _ = tree
+    for name in ("h100-sxm-vllm", "h100-sxm+sglang"):
+        assert profile_of(name, Root(str(root))) == name
