@@ -16,6 +16,7 @@ from typing import Literal, get_args
 
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
+from shardplan.hardware.compose import SEPARATOR, compose
 from shardplan.models.errors import SpecError, quoted
 from shardplan.models.frozen import HashOnce
 
@@ -51,7 +52,8 @@ class Profile(HashOnce):
     engine_default: bool = Field(
         default=False,
         description="the profile plans for its engine on its GPU are priced with (fitted to that engine's runs "
-        "under load); where no profile is, the GPU's default profile prices them",
+        "under load); where no profile is, one composed of the GPU's hardware fields and the engine's behaviour "
+        "prices them (hardware/compose.py)",
     )
     # Compute: a GEMM over M tokens achieves gemm_efficiency * M / (M + gemm_half_tokens) of peak,
     # so its time is affine in M (empirical: fits the GEMM points of op_points.csv).
@@ -221,6 +223,20 @@ def _all_profiles() -> dict[str, Profile]:
 def reload_profiles() -> None:
     """Read ``profiles/*.json`` again on the next lookup (after a refit rewrote them)."""
     _all_profiles.cache_clear()
+    _composed.cache_clear()
+
+
+@cache
+def _composed(gpu_name: str, engine: str) -> Profile | None:
+    """The composed profile of ``engine`` on ``gpu_name`` from the stored ones (``compose.compose``), or None."""
+    return compose(gpu_name, engine, list(_all_profiles().values()))
+
+
+def composed_profiles() -> list[Profile]:
+    """Every composed profile the stored ones give: one per GPU with a default profile and engine without a
+    profile of that GPU, in the stored profiles' order, then the engines'."""
+    gpus = dict.fromkeys(p.gpu for p in _all_profiles().values() if p.default and p.gpu != "*")
+    return [c for gpu in gpus for engine in ENGINES if (c := _composed(gpu, engine)) is not None]
 
 
 def list_profiles() -> list[Profile]:
@@ -228,29 +244,37 @@ def list_profiles() -> list[Profile]:
 
 
 def profile_names() -> tuple[str, ...]:
-    """The names ``get_profile`` knows."""
-    return tuple(_all_profiles())
+    """The names ``get_profile`` knows: the stored profiles', then the composed ones'."""
+    return (*_all_profiles(), *(p.name for p in composed_profiles()))
 
 
 def get_profile(name: str) -> Profile:
+    """A stored profile by name, or a composed one (``<GPU's default profile>+<engine>``, ``composed_profiles``)."""
     profiles = _all_profiles()
-    if name not in profiles:
-        raise SpecError("profile", f"unknown profile {quoted(name)}; known: {', '.join(profiles)}")
-    return profiles[name]
+    if name in profiles:
+        return profiles[name]
+    composed = next((p for p in composed_profiles() if p.name == name), None)
+    if composed is None:
+        hint = f" (composed: {', '.join(p.name for p in composed_profiles())})" if SEPARATOR in name else ""
+        raise SpecError("profile", f"unknown profile {quoted(name)}; known: {', '.join(profiles)}{hint}")
+    return composed
 
 
 def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
     """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the engine's profile for that
-    GPU (fitted to the engine's runs under load); else the GPU's default profile (its hardware
-    fields; the name a plan carries says which profile priced it); else the generic one."""
+    GPU (fitted to the engine's runs under load); else one composed of the GPU's hardware fields and the
+    engine's behaviour fitted on its other GPUs (``compose.py``; named e.g. ``h100-sxm+sglang``); else the
+    GPU's default profile (its hardware fields; the name a plan carries says which profile priced it); else
+    the generic one."""
     profiles = _all_profiles().values()
-    for candidates in (
-        [p for p in profiles if p.engine_default and p.gpu == gpu_name and p.engine == engine],
-        [p for p in profiles if p.default and p.gpu == gpu_name],
-    ):
-        if candidates:
-            return candidates[0]
-    return get_profile("generic")
+    own = [p for p in profiles if p.engine_default and p.gpu == gpu_name and p.engine == engine]
+    if own:
+        return own[0]
+    composed = _composed(gpu_name, engine)
+    if composed is not None:
+        return composed
+    default = [p for p in profiles if p.default and p.gpu == gpu_name]
+    return default[0] if default else get_profile("generic")
 
 
 def load_profile_file(path: str | Path) -> Profile:

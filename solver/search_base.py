@@ -115,15 +115,20 @@ class Deadline:
         left = self.work_left()
         return STEP_WORK if left is None else min(STEP_WORK, left)
 
+    def _work_ended(self) -> bool:
+        """Whether a message names the work limit: it is what ended the search, or the only limit given.
+        With both given, the one that ran out first is named (as ``solve --serving auto``'s status does)."""
+        return self.by_work() or (self.limit_s is None and self.work_limit is not None)
+
     def within(self) -> str:
-        """The limit, as a message names it: "5 s", or "10 units of work" for a search bounded by work."""
-        if self.limit_s is None and self.work_limit is not None:
+        """The limit that ended the search, as a message names it: "5 s", or "10 units of work"."""
+        if self._work_ended():
             return f"{self.work_limit:g} units of work"
         return f"{self.limit_s:g} s"
 
     def no_plan(self, what: str = "plan") -> str:
         """The one line a search cut short before any ``what`` says (names the option, as bad input does)."""
-        if self.limit_s is None and self.work_limit is not None:
+        if self._work_ended():
             return f"work-limit: no {what} found within {self.within()} (--work-limit 0 searches to the end)"
         return f"time-limit: no {what} found within {self.within()}"
 

@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.accuracy.disagg`` loads the closed-loop runs with separate prefill and decode pools
 whose model and GPU have presets, prices each deployment at its concurrency with the engine's profile for
-the GPU (as the colocated benchmark and ``--engine`` do; the GPU's default profile where the engine has
-none) through ``shardplan evaluate --serving disagg``'s own path (``solver/cost/disagg.py``:
+the GPU (as the colocated benchmark and ``--engine`` do; where the engine has none, the one composed of the GPU's
+hardware fields and the engine's behaviour, ``hardware/compose.py``) through ``shardplan evaluate --serving
+disagg``'s own path (``solver/cost/disagg.py``:
 ``metrics.ttft_ms`` = serving stack + waiting + prefill + KV transfer, ``metrics.tpot_ms`` = the decode
 worker's round at its batch), and prints the median |error| and the median signed error of TTFT and TPOT
 per engine and overall. TTFT carries the engine profile's two TTFT-under-load terms, as the colocated

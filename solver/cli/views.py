@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shardplan.hardware import list_gpus
-from shardplan.hardware.profile import list_profiles
+from shardplan.hardware.profile import Profile, composed_profiles, list_profiles
 from shardplan.models import presets
 from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
 from shardplan.rules.plan import Plan
@@ -83,9 +83,11 @@ def gpu_rows() -> list[dict[str, Any]]:
 
 
 def profile_rows() -> list[dict[str, Any]]:
-    """Every calibration profile: what it models and how well it was fitted."""
-    return [
-        {
+    """Every calibration profile, stored then composed: what it models and how well it was fitted (a composed
+    profile was fitted on nothing; ``composed`` says where each of its fields came from, None for a stored one)."""
+
+    def row(p: Profile, composed: bool) -> dict[str, Any]:
+        return {
             "name": p.name,
             "engine": p.engine,
             "gpu": p.gpu,
@@ -94,20 +96,23 @@ def profile_rows() -> list[dict[str, Any]]:
             "engine_default": p.engine_default,
             "rows_fitted": p.fit_rows,
             "median_abs_error": p.fit_median_abs_error,
+            "composed": p.source if composed else None,
         }
-        for p in list_profiles()
-    ]
+
+    return [row(p, False) for p in list_profiles()] + [row(p, True) for p in composed_profiles()]
 
 
 def print_profiles(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="Calibration profiles (default: for the GPU / for the GPU with its engine)",
-                  title_justify="left")
+    table = Table(title="Calibration profiles (default: for the GPU / for the GPU with its engine / composed: for an "
+                  "engine with no profile of the GPU, the GPU's hardware fields with the engine's behaviour fitted on "
+                  "its other GPUs)", title_justify="left")
     for col in ("name", "engine", "GPU", "default", "rows", "median |err|", "software"):
         table.add_column(col, justify="right" if col in ("rows", "median |err|") else "left")
     for r in rows:
         error = r["median_abs_error"]
         table.add_row(
-            r["name"], r["engine"] or "-", r["gpu"], "engine" if r["engine_default"] else "gpu" if r["default"] else "",
+            r["name"], r["engine"] or "-", r["gpu"],
+            "engine" if r["engine_default"] else "gpu" if r["default"] else "composed" if r.get("composed") else "",
             _opt(r["rows_fitted"]),
             "-" if error is None else f"{error:.1%}", r["software"],
         )
@@ -177,6 +182,10 @@ def print_plan(
 
     engine = f" for {data['engine']}" if data.get("engine") else ""
     console.print(Text.assemble(("Metrics", "bold"), f"{engine}, calibration profile {data['profile']}"))
+    given = plan is not None and isinstance(plan.problem.profile, Profile)  # --profile FILE: its own name
+    composed = {p.name: p.source for p in composed_profiles()}
+    if not given and data["profile"] in composed:
+        console.print(Text.assemble("  ", (composed[data["profile"]], "dim")))
     request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
     console.print(
         f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"

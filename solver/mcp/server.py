@@ -6,13 +6,17 @@ where the decorators would prefix the tool's name and turn a schema error into s
 Each call runs its handler on a worker thread, one call at a time (CP-SAT runs one worker and the
 machines this serves have few cores), under a wall-clock bound: the solver's own time limit plus
 room to explain or price. A call past its bound is answered with an error and its thread left to
-end at its solver limit; a call that fails in any way leaves the server serving the next.
+end at its solver limit; the next call's handler waits for that thread (within the next call's own
+bound), so two handlers never run at once: the price memos and the evaluation count a work limit reads
+are process-wide, and an abandoned search still filling them would change where the next one ends. A call
+that fails in any way leaves the server serving the next.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,12 +45,26 @@ class Worker:
     """Runs one call's handler at a time on a thread, abandoning it past its wall-clock bound."""
 
     def __init__(self) -> None:
-        self._turn = anyio.Lock()
+        self._turn = anyio.Lock()  # one call answered at a time
+        self._running = threading.Lock()  # one handler running at a time, an abandoned one included
 
     async def run(self, work: Callable[[], Any], wall_s: float) -> Any:
+        started, abandoned = threading.Event(), threading.Event()
+
+        def alone() -> Any:
+            with self._running:
+                if abandoned.is_set():
+                    return None  # given up while an earlier handler still ran: nothing waits for it
+                started.set()
+                return work()
+
         async with self._turn:
             with anyio.move_on_after(wall_s):
-                return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+                return await anyio.to_thread.run_sync(alone, abandon_on_cancel=True)
+            abandoned.set()
+        if not started.is_set():
+            raise SolverLimitError(f"busy: an earlier call abandoned past its bound was still running after "
+                                   f"{wall_s:g} s; call again when it ends (at its own limit)")
         raise SolverLimitError(f"time-limit: the call ran past its bound of {wall_s:g} s and was abandoned; "
                                "ask for less (a smaller time_limit, limit or model)")
 

@@ -16,8 +16,8 @@ from typing import Any
 import networkx as nx
 from pydantic import BaseModel
 
+from shardplan.hardware.profile import composed_profiles, profile_names
 from shardplan.hardware.profile import list_profiles as profile_registry
-from shardplan.hardware.profile import profile_names
 from shardplan.models import InfeasibleError, ModelSpec, SolverLimitError, SpecError
 from shardplan.models.hf_config import load_config_object
 from shardplan.models.presets import find_preset, unknown_model
@@ -316,8 +316,9 @@ def list_hardware(args: NoInput, session: Session) -> list[dict[str, Any]]:
 
 
 def list_profiles(args: NoInput, session: Session) -> list[dict[str, Any]]:
-    """Every calibration profile the registry holds (``hardware/profile.py``), each field as stored."""
-    return [profile.model_dump() for profile in profile_registry()]
+    """Every calibration profile the registry holds (``hardware/profile.py``), each field as stored, then the
+    composed ones (``hardware/compose.py``: an engine on a GPU it has no profile of), as ``shardplan profiles``."""
+    return [profile.model_dump() for profile in (*profile_registry(), *composed_profiles())]
 
 
 # --- the catalog of tools -----------------------------------------------------------------------

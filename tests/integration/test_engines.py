@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, list_profiles, profile_for_gpu
+from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, composed_profiles, list_profiles, profile_for_gpu
 
 LLAMA_8B_H100 = ["--model", "llama-3.1-8b", "--cluster", "1xH100", "--tp", "1"]
 
@@ -40,9 +40,12 @@ def test_emit_prices_with_the_emitted_engine():
     assert data["profile"] == profile_for_gpu("H100-SXM", "sglang").name
 
 
-def test_profiles_lists_every_profile_with_engine_gpu_and_fit():
+def test_profiles_lists_every_profile_with_engine_gpu_and_fit_then_the_composed_ones():
     rows = run("profiles")
-    assert [r["name"] for r in rows] == [p.name for p in list_profiles()]
-    for row, p in zip(rows, list_profiles(), strict=True):
+    every = [*list_profiles(), *composed_profiles()]
+    assert [r["name"] for r in rows] == [p.name for p in every]
+    for row, p in zip(rows, every, strict=True):
         assert (row["engine"], row["gpu"], row["software"]) == (p.engine, p.gpu, p.software)
         assert (row["rows_fitted"], row["median_abs_error"]) == (p.fit_rows, p.fit_median_abs_error)
+        assert row["composed"] == (p.source if "+" in p.name else None)
+    assert "h100-sxm+sglang" in [r["name"] for r in rows]

@@ -24,7 +24,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from shardplan.hardware.profile import PROFILE_DIR
+from shardplan.hardware.profile import PROFILE_DIR, composed_profiles
 from shardplan.solver.cli import main
 from shardplan.solver.cli.results import without_timing
 from shardplan.solver.dag.export import from_json_data, to_json_data, write_json
@@ -272,7 +272,9 @@ def test_the_catalogs_are_the_clis(exchange: dict[str, Any]) -> None:
     assert exchange["list_hardware"].data == {"gpus": cli_json("hardware")}
     assert json.loads(exchange["list_models"].text) == cli_json("models")  # the text is the CLI's list itself
     names = {json.loads(p.read_text())["name"] for p in PROFILE_DIR.glob("*.json")}
-    assert {p["name"] for p in exchange["list_profiles"].data["profiles"]} == names
+    composed = {p.name for p in composed_profiles()}
+    assert {p["name"] for p in exchange["list_profiles"].data["profiles"]} == names | composed
+    assert "h100-sxm+sglang" in composed
 
 
 def test_the_rule_catalog_and_dag_schema_are_resources(exchange: dict[str, Any]) -> None:

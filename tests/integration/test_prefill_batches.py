@@ -97,12 +97,14 @@ def test_solve_with_a_non_mixing_engine_equals_brute_force_and_pinned_equals_eva
     assert result.pinned_agree is True, (result.layout, result.pinned_batch, result.evaluate_batch)
 
 
-@pytest.mark.parametrize("cluster, mixes", [("2xH200", False), ("2xH100", True)])
-def test_the_sglang_command_enables_mixed_chunks_exactly_when_the_plan_was_priced_with_them(cluster, mixes):
-    # H200 has an SGLang engine profile (no mixing, SGLang's default); H100 has none, so its plan is priced
-    # with the GPU's hardware profile, which mixes: the command must then ask SGLang for mixed chunks.
+@pytest.mark.parametrize("cluster, profile, mixes", [("2xH200", None, False), ("2xH100", None, False),
+                                                     ("2xH100", "h100-sxm", True)])
+def test_the_sglang_command_enables_mixed_chunks_exactly_when_the_plan_was_priced_with_them(cluster, profile, mixes):
+    # H200 has an SGLang engine profile (no mixing, SGLang's default); H100 has none, so its plan is priced with the
+    # composed h100-sxm+sglang, SGLang's behaviour too. A profile the user names that mixes (the H100's hardware
+    # profile) prices mixed chunks: the command must then ask SGLang for them.
     problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster=cluster, objective="throughput",
-                                        engine="sglang", max_batch=32))
+                                        engine="sglang", max_batch=32, profile=profile))
     assert resolve_profile(problem).prefill_mixes_with_decode is mixes
     argv = emit_sglang(solve(problem)).launches[0].argv
     assert ("--enable-mixed-chunk" in argv) is mixes

@@ -46,8 +46,9 @@ def test_the_engine_profile_is_preferred_and_otherwise_the_gpu_keeps_its_own(eng
         own = [p for p in list_profiles() if p.engine_default and p.gpu == gpu and p.engine == engine]
         if own:
             assert chosen == own[0]
-        else:  # no profile of this engine for the GPU: the GPU's hardware profile, never another GPU's
-            assert chosen.gpu == gpu and chosen.default
+        else:  # no profile of this engine for the GPU: composed on the GPU's own fields, never another GPU's
+            default = next(p for p in list_profiles() if p.default and p.gpu == gpu)
+            assert chosen.gpu == gpu and chosen.name == f"{default.name}+{engine}" and chosen.engine == engine
 
 
 def test_default_engine_is_one_of_the_engines_and_an_unknown_gpu_falls_back_to_a_generic_profile():

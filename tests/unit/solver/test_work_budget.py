@@ -63,6 +63,14 @@ def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
                                   "searches to the end)")
 
 
+def test_with_both_limits_the_message_names_the_one_that_ran_out() -> None:
+    deadline = Deadline(3600.0, work_limit=1.0)
+    assert deadline.no_plan() == "time-limit: no plan found within 3600 s"  # neither ran out: the clock's
+    deadline.spend(1.0)  # the work limit runs out long before the hour
+    assert deadline.within() == "1 units of work"
+    assert deadline.no_plan("layout").startswith("work-limit: no layout found within 1 units of work")
+
+
 def test_without_a_limit_steps_are_bounded_by_work_and_work_ends_nothing() -> None:
     deadline = Deadline(None)
     assert deadline.step() is None and deadline.step_work() == STEP_WORK and deadline.work_left() is None

@@ -76,3 +76,11 @@ def test_an_empty_root_is_refused_not_read_as_the_current_folder(directory: str)
     with pytest.raises(SpecError, match="empty path") as refused:
         Root(directory)
     assert refused.value.field == "root"
+
+
+def test_a_profile_name_stored_or_composed_is_passed_on_as_a_name_not_read_as_a_path(tree: tuple[Path, Path]) -> None:
+    from shardplan.solver.mcp.tools import profile_of
+
+    root, _ = tree
+    for name in ("h100-sxm-vllm", "h100-sxm+sglang"):
+        assert profile_of(name, Root(str(root))) == name
