@@ -227,3 +227,9 @@ def test_a_read_only_output_is_refused_and_kept(tmp_path):
     code, line = _run(tmp_path, ["solve", *SMALL, "--no-runner-up", "--report", "{dir}/plan.html"])
     assert code == 2 and line.startswith("shardplan: error: report:") and line.endswith("is read-only")
     assert kept.read_text() == "KEEP"
+
+
+def test_rate_on_a_model_no_layout_holds_names_the_memory_not_the_rate(tmp_path):
+    # It named SLA-001, "no colocated replicas sustain 1 requests/s within the limits", with no limit given.
+    code, line = _run(tmp_path, ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--rate", "1"])
+    assert code == 1 and line.startswith("shardplan: infeasible: MEM-001: colocated: needs at least")
