@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from shardplan.hardware._errors import as_spec_error
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 
 COMPUTE_CLASSES = ("bf16", "fp8", "fp4")
 
@@ -187,5 +187,5 @@ def get_gpu(name: str) -> GPUSpec:
     gpu = _lookup().get(_normalise(name))
     if gpu is None:
         names = ", ".join(g.name for g in list_gpus())
-        raise SpecError("gpu", f"unknown GPU {name!r}; presets: {names}")
+        raise SpecError("gpu", f"unknown GPU {quoted(name)}; presets: {names}")
     return gpu

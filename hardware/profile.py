@@ -17,7 +17,7 @@ from typing import Literal, get_args
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.hardware.compose import SEPARATOR, compose
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -256,7 +256,7 @@ def get_profile(name: str) -> Profile:
     composed = next((p for p in composed_profiles() if p.name == name), None)
     if composed is None:
         hint = f" (composed: {', '.join(p.name for p in composed_profiles())})" if SEPARATOR in name else ""
-        raise SpecError("profile", f"unknown profile {name!r}; known: {', '.join(profiles)}{hint}")
+        raise SpecError("profile", f"unknown profile {quoted(name)}; known: {', '.join(profiles)}{hint}")
     return composed
 
 

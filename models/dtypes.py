@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 
 
 class DType(str, Enum):
@@ -43,7 +43,7 @@ class DType(str, Enum):
             return cls(key)
         except ValueError:
             names = ", ".join(d.value for d in cls)
-            raise SpecError(field, f"unknown dtype {text!r}; one of {names}") from None
+            raise SpecError(field, f"unknown dtype {quoted(text)}; one of {names}") from None
 
 
 _BYTES = {

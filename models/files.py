@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 
 MAX_INPUT_BYTES = 1 << 20  # 1 MiB: the largest preset config is ~5 KiB, a 384-expert load profile ~1 MiB
 MAX_CSV_BYTES = 64 << 20  # measured-point CSVs are tables of thousands of rows
@@ -38,6 +38,8 @@ def read_text(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) ->
         info = os.stat(path)
     except OSError as exc:
         raise SpecError(field, f"cannot read {path}: {exc.strerror}") from None
+    except ValueError:  # a NUL byte: no file can have that name (main(argv) in-process, a library caller)
+        raise SpecError(field, f"{quoted(str(path))} is not a path") from None
     if not stat.S_ISREG(info.st_mode):
         raise SpecError(field, f"{path} is not a regular file")
     if info.st_size > max_bytes:
@@ -80,7 +82,7 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
     try:
         return json.loads(text, object_pairs_hook=_no_repeated_keys)
     except _RepeatedKey as exc:
-        raise SpecError(field, f"{where} repeats the key {exc.key!r} (which one counts is not clear)") from None
+        raise SpecError(field, f"{where} repeats the key {quoted(exc.key)} (which one counts is not clear)") from None
     except json.JSONDecodeError as exc:
         raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
-from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.errors import SpecError, quoted, spec_error_from
 from shardplan.models.files import MAX_INPUT_BYTES, parse_json, read_text
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
@@ -112,7 +112,7 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
         raise SpecError("architectures", f"missing; supported: {', '.join(sorted(_FAMILIES))}")
     arch = archs[0]
     if arch not in _FAMILIES:
-        raise SpecError("architectures", f"unsupported {_short(arch)}; supported: {', '.join(sorted(_FAMILIES))}")
+        raise SpecError("architectures", f"unsupported {quoted(arch)}; supported: {', '.join(sorted(_FAMILIES))}")
     if arch == "Llama4ForConditionalGeneration":
         text = cfg.get("text_config")
         if not isinstance(text, dict):
@@ -146,11 +146,11 @@ class _Reader:
         if value is None:
             raise SpecError(key, "missing")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(key, f"expected an integer, got {_short(value)}")
+            raise SpecError(key, f"expected an integer, got {quoted(value)}")
         if value < minimum:
             raise SpecError(key, f"must be >= {minimum}, got {value}")
         if value > _FIELD_MAX.get(key, MAX_INT):
-            raise SpecError(key, f"must be <= {_FIELD_MAX.get(key, MAX_INT):,}, got {_short(value)}")
+            raise SpecError(key, f"must be <= {_FIELD_MAX.get(key, MAX_INT):,}, got {quoted(value)}")
         return value
 
     # Below the method ``int``, a bare ``int`` in an annotation names that method (class scope), so
@@ -164,13 +164,13 @@ class _Reader:
     def bool(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
         if not isinstance(value, bool):
-            raise SpecError(key, f"expected true or false, got {_short(value)}")
+            raise SpecError(key, f"expected true or false, got {quoted(value)}")
         return value
 
     def int_list(self, key: str) -> list[builtins.int]:
         value = self.cfg.get(key) or []
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise SpecError(key, f"expected a list of integers, got {_short(value)}")
+            raise SpecError(key, f"expected a list of integers, got {quoted(value)}")
         if len(value) > MAX_LAYERS or any(not 0 <= v <= MAX_LAYERS for v in value):
             raise SpecError(key, f"expected at most {MAX_LAYERS} layer indices in 0..{MAX_LAYERS}")
         return value
@@ -178,14 +178,8 @@ class _Reader:
     def str(self, key: str, default: str) -> str:
         value = self.cfg.get(key, default)
         if not isinstance(value, str):
-            raise SpecError(key, f"expected a string, got {_short(value)}")
+            raise SpecError(key, f"expected a string, got {quoted(value)}")
         return value
-
-
-def _short(value: object) -> str:
-    """``repr(value)`` cut to one short line: a hostile value must not flood the one-line error."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _common(r: _Reader, name: str, arch: str) -> dict[str, Any]:
@@ -225,7 +219,7 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
     if method in ("awq", "gptq"):
         return DType.INT4, DType.INT4
     raise SpecError(
-        "quantization_config.quant_method", f"unsupported {_short(method)}; supported: fp8, mxfp4, awq, gptq"
+        "quantization_config.quant_method", f"unsupported {quoted(method)}; supported: fp8, mxfp4, awq, gptq"
     )
 
 
@@ -345,6 +339,9 @@ def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
     types = r.cfg.get("layer_types") or []
     if types and (not isinstance(types, list) or len(types) != layers):
         raise SpecError("layer_types", f"expected {layers} entries")
+    unknown = [kind for kind in types if kind not in ("sliding_attention", "full_attention")]
+    if unknown:  # a misspelt kind was priced as full attention
+        raise SpecError("layer_types", f"unknown kind {quoted(unknown[0])}; one of sliding_attention, full_attention")
     window_layers = tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
     window = r.int("sliding_window") if window_layers else None
     attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})

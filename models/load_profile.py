@@ -27,11 +27,15 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from shardplan.models.errors import SpecError, spec_error_from
+from shardplan.models.errors import SpecError, quoted, spec_error_from
 from shardplan.models.files import parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
 MAX_PROFILE_BYTES = 16 << 20  # 4,096 experts x 1,024 layers of counts fit comfortably
+# The most tokens one expert of one layer may be given: far beyond any measured trace, and low enough that a
+# layer's total over 4,096 experts stays finite (128 counts of 1e308 summed to inf, and the placement's
+# max/mean load became NaN in the JSON output, which is then not JSON).
+MAX_COUNT = 1e15
 
 
 class ExpertLoadProfile(HashOnce):
@@ -69,6 +73,8 @@ class ExpertLoadProfile(HashOnce):
                     raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: not a finite number ({tokens})")
                 if tokens < 0:
                     raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: negative count ({tokens})")
+                if tokens > MAX_COUNT:
+                    raise SpecError(f"loads[{i}][{e}]", f"layer {layer}: count {tokens:g} is above {MAX_COUNT:g}")
         return self
 
     def layer_loads(self, layer: int) -> tuple[float, ...]:
@@ -182,9 +188,9 @@ def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[
         raise SpecError("layers", f'{path}: expected an object {{"layers": {{"<layer>": [tokens per expert], ...}}}}')
     unknown = sorted(set(data) - {"layers", "num_experts", "source"})
     if unknown:
-        raise SpecError(unknown[0], f"{path}: unknown key (allowed: layers, num_experts, source)")
+        raise SpecError(unknown[0][:40], f"{path}: unknown key (allowed: layers, num_experts, source)")
     if "num_experts" in data and data["num_experts"] != num_experts:
-        raise SpecError("num_experts", f"{path} has {data['num_experts']!r}, the model has {num_experts}")
+        raise SpecError("num_experts", f"{path} has {quoted(data['num_experts'])}, the model has {num_experts}")
     by_layer: dict[int, list[float]] = {}
     for key, row in data["layers"].items():
         layer = _layer_index(key, f"layers.{key}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 from shardplan.models.hf_config import load_config, load_config_file
 from shardplan.models.spec import ModelSpec
 
@@ -73,8 +73,7 @@ def get_model(name: str) -> ModelSpec:
 def unknown_model(name: str) -> SpecError:
     """The error for a name that is neither a preset nor a config.json file, listing the presets."""
     known = ", ".join(p.aliases[0] if p.aliases else p.id for p in presets())
-    shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
-    return SpecError("model", f"unknown model {shown}: not a preset or a config.json file; presets: {known}")
+    return SpecError("model", f"unknown model {quoted(name)}: not a preset or a config.json file; presets: {known}")
 
 
 def _is_file(name: str) -> bool:

@@ -43,14 +43,25 @@ class MemoryFits(Rule):
                 out.append(self.error(f"stage {m.stage} needs {m.total_gib:.1f} GiB per GPU, has {m.limit_gib:.1f}"))
         return out
 
-    def conflict_message(self, problem: Problem) -> str:
+    def fits_nowhere(self, problem: Problem) -> bool:
+        """Whether even the lower bound of ``conflict_message`` (the weights spread over every GPU) passes the
+        limit: then no layout of any shape fits, whatever else is asked."""
+        need, limit, _, _, _ = self._lower_bound(problem)
+        return need > limit
+
+    def _lower_bound(self, problem: Problem) -> tuple[float, float, float, float, str]:
+        """(GiB needed at least, the limit, weights, runtime and buffers, the KV cache's text) per GPU."""
         profile = resolve_profile(problem)
         limit = memory_limit_gib(problem, profile)
         n = problem.cluster.num_gpus
         weights = weight_bytes_total(problem.model) / n / GIB
         fixed = profile.runtime_overhead_gib + (profile.comm_buffer_gib if n > 1 else 0.0)
         kv, kv_text = pinned_batch_kv_gib(problem, n)
-        need = weights + fixed + kv
+        return weights + fixed + kv, limit, weights, fixed, kv_text
+
+    def conflict_message(self, problem: Problem) -> str:
+        need, limit, weights, fixed, kv_text = self._lower_bound(problem)
+        n = problem.cluster.num_gpus
         short = f", {need - limit:.1f} GiB short" if need > limit else ""
         return (
             f"needs at least {need:.1f} GiB per GPU (weights {weights:.1f} spread over all {n} GPUs + "

@@ -3,7 +3,9 @@ against them, ``shardplan rules`` lists them. IDs are never reused."""
 
 from __future__ import annotations
 
-from shardplan.models.errors import SpecError
+from collections.abc import Iterable
+
+from shardplan.models.errors import SpecError, quoted
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.capacity import EngineBatchLimit, MemoryFits, TpotLimit, TtftLimit
 from shardplan.rules.dag.catalog import DAG_RULES
@@ -73,7 +75,7 @@ def get_rule(rule_id: str) -> Rule:
     """Any rule, plan or DAG, by its ID (any case) or its kebab-case name."""
     rule = REGISTRY.get(rule_id.lower())
     if rule is None:
-        raise SpecError("rule", f"unknown rule {rule_id!r}; known: {', '.join(r.id for r in LISTED_RULES)}")
+        raise SpecError("rule", f"unknown rule {quoted(rule_id)}; known: {', '.join(r.id for r in LISTED_RULES)}")
     return rule
 
 
@@ -98,8 +100,15 @@ def unknown_switches(allow: frozenset[str]) -> list[str]:
     return sorted(set(allow) - set(SWITCHES))
 
 
+def check_allow(allow: Iterable[str]) -> None:
+    """Every --allow switch must name a rule that can be turned off (``SpecError`` naming the first that does not)."""
+    bad = unknown_switches(frozenset(allow))
+    if bad:
+        raise SpecError("allow", f"unknown switch {quoted(bad[0])}; known: {', '.join(sorted(SWITCHES))}")
+
+
 __all__ = [
     "ALL_RULES", "CATALOG", "DAG_RULES", "DISAGG_RULES", "LISTED_RULES", "REGISTRY", "SWITCHES", "Kind", "Rule",
-    "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches",
+    "check_allow", "check_plan", "errors_of", "get_rule", "rules_for", "unknown_switches",
 ]
 

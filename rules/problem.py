@@ -116,8 +116,10 @@ class Problem(HashOnce):
                 f"{self.model.max_position_embeddings}-token context",
             )
         moe = self.model.moe
-        if moe is None and (self.expert_load is not None or self.redundant_slots):
-            field = "load-profile" if self.expert_load is not None else "redundant-slots"
+        if moe is None and (self.expert_load is not None or self.redundant_slots or (self.pins.expert_tp or 1) > 1):
+            # expert-tp too: a dense plan printed "expert_tp": 2, a degree nothing in it has (exit 0)
+            field = ("load-profile" if self.expert_load is not None else
+                     "redundant-slots" if self.redundant_slots else "expert-tp")
             raise SpecError(field, f"{self.model.name} has no MoE layers")
         if self.expert_load is not None and moe is not None:  # without moe, a profile was refused above
             load = self.expert_load

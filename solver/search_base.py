@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from shardplan.models.errors import SolverLimitError, SpecError
-from shardplan.rules.catalog import SWITCHES, unknown_switches
+from shardplan.models.errors import SolverLimitError
+from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import evaluations
@@ -154,6 +154,4 @@ class Deadline:
 
 def check_switches(problem: Problem) -> None:
     """Every --allow switch must name a rule that can be turned off."""
-    bad = unknown_switches(problem.allow)
-    if bad:
-        raise SpecError("allow", f"unknown switch {bad[0]!r}; known: {', '.join(sorted(SWITCHES))}")
+    check_allow(problem.allow)

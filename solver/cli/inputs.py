@@ -32,6 +32,7 @@ from shardplan.models import DType, ModelSpec, SpecError, get_model
 from shardplan.models.errors import spec_error_from
 from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
+from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Pins, Problem, Workload
 
@@ -127,8 +128,9 @@ def build_problem(args: ProblemArgs) -> Problem:
     if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:  # below 0 or not finite: zipf_profile says so
         raise SpecError("zipf", f"must be at most {MAX_ZIPF_EXPONENT:g}, got {args.zipf:g}")
     model = args.model if isinstance(args.model, ModelSpec) else get_model(args.model)
-    weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype else None
-    kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype else None
+    # "is not None": an empty dtype (a script's unset variable) is an unknown one, not the checkpoint's.
+    weights = DType.parse(args.weights_dtype, "weights-dtype") if args.weights_dtype is not None else None
+    kv = DType.parse(args.kv_dtype, "kv-dtype") if args.kv_dtype is not None else None
     if kv is not None and kv not in (DType.BF16, DType.FP16, DType.FP8):
         raise SpecError("kv-dtype", f"KV cache in {kv.value} is not supported; use bf16, fp16 or fp8")
     model = model.with_dtypes(weights, kv)
@@ -137,6 +139,7 @@ def build_problem(args: ProblemArgs) -> Problem:
         objective = Objective(args.objective)
     except ValueError:
         raise SpecError("objective", f"{args.objective!r}; one of latency, throughput") from None
+    check_allow(args.allow)  # evaluate runs no search, whose own check (search_base) would name it
     pins = dict(args.pins)
     if isinstance(pins.get("stages"), str):
         pins["stages"] = parse_stages(pins["stages"])
@@ -317,8 +320,9 @@ def layout_from_pins(problem: Problem) -> Layout:
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
         raise SpecError("ep", f"{p.ep} but the stage has {layout.gpus_per_stage} GPUs and expert_tp {expert_tp}: "
                               f"ep = G / expert_tp = {layout.ep}")
-    if p.ep not in (None, 1) and not model.is_moe:
-        raise SpecError("ep", f"{problem.model.name} has no MoE layers")
+    for degree, value in (("ep", p.ep), ("expert-tp", p.expert_tp)):  # a pool's pins skip Problem's validator
+        if value not in (None, 1) and not model.is_moe:
+            raise SpecError(degree, f"{problem.model.name} has no MoE layers")
     if layout.num_gpus > problem.cluster.num_gpus:
         raise SpecError("cluster",
                         f"the layout needs {layout.num_gpus} GPUs; the cluster has {problem.cluster.num_gpus}")

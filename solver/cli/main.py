@@ -10,8 +10,11 @@ import errno
 import json
 import math
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -57,6 +60,7 @@ from shardplan.solver.search_base import DEFAULT_WORK_LIMIT, Deadline
 
 EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what `timeout`, CI runners and service managers send
 MAX_JOBS = 256
 MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 # The runner-up's work without --time-limit (search_base.Deadline): a multiple of the plan's, as the
@@ -294,7 +298,7 @@ def calibrate(
       isl, osl           input / output tokens per request (positive integers)
       batch_size         static batch, when stated
       request_rate_qps   offered rate (inf: all requests at once; blank: not serving)
-      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a positive number)
+      metric, value      e.g. output_tokens_per_s_total, 29526.04 (a number in 1e-9..1e15)
       config_group       rows differing only in layout share it (blank allowed)
       notes              free text
     A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
@@ -608,7 +612,9 @@ def rules(rule_id: str | None, as_json: bool) -> None:
     \b
     Examples: shardplan rules          shardplan rules TP-001 --json
     """
-    selected = [get_rule(rule_id)] if rule_id else list(LISTED_RULES)
+    # "is not None": an empty ID (a script's unset variable) is an unknown rule, not the whole catalog,
+    # whose first rule --json printed as if it had been asked for.
+    selected = [get_rule(rule_id)] if rule_id is not None else list(LISTED_RULES)
     data = [rule.describe() for rule in selected]
     if as_json:
         emit_json(data if rule_id is None else data[0])
@@ -653,8 +659,38 @@ def main(argv: list[str] | None = None) -> None:
     turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
     """
     args = sys.argv[1:] if argv is None else list(argv)
-    with held_notes() as notes:
+    for i, arg in enumerate(args):
+        # No command line carries a NUL (execve ends the argument there); main(argv) in-process can, and
+        # os.stat, click's path checks and realpath raise ValueError on it (an internal error, exit 3).
+        if "\0" in arg:
+            option = (args[i - 1] if i and args[i - 1].startswith("-") else
+                      arg.split("=")[0] if arg.startswith("-") else "argument")
+            fail(f"error: {option.lstrip('-').replace(chr(0), '') or 'argument'}: contains a NUL byte", EXIT_BAD_INPUT)
+    with held_notes() as notes, _sigterm_unwinds():
         _run(args, notes)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is: the command unwinds through the same paths (every
+    temporary output removed, a CP-SAT search stopped, an enumeration's output ended as partial)."""
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` while the command runs. Python's default is to die at once, without
+    unwinding: ``timeout 60 shardplan calibrate ... --out DIR`` left its temporary folder (.shardplan-*) in
+    DIR, and ``solve --dag F`` its temporary DAG beside F while the runner-up was searched."""
+    if threading.current_thread() is not threading.main_thread():  # signal.signal works there only
+        yield
+        return
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run(args: list[str], notes: list[str]) -> None:
@@ -675,8 +711,11 @@ def _run(args: list[str], notes: list[str]) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         if _caused_by_ctrl_c(exc):
-            fail("interrupted", EXIT_INTERRUPTED)
+            _fail_interrupted(exc)
         fail("aborted", EXIT_BAD_INPUT)
+    except click.exceptions.NoArgsIsHelpError:  # its message is the whole --help, squashed onto one line
+        fail(f"error: command: none given; one of {', '.join(sorted(cli.commands))} (shardplan --help says "
+             "what each does)", EXIT_BAD_INPUT)
     except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...
         fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT)
     except ShardplanError as exc:  # SpecError, InfeasibleError and the rest of ours
@@ -685,8 +724,8 @@ def _run(args: list[str], notes: list[str]) -> None:
         # The reader went away (``shardplan solve | head -1``): what it read was what it wanted.
         _silence_stdout()
         sys.exit(0)
-    except KeyboardInterrupt:
-        fail("interrupted", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        _fail_interrupted(exc)
     except OSError as exc:
         if exc.errno not in _WRITE_ERRNOS:
             _internal_error(exc)
@@ -698,17 +737,29 @@ def _run(args: list[str], notes: list[str]) -> None:
         fail(error_message(exc), EXIT_BAD_INPUT)
     except Exception as exc:  # a bug: still one line, the traceback only on request
         if _caused_by_ctrl_c(exc):
-            fail("interrupted", EXIT_INTERRUPTED)
+            _fail_interrupted(exc)
         _internal_error(exc)
 
 
+def _fail_interrupted(exc: BaseException) -> None:
+    """The one line and exit code of a command Ctrl-C (130) or SIGTERM (143, ``Terminated``) ended."""
+    if _caused_by(exc, Terminated):
+        fail("terminated", EXIT_TERMINATED)
+    fail("interrupted", EXIT_INTERRUPTED)
+
+
 def _caused_by_ctrl_c(exc: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is in ``exc``'s chain of causes: Ctrl-C while a compiled module (OR-Tools',
-    imported on first use) initialises surfaces as 'ImportError: initialization failed' raised from it."""
+    return _caused_by(exc, KeyboardInterrupt)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether an exception of ``kind`` is in ``exc``'s chain of causes: Ctrl-C while a compiled module
+    (OR-Tools', imported on first use) initialises surfaces as 'ImportError: initialization failed' raised
+    from it."""
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen:
-        if isinstance(link, KeyboardInterrupt):
+        if isinstance(link, kind):
             return True
         seen.add(id(link))
         link = link.__cause__ or link.__context__

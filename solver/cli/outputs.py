@@ -48,6 +48,8 @@ class OutputFiles:
         """Check ``path`` for ``--option`` now, before any work; None (option not given) is skipped."""
         if path is None:
             return
+        if not str(path):  # realpath("") is the current folder: calibrate --out '' wrote its profiles there
+            raise SpecError(option, "an empty path; name the file to write")
         shown, target = str(path), _resolved(path)
         if directory_ok and os.path.isdir(target):
             folder = target
@@ -55,8 +57,15 @@ class OutputFiles:
             folder = os.path.dirname(target)
             if os.path.isdir(target):
                 raise SpecError(option, f"{shown} is a directory")
-            if os.path.lexists(target) and not stat.S_ISREG(_mode(option, shown, target)):
-                raise SpecError(option, f"{shown} exists and is not a regular file")
+            if os.path.lexists(target):
+                mode = _mode(option, shown, target)
+                if not stat.S_ISREG(mode):
+                    raise SpecError(option, f"{shown} exists and is not a regular file")
+                # The rename that puts an output in place needs only the folder's permission: a file its owner
+                # made read-only was replaced all the same. Refused as a plain open() would refuse it, and
+                # for root too when no one at all may write it.
+                if not os.access(target, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+                    raise SpecError(option, f"{shown} is read-only")
         if not os.path.isdir(folder):
             raise SpecError(option, f"directory {folder} does not exist")
         if not os.access(folder, os.W_OK | os.X_OK):

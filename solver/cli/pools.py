@@ -16,6 +16,7 @@ from typing import Any
 
 from shardplan.hardware.cluster import MAX_GPUS
 from shardplan.models import SpecError
+from shardplan.models.errors import quoted
 from shardplan.rules.disagg import DisaggLayout
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Pins, Problem
@@ -37,18 +38,21 @@ def parse_pool(role: str, text: str) -> dict[str, Any]:
             if last == "stages" and _RANGE.match(part):
                 values["stages"] += "," + part.strip()
                 continue
-            raise SpecError(role, f"{part.strip()!r} is not KEY=VALUE (keys: {', '.join(POOL_KEYS)})")
+            raise SpecError(role, f"{quoted(part.strip())} is not KEY=VALUE (keys: {', '.join(POOL_KEYS)})")
         key, _, value = part.partition("=")
         key = key.strip().lower().replace("-", "_")
         if key not in POOL_KEYS:
-            raise SpecError(f"{role} {key}" if key else role, f"unknown key; one of {', '.join(POOL_KEYS)}")
+            # A short key names the field, as every pool error does; a long one is quoted shortened instead.
+            named = key if len(key) <= 40 else ""
+            shown = "" if named or not key else f" {quoted(key)}"
+            raise SpecError(f"{role} {named}" if named else role, f"unknown key{shown}; one of {', '.join(POOL_KEYS)}")
         if key in values:
             raise SpecError(f"{role} {key}", "given twice")
         value = value.strip()
         if key == "stages":
             values[key] = value
         elif not value.isdecimal() or len(value) > 9:  # isdigit() takes "²", which int() refuses
-            raise SpecError(f"{role} {key}", f"must be a positive integer, got {value!r}")
+            raise SpecError(f"{role} {key}", f"must be a positive integer, got {quoted(value)}")
         else:
             values[key] = int(value)
             if values[key] < 1 or values[key] > MAX_GPUS:

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from shardplan.models import InfeasibleError, SolverLimitError, SpecError
+from shardplan.rules.capacity import MemoryFits
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
@@ -50,6 +51,7 @@ from shardplan.solver.outputs.launch.disagg import emit_either
 from shardplan.solver.placement.plan import write_experts
 
 MAX_RATE_RPS = 1e6
+MEMORY = MemoryFits()  # MEM-001, to name when a model fits no colocated layout at all
 
 
 def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_given: bool, serving: str) -> None:
@@ -80,6 +82,8 @@ def _colocated(problem: Problem, rate_rps: float | None, deadline: Deadline) -> 
             plan = colocated_throughput(problem, deadline=deadline)
         else:
             found = colocated_rate(problem, rate_rps, deadline)
+            if found is None and MEMORY.fits_nowhere(problem):  # the model fits no layout: that, not the rate
+                raise InfeasibleError([(MEMORY.id, MEMORY.conflict_message(problem))])
             if found is None:
                 raise InfeasibleError([("SLA-001", f"no colocated replicas sustain {rate_rps:g} requests/s "
                                                    "within the limits on this cluster")])

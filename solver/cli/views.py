@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from shardplan.hardware import list_gpus
 from shardplan.hardware.profile import Profile, composed_profiles, list_profiles
@@ -165,22 +166,26 @@ def print_plan(
     timing = f", solved in {data['solve_time_s']:.2f} s" if data.get("solve_time_s") is not None else ""
     if data.get("gap") is not None:  # a time limit stopped the search: how far from the proven bound
         timing += f", within {data['gap']:.2%} of the proven bound"
-    console.print(f"[bold]{data['model']}[/bold] on {short}: {data['status']}, objective {data['objective']}{timing}")
-    console.print(f"[dim]{data['cluster']}[/dim]")
+    # Text from the input files (a config's name, a profile file's name) is printed as Text, never as markup:
+    # rich reads [...] as markup, and a profile named "[/bold]" ended in MarkupError (exit 3); "[link=...]"
+    # made a link of it.
+    console.print(Text.assemble((data["model"], "bold"), f" on {short}: {data['status']}, objective "
+                                                         f"{data['objective']}{timing}"))
+    console.print(Text(data["cluster"], style="dim"))
     wl = plan.problem.workload if plan is not None else None
 
     console.print("[bold]Layout[/bold]")
     total = cluster.num_gpus if cluster is not None else data["num_gpus"]
     per_node = cluster.gpus_per_node if cluster is not None else max(data["num_gpus"], 1)
     for line in layout_lines(data, total, per_node):
-        console.print(f"  {line}")
+        console.print(f"  {line}", markup=False)
 
     engine = f" for {data['engine']}" if data.get("engine") else ""
-    console.print(f"[bold]Metrics[/bold]{engine}, calibration profile {data['profile']}")
+    console.print(Text.assemble(("Metrics", "bold"), f"{engine}, calibration profile {data['profile']}"))
     given = plan is not None and isinstance(plan.problem.profile, Profile)  # --profile FILE: its own name
     composed = {p.name: p.source for p in composed_profiles()}
     if not given and data["profile"] in composed:
-        console.print(f"  [dim]{composed[data['profile']]}[/dim]")
+        console.print(Text.assemble("  ", (composed[data["profile"]], "dim")))
     request = f" ({wl.isl:,} in, {wl.osl:,} out)" if wl is not None else ""
     console.print(
         f"  TTFT [bold]{text['ttft']}[/bold]   TPOT [bold]{text['tpot']}[/bold]   end-to-end {text['e2e']}{request}"
@@ -214,14 +219,14 @@ def print_plan(
     if findings:
         console.print("[bold]Binding constraints[/bold]")
         for f in findings:
-            console.print(f"  [{_STATUS_STYLE[f.status]}]{f.status:>6}[/]  {f.message}")
+            console.print(Text.assemble("  ", (f"{f.status:>6}", _STATUS_STYLE[f.status]), f"  {f.message}"))
     if runner is not None or runner_note:
         console.print("[bold]Why this plan[/bold]")
         if runner is None:
-            console.print(f"  {runner_note}")
+            console.print(f"  {runner_note}", markup=False)
         else:
             for i, line in enumerate(runner.lines):
-                console.print(f"  {line}" if i == 0 else f"    {line}")
+                console.print(f"  {line}" if i == 0 else f"    {line}", markup=False)
             proven = "" if runner.proven else ", not proven optimal"
             console.print(f"  [dim](runner-up solved in {runner.seconds:.2f} s{proven}; --no-runner-up skips it)[/dim]")
 

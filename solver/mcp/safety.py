@@ -61,6 +61,9 @@ class Root:
     def __init__(self, directory: str | None):
         self.path: str | None = None
         if directory is not None:
+            if not directory.strip():
+                # realpath("") is the current folder: `--root "$UNSET"` served every file under it.
+                raise SpecError("root", "an empty path; name the folder (without --root no file is read or written)")
             resolved = os.path.realpath(directory)
             if not os.path.isdir(resolved):
                 raise SpecError("root", f"{directory} is not a directory")

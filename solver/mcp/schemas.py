@@ -137,4 +137,4 @@ class FixDagInput(DagInput):
 class RuleInput(BaseModel):
     model_config = _STRICT
 
-    rule_id: str = Field(description="a rule ID or name, e.g. TP-001 or tp-crosses-node")
+    rule_id: str = Field(description="a rule ID or name, e.g. TP-001 or tp-crosses-domain")

@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from shardplan.models import ShardplanError, SolverLimitError, SpecError
-from shardplan.models.errors import spec_error_from
+from shardplan.models.errors import quoted, spec_error_from
 from shardplan.solver.cli.results import error_message, one_line
 from shardplan.solver.mcp.resources import RESOURCES
 from shardplan.solver.mcp.safety import Root, TimeLimits
@@ -87,7 +87,7 @@ async def call(
     """One tool call, start to end: every failure becomes an error result with the CLI's one line."""
     tool = _BY_NAME.get(tool_name)
     if tool is None:
-        return error_result(one_line(error_message(SpecError("tool", f"unknown tool {tool_name!r}; known: "
+        return error_result(one_line(error_message(SpecError("tool", f"unknown tool {quoted(tool_name)}; known: "
                                                                      f"{', '.join(_BY_NAME)}"))))
     try:
         try:

@@ -32,11 +32,25 @@ CASES = [
     ("nan-tpot", ["solve", "--tpot-ms", "nan"], BAD_INPUT, "tpot-ms"),
     ("unknown-objective", ["solve", "--objective", "fastest"], BAD_INPUT, "objective"),
     ("unknown-allow", ["solve", "--allow", "nonsense"], BAD_INPUT, "unknown switch"),
+    # evaluate runs no search, which was the only place the switch was checked: priced as if not given (exit 0)
+    ("evaluate-unknown-allow", ["evaluate", *LLAMA_8B, "--allow", "nonsense"], BAD_INPUT, "unknown switch"),
+    ("evaluate-disagg-unknown-allow", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving",
+                                       "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--allow", "x"],
+     BAD_INPUT, "unknown switch"),
     ("malformed-stages", ["solve", "--stages", "0-30"], BAD_INPUT, "START:END"),
     ("stages-not-covering", ["evaluate", *LLAMA_8B, "--stages", "0:10,10:20"], BAD_INPUT, "cover"),
     ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),
+    # expert-tp on a dense model: a plan or pool printed "expert_tp": 2, a degree nothing in it has (exit 0)
+    ("dense-expert-tp", ["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", "--tp", "2", "--expert-tp", "2",
+                         "--allow", "expert-tp"], BAD_INPUT, "expert-tp: meta-llama/Llama-3.1-8B has no MoE layers"),
+    ("dense-pool-expert-tp", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg",
+                              "--prefill", "workers=1,tp=2,expert_tp=2", "--decode", "workers=1", "--allow",
+                              "expert-tp"], BAD_INPUT, "prefill expert-tp: meta-llama/Llama-3.1-8B has no MoE"),
     ("nonsense-weights-dtype", ["solve", "--weights-dtype", "nonsense"], BAD_INPUT, "unknown dtype"),
     ("fp4-kv-cache", ["solve", "--kv-dtype", "fp4"], BAD_INPUT, "not supported"),
+    # an empty dtype was read as none given: the checkpoint's weights, a 16-bit cache, exit 0
+    ("empty-weights-dtype", ["evaluate", *LLAMA_8B, "--weights-dtype", ""], BAD_INPUT, "weights-dtype: unknown dtype"),
+    ("empty-kv-dtype", ["evaluate", *LLAMA_8B, "--kv-dtype", ""], BAD_INPUT, "kv-dtype: unknown dtype"),
     ("unknown-profile", ["solve", "--profile", "nonexistent"], BAD_INPUT, "unknown profile"),
     ("unknown-engine", ["solve", "--emit", "tgi"], BAD_INPUT, "--emit"),
     ("unknown-engine-option", ["evaluate", *LLAMA_8B, "--engine", "tgi"], BAD_INPUT, "--engine"),
@@ -47,6 +61,9 @@ CASES = [
     ("enumerate-report-into-missing-dir", ["enumerate", *LLAMA_8B, "--report", "{missing_dir}/x.html"], BAD_INPUT,
      "does not exist"),
     ("report-is-a-directory", ["solve", "--report", "{tmp}"], BAD_INPUT, "directory"),
+    # realpath("") is the current folder: calibrate wrote its profiles there (exit 0), --dag said "is a directory"
+    ("calibrate-out-empty", ["calibrate", "{bad_json}", "--out", ""], BAD_INPUT, "out: an empty path"),
+    ("dag-empty", ["solve", *LLAMA_8B, "--dag", ""], BAD_INPUT, "dag: an empty path"),
     ("zero-time-limit", ["solve", "--time-limit", "0"], BAD_INPUT, "time-limit"),
     ("negative-work-limit", ["solve", "--work-limit", "-1"], BAD_INPUT, "work-limit"),
     ("work-limit-not-a-number", ["solve", "--work-limit", "abc"], BAD_INPUT, "--work-limit"),
@@ -54,6 +71,8 @@ CASES = [
     ("zero-enumerate-limit", ["enumerate", "--limit", "0"], BAD_INPUT, "limit"),
     ("unknown-option", ["solve", "--frobnicate"], BAD_INPUT, "No such option"),
     ("unknown-command", ["plan-it"], BAD_INPUT, "No such command"),
+    ("no-command", [], BAD_INPUT, "command: none given; one of calibrate,"),  # was the whole --help on one line
+    ("empty-rule-id", ["rules", "", "--json"], BAD_INPUT, "unknown rule ''"),  # printed GPU-001, exit 0
     ("infeasible-memory", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100"], INFEASIBLE, "MEM-001"),
     ("infeasible-with-emit-and-report", ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--emit", "vllm",
                                          "--report", "{tmp}/plan.html"], INFEASIBLE, "MEM-001"),

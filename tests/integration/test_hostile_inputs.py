@@ -17,7 +17,8 @@ import pytest
 from shardplan.hardware import profile as profile_module
 from shardplan.hardware.profile import PROFILE_DIR, Profile, list_profiles, profile_from_data
 from shardplan.models import SpecError
-from shardplan.models.files import parse_json
+from shardplan.models.files import parse_json, read_text
+from shardplan.solver.cost.calibration.points import REQUIRED_COLUMNS
 from shardplan.solver.dag.export import to_mermaid
 from shardplan.solver.mcp import tools
 from shardplan.solver.mcp.safety import Root, TimeLimits
@@ -40,6 +41,27 @@ def test_a_key_given_twice_is_refused_naming_it():
     with pytest.raises(SpecError) as err:
         parse_json('{"num_hidden_layers": 1e9, "hidden_size": 8, "num_hidden_layers": 32}', "model", "c.json")
     assert err.value.field == "model" and "'num_hidden_layers'" in str(err.value)
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["evaluate", "--model", "a\0b.json"], "model"),
+    (["solve", *SMALL, "--dag", "{dir}/a\0b.json"], "dag"),
+    (["solve", *SMALL, "--report={dir}/a\0b.html"], "report"),
+    (["validate", "a\0b.json"], "argument"),
+    (["calibrate", "p.csv", "--out", "p.json", "--ops", "a\0b.csv"], "ops"),
+    (["mcp", "--root", "a\0b"], "root"),
+])
+def test_an_argument_with_a_nul_byte_is_bad_input(tmp_path, argv, field):
+    # No command line can carry one (execve ends the argument there), but main(argv) in-process can: os.stat,
+    # click's path checks and realpath raised ValueError, an internal error (exit 3).
+    code, line = _run(tmp_path, argv)
+    assert (code, line) == (2, f"shardplan: error: {field}: contains a NUL byte")
+
+
+def test_read_text_names_a_path_with_a_nul_byte():
+    with pytest.raises(SpecError) as err:
+        read_text("a\0b.json", "model")
+    assert err.value.field == "model" and "is not a path" in err.value.reason
 
 
 def test_a_config_with_a_repeated_key_is_bad_input(tmp_path):
@@ -153,3 +175,61 @@ def test_a_full_stdout_is_one_line_and_the_unusable_output_code(tmp_path):
     lines = run.stderr.decode().splitlines()
     assert run.returncode == 2
     assert lines == ["shardplan: error: cannot write standard output: No space left on device"]
+
+
+LONG = "x" * 100_000
+SERVING = ["--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg"]
+
+
+@pytest.mark.parametrize("argv", [
+    # Each quoted the whole value back: a 100 kB error line.
+    ["evaluate", *SMALL, "--weights-dtype", LONG],
+    ["evaluate", *SMALL, "--kv-dtype", LONG],
+    ["evaluate", *SMALL, "--profile", LONG],
+    ["evaluate", *SMALL, "--allow", LONG],
+    ["rules", LONG],
+    ["calibrate", "{dir}/p.csv", "--out", "{dir}/p.json", "--software", LONG],
+    ["calibrate", "{dir}/p.csv", "--out", "{dir}/p.json", "--gpu", LONG],
+    ["evaluate", *SERVING, "--prefill", "workers=1," + "k" * 4000 + "=1", "--decode", "workers=1"],
+    ["evaluate", *SERVING, "--prefill", "workers=1", "--decode", "workers=" + "1" * 4000],
+    ["evaluate", *SERVING, "--prefill", "workers=1", "--decode", "w" * 4000],
+], ids=["weights-dtype", "kv-dtype", "profile", "allow", "rules", "software", "gpu", "pool-key", "pool-value",
+        "pool-part"])
+def test_a_huge_value_is_not_quoted_back_whole(tmp_path, argv):
+    header = ",".join(REQUIRED_COLUMNS).encode() + b"\n"  # no rows: calibrate reaches --gpu and --software
+    code, line = _run(tmp_path, argv, {"p.csv": header})
+    assert code == 2 and len(line) < 1000, (code, len(line))
+
+
+def test_a_load_profile_whose_layer_total_overflows_is_bad_input_not_nan_in_the_json(tmp_path):
+    layers = {str(i): [1.0] * 128 for i in range(48)} | {"3": [1e308] * 128}
+    argv = ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "2xH100", "--tp", "2", "--json",
+            "--load-profile", "{dir}/load.json"]
+    code, line = _run(tmp_path, argv, {"load.json": json.dumps({"layers": layers}).encode()})
+    assert code == 2 and line.startswith("shardplan: error: load-profile loads[3][0]:")
+
+
+@pytest.mark.parametrize("name", ["[/bold]", "[link=https://example.com]x[/link]"])
+def test_a_name_from_an_input_file_is_printed_as_text_not_markup(tmp_path, name):
+    # rich read it as markup: "[/bold]" ended in MarkupError (exit 3), a [link=...] became a link.
+    case = Case("solve", ["solve", *SMALL, "--no-runner-up", "--profile", "{dir}/p.json"],
+                {"p.json": _profile_with(name=name)})
+    outcome = run_in_process(case, tmp_path)
+    assert outcome.code == 0, outcome.stderr
+    assert f"calibration profile {name}\n" in outcome.stdout
+
+
+def test_a_read_only_output_is_refused_and_kept(tmp_path):
+    # The rename that puts an output in place needs only the folder's permission: it replaced the file anyway.
+    kept = tmp_path / "plan.html"
+    kept.write_text("KEEP")
+    kept.chmod(0o444)
+    code, line = _run(tmp_path, ["solve", *SMALL, "--no-runner-up", "--report", "{dir}/plan.html"])
+    assert code == 2 and line.startswith("shardplan: error: report:") and line.endswith("is read-only")
+    assert kept.read_text() == "KEEP"
+
+
+def test_rate_on_a_model_no_layout_holds_names_the_memory_not_the_rate(tmp_path):
+    # It named SLA-001, "no colocated replicas sustain 1 requests/s within the limits", with no limit given.
+    code, line = _run(tmp_path, ["solve", "--model", "llama-3.1-70b", "--cluster", "1xH100", "--rate", "1"])
+    assert code == 1 and line.startswith("shardplan: infeasible: MEM-001: colocated: needs at least")

@@ -25,7 +25,6 @@ scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import math
@@ -40,8 +39,9 @@ from typing import Any
 from shardplan.hardware import Collective, collective_time_s, get_gpu, oneshot_allreduce_s, parse_cluster
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
+from shardplan.models.errors import quoted
 from shardplan.solver.cost.calibration.measures import predict
-from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms
+from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms, read_op_points
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
 
 DIGITS = 4
@@ -175,8 +175,7 @@ def _shape_ints(row: dict[str, str], pattern: str) -> tuple[int, ...]:
 
 def op_factors(path: str | Path) -> OpFactors:
     """GEMM and all-reduce factors from the operator points (H100-SXM and H200-SXM rows)."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_op_points(path)
     gemm = [r for r in rows if r["op"] == "gemm"]
 
     bf16_eff, bf16_half = gemm_curve(gemm, "bfloat16")
@@ -667,7 +666,7 @@ def calibrate_to_file(
     every fitted profile into ``out`` when it is a directory."""
     _require_scipy()
     if software is not None and software not in GENERATIONS:
-        raise SpecError("software", f"{software!r}; one of {', '.join(GENERATIONS)}")
+        raise SpecError("software", f"{quoted(software)}; one of {', '.join(GENERATIONS)}")
     row_filter = (lambda p: p.software == software) if software else None
     out = Path(out)
     results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs, one_profile=not out.is_dir())

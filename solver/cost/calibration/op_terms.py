@@ -29,6 +29,7 @@ No scipy: medians and two-parameter linear least squares.
 from __future__ import annotations
 
 import csv
+import io
 import re
 import statistics
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from pathlib import Path
 from shardplan.hardware import get_gpu, parse_cluster
 from shardplan.hardware.profile import Profile
 from shardplan.models import SpecError, get_model
+from shardplan.models.files import MAX_CSV_BYTES, read_text
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.operators import MOE_REFERENCE_HIDDEN, CostContext, LayerKind, Step
@@ -97,9 +99,38 @@ def _ints(text: str, pattern: str) -> tuple[int, ...]:
     return tuple(int(x) for x in found.groups())
 
 
+OP_COLUMNS = ("gpu", "backend", "op", "shape_params", "dtype", "latency_us")
+# A kernel's measured time in us: far beyond real kernels both ways, and inside the range where the rates
+# derived from it (FLOPs or bytes per second) stay finite.
+MIN_LATENCY_US, MAX_LATENCY_US = 1e-3, 1e12
+
+
 def read_op_points(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    """The operator points' rows (``--ops``): a UTF-8 CSV with every column the fit reads, each row's
+    ``latency_us`` a number within range. A ``SpecError`` names the column or the row: a NaN, zero or
+    negative time went into the GEMM and all-reduce fits unnoticed (a profile written from it, exit 0)."""
+    text = read_text(path, "ops", MAX_CSV_BYTES)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = list(reader)
+    except csv.Error as exc:
+        raise SpecError("ops", f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in OP_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise SpecError("ops", f"{path}: missing column {missing[0]}")
+    for line, row in enumerate(rows, start=2):
+        if None in row or None in row.values():  # DictReader's marks of a long and of a short row
+            columns = len(reader.fieldnames or ())
+            raise SpecError(f"ops row {line}", f"its cells do not match the header's {columns} columns")
+        shown = row["latency_us"].strip()[:20]
+        try:
+            latency = float(row["latency_us"])
+        except ValueError:
+            raise SpecError(f"ops row {line}", f"latency_us {shown!r} is not a number") from None
+        if not MIN_LATENCY_US <= latency <= MAX_LATENCY_US:  # NaN fails both comparisons
+            raise SpecError(f"ops row {line}",
+                            f"latency_us {shown!r} is outside {MIN_LATENCY_US:g}..{MAX_LATENCY_US:g}")
+    return rows
 
 
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:

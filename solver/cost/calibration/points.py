@@ -166,6 +166,11 @@ class Skipped:
     reason: str
 
 
+# A measured value's range, in any of the metrics' units (tokens/s, requests/s, ms): far beyond real
+# measurements both ways, and narrow enough that the fit's log(predicted / measured) stays finite (a
+# subnormal value such as 5e-324 made it infinite, and SciPy's warnings broke the one error line).
+MIN_VALUE, MAX_VALUE = 1e-9, 1e15
+
 # The columns every row is read by, and those parsed before a row can be skipped as bad (each value
 # must parse for every row: they decide which rows are overload runs).
 REQUIRED_COLUMNS = ("id", "source_id", "model", "weights_dtype", "kv_cache_dtype", "gpu", "num_gpus", "tp", "pp",
@@ -199,11 +204,14 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                 raise SpecError(f"points row {line}", f"{column} {row[column][:20]!r} is not a number") from None
             if not (math.isfinite(number) and number > 0):
                 raise SpecError(f"points row {line}", f"{column} must be a finite number > 0")
+            if column == "value" and not MIN_VALUE <= number <= MAX_VALUE:
+                raise SpecError(f"points row {line}", f"value {number:g} is outside {MIN_VALUE:g}..{MAX_VALUE:g}")
         try:
             _rate(row)
         except ValueError:
             rate = row["request_rate_qps"][:20]
-            raise SpecError(f"points row {line}", f"request_rate_qps {rate!r} is not a rate") from None
+            raise SpecError(f"points row {line}",
+                            f"request_rate_qps {rate!r} is not a rate (a number > 0, inf, or blank)") from None
         rows.append(row)
     return rows
 
@@ -279,10 +287,15 @@ def _measured_capacity(rows: list[dict[str, str]]) -> dict[tuple[Any, ...], floa
 
 
 def _rate(row: dict[str, str]) -> float | None:
+    """The offered requests/s (inf: every request at once; None: blank, not a serving run); ``ValueError``
+    for anything else that is not a number > 0 (NaN, 0 or a negative rate made the fit's residuals NaN)."""
     text = row.get("request_rate_qps", "").strip()
     if not text:
         return None
-    return math.inf if text == "inf" else float(text)
+    rate = math.inf if text == "inf" else float(text)
+    if not rate > 0:
+        raise ValueError(text)
+    return rate
 
 
 def _dtypes(row: dict[str, str]) -> tuple[DType, DType]:

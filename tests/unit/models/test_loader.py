@@ -47,6 +47,16 @@ def test_bad_configs_raise_spec_error_naming_the_field(mutate, field):
     assert err.value.field == field
 
 
+@pytest.mark.parametrize("kind", ["sliding_attn", 5, None])
+def test_an_unknown_gpt_oss_layer_type_is_named(kind):
+    # A misspelt kind was priced as full attention (exit 0).
+    cfg = json.loads((CONFIG_DIR / "gpt-oss-120b.json").read_text())
+    cfg["layer_types"][0] = kind
+    with pytest.raises(SpecError) as err:
+        load_config(cfg)
+    assert err.value.field == "layer_types" and "unknown kind" in err.value.reason
+
+
 def test_unknown_architecture_lists_the_supported_ones():
     with pytest.raises(SpecError, match="MixtralForCausalLM"):
         load_config({**LLAMA, "architectures": ["FalconForCausalLM"]})

@@ -70,6 +70,14 @@ def test_time_limits_default_cap_and_wall() -> None:
         TimeLimits(default_s=200.0, max_s=100.0)  # a default above the cap
 
 
+@pytest.mark.parametrize("directory", ["", " "])
+def test_an_empty_root_is_refused_not_read_as_the_current_folder(directory: str) -> None:
+    # os.path.realpath("") is the current folder: `shardplan mcp --root "$UNSET"` served every file under it.
+    with pytest.raises(SpecError, match="empty path") as refused:
+        Root(directory)
+    assert refused.value.field == "root"
+
+
 def test_a_profile_name_stored_or_composed_is_passed_on_as_a_name_not_read_as_a_path(tree: tuple[Path, Path]) -> None:
     from shardplan.solver.mcp.tools import profile_of
 

@@ -27,6 +27,12 @@ def test_negative_count_names_the_entry():
     assert "negative count" in err.reason
 
 
+def test_a_count_whose_layer_total_would_overflow_is_refused():
+    # 128 counts of 1e308 summed to inf: the placement's max/mean load was NaN, printed in the JSON output.
+    err = _error(num_experts=128, layers=(3,), loads=((1e308,) * 128,))
+    assert err.field == "loads[0][0]" and "above" in err.reason
+
+
 def test_not_finite_and_layer_order_and_row_count():
     assert _error(num_experts=1, layers=(0,), loads=((float("nan"),),)).field == "loads[0][0]"
     assert _error(num_experts=1, layers=(2, 1), loads=((1.0,), (1.0,))).field == "layers"

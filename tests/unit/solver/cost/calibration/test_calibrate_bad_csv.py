@@ -79,3 +79,45 @@ def test_a_utf8_byte_order_mark_is_read_past(tmp_path, capsys, monkeypatch):
             main(["calibrate", str(points_csv), "--out", str(tmp_path / "p.json"), "--gpu", "H100"])
     assert capsys.readouterr().err == ""
     assert seen == [["12", "2", "22", "32"]] * 2
+
+
+@pytest.mark.parametrize(("column", "text", "reason"), [
+    ("value", "5e-324", "outside"),  # made log(predicted / measured) infinite: SciPy's warnings, then "cannot fit"
+    ("value", "1e300", "outside"),
+    ("request_rate_qps", "nan", "not a rate"),  # made every residual NaN
+    ("request_rate_qps", "0", "not a rate"),  # 0, a negative or -inf rate went into the fit unnoticed
+    ("request_rate_qps", "-1", "not a rate"),
+    ("request_rate_qps", "-inf", "not a rate"),
+])
+def test_a_measured_number_out_of_range_is_named_by_its_row(tmp_path, capsys, column, text, reason):
+    rows = [dict(r) for r in TINY]
+    rows[1][column] = text  # the second data row, on line 3
+    code, err = calibrate(tmp_path, capsys, csv_text(rows).encode())
+    assert code == 2 and err.startswith("shardplan: error: points row 3:") and reason in err
+    assert len(err.splitlines()) == 1
+
+
+OPS_HEADER = "gpu,backend,op,shape_params,dtype,latency_us,source_file,note"
+OPS_ROW = "H100-SXM-80GB,TensorRT-LLM,gemm,M=1 N=8192 K=8192,bfloat16,{latency},x.parquet,"
+
+
+@pytest.mark.parametrize(("ops", "message"), [
+    # A NaN, zero or negative kernel time went into the GEMM fit: a profile was written (exit 0), or the fit's
+    # ZeroDivisionError was the message.
+    (f"{OPS_HEADER}\n{OPS_ROW.format(latency='nan')}\n", "ops row 2: latency_us 'nan' is outside"),
+    (f"{OPS_HEADER}\n{OPS_ROW.format(latency='-49.18')}\n", "ops row 2: latency_us '-49.18' is outside"),
+    (f"{OPS_HEADER}\n{OPS_ROW.format(latency='0')}\n", "ops row 2: latency_us '0' is outside"),
+    (f"{OPS_HEADER}\n{OPS_ROW.format(latency='fast')}\n", "ops row 2: latency_us 'fast' is not a number"),
+    (f"{OPS_HEADER}\nH100-SXM-80GB,TensorRT-LLM\n", "ops row 2: its cells do not match"),
+    ("gpu,backend\nx,y\n", "missing column op"),  # was the fit's "KeyError: 'op'"
+])
+def test_an_operator_points_file_is_checked_row_by_row(tmp_path, capsys, ops, message):
+    ops_csv = tmp_path / "ops.csv"
+    ops_csv.write_text(ops)
+    points_csv, out = tmp_path / "points.csv", tmp_path / "p.json"
+    points_csv.write_text(csv_text(TINY))
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(points_csv), "--out", str(out), "--gpu", "H100", "--ops", str(ops_csv)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
+    assert not out.exists()
