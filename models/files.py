@@ -9,6 +9,8 @@ what the file says.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -109,3 +111,30 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def read_json(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
     """A JSON file read through ``read_text`` and ``parse_json``."""
     return parse_json(read_text(path, field, max_bytes), field, str(path))
+
+
+def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
+                  skip_blank_cells: bool = False) -> list[tuple[int, dict[str, str]]]:
+    """A CSV file read through ``read_text`` (at most ``MAX_CSV_BYTES``): each row with its line number, as a
+    dict by the header's names. A file csv cannot parse, a missing one of ``columns``, or a row with more or
+    fewer cells than the header is a ``SpecError`` naming ``field``, the column or the row. Empty lines are
+    skipped, and with ``skip_blank_cells`` rows whose every cell is blank too (a spreadsheet's trailing rows)."""
+    text = read_text(path, field, MAX_CSV_BYTES)
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, [])
+        lines = list(reader)
+    except csv.Error as exc:
+        raise SpecError(field, f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise SpecError(field, f"{path}: missing column {missing[0]}")
+    rows = []
+    for line, cells in enumerate(lines, start=2):
+        if not cells or (skip_blank_cells and not any(cell.strip() for cell in cells)):
+            continue
+        if len(cells) != len(header):
+            raise SpecError(f"{field} row {line}", f"its cells do not match its header ({len(cells)} cells; "
+                                                   f"the header has {len(header)} columns)")
+        rows.append((line, dict(zip(header, cells, strict=True))))
+    return rows

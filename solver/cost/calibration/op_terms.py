@@ -28,8 +28,6 @@ No scipy: medians and two-parameter linear least squares.
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 import statistics
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from pathlib import Path
 from shardplan.hardware import get_gpu, parse_cluster
 from shardplan.hardware.profile import Profile
 from shardplan.models import SpecError, get_model
-from shardplan.models.files import MAX_CSV_BYTES, read_text
+from shardplan.models.files import read_csv_rows
 from shardplan.rules.layout import Layout
 from shardplan.rules.operators import Op, Phase
 from shardplan.solver.cost.operators import MOE_REFERENCE_HIDDEN, CostContext, LayerKind, Step
@@ -109,19 +107,8 @@ def read_op_points(path: str | Path) -> list[dict[str, str]]:
     """The operator points' rows (``--ops``): a UTF-8 CSV with every column the fit reads, each row's
     ``latency_us`` a number within range. A ``SpecError`` names the column or the row: a NaN, zero or
     negative time went into the GEMM and all-reduce fits unnoticed (a profile written from it, exit 0)."""
-    text = read_text(path, "ops", MAX_CSV_BYTES)
-    try:
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        rows = list(reader)
-    except csv.Error as exc:
-        raise SpecError("ops", f"{path}: not a readable CSV ({exc})") from None
-    missing = [c for c in OP_COLUMNS if c not in (reader.fieldnames or ())]
-    if missing:
-        raise SpecError("ops", f"{path}: missing column {missing[0]}")
-    for line, row in enumerate(rows, start=2):
-        if None in row or None in row.values():  # DictReader's marks of a long and of a short row
-            columns = len(reader.fieldnames or ())
-            raise SpecError(f"ops row {line}", f"its cells do not match the header's {columns} columns")
+    rows = read_csv_rows(path, "ops", OP_COLUMNS)
+    for line, row in rows:
         shown = row["latency_us"].strip()[:20]
         try:
             latency = float(row["latency_us"])
@@ -130,7 +117,7 @@ def read_op_points(path: str | Path) -> list[dict[str, str]]:
         if not MIN_LATENCY_US <= latency <= MAX_LATENCY_US:  # NaN fails both comparisons
             raise SpecError(f"ops row {line}",
                             f"latency_us {shown!r} is outside {MIN_LATENCY_US:g}..{MAX_LATENCY_US:g}")
-    return rows
+    return [row for _, row in rows]
 
 
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:

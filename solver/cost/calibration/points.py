@@ -43,8 +43,6 @@ Conventions, for what the tables leave unstated:
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -54,7 +52,7 @@ from typing import Any
 
 from shardplan.hardware import ClusterSpec, get_gpu
 from shardplan.models import DType, ModelSpec, SpecError, get_model
-from shardplan.models.files import MAX_CSV_BYTES, read_text
+from shardplan.models.files import read_csv_rows
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
 
@@ -180,23 +178,8 @@ REQUIRED_COLUMNS = ("id", "source_id", "model", "weights_dtype", "kv_cache_dtype
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows as dicts; a file that is not a UTF-8 CSV with every required column, a short or
     long row, or an unreadable isl/osl/value/rate is a ``SpecError`` naming the column or the line."""
-    text = read_text(path, "points", MAX_CSV_BYTES)
-    try:
-        reader = csv.reader(io.StringIO(text, newline=""))
-        header = next(reader, [])
-        lines = list(reader)
-    except csv.Error as exc:
-        raise SpecError("points", f"{path}: not a readable CSV ({exc})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise SpecError("points", f"{path}: missing column {missing[0]}")
     rows = []
-    for line, cells in enumerate(lines, start=2):
-        if not any(cell.strip() for cell in cells):
-            continue
-        if len(cells) != len(header):
-            raise SpecError(f"points row {line}", f"{len(cells)} cells; the header has {len(header)} columns")
-        row = dict(zip(header, cells, strict=True))
+    for line, row in read_csv_rows(path, "points", REQUIRED_COLUMNS, skip_blank_cells=True):
         for column, parse in (("isl", int), ("osl", int), ("value", float)):
             try:
                 number = parse(row[column])
