@@ -37,6 +37,9 @@ STEP_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
 # base_profile), and a composition on one takes both from the engine: the choice changes no number, only the source.
 BASE_ORDER: tuple[str, ...] = ("trtllm", "vllm", "sglang")
 SEPARATOR = "+"  # a composed profile is named <GPU's default profile>+<engine>, e.g. h100-sxm+sglang
+# The GPU the generic profile is stored for: any GPU without a stored profile of its own (a preset nobody measured,
+# H20, H800, MI300X, or one a user describes). Composing for it gives generic+<engine>.
+ANY_GPU = "*"
 
 
 Copy = TypeVar("Copy", bound="ProfileLike")
@@ -123,13 +126,14 @@ def compose_on(base: P, engine: str, sources: Sequence[ProfileLike], fields: Seq
     differ = [f for f in fields if len({getattr(p, f) for p in sources}) > 1]
     how = f" (the median of {', '.join(differ)})" if differ else ""
     software = sources[0].software.split(",")[0].split(" (")[0]
+    on = "GPUs without measurements" if base.gpu == ANY_GPU else base.gpu
     return base.model_copy(update={
         **engine_fields(sources, fields),
         "name": name,
         "engine": engine,
         "default": False,
         "engine_default": False,
-        "software": f"{software} behaviour on {base.gpu} (composed)",
+        "software": f"{software} behaviour on {on} (composed)",
         "source": (f"composed: hardware fields from {base.name}; {', '.join(fields)} from "
                    f"{' and '.join(p.name for p in sources)}{how}"),
         "fit_rows": None,
@@ -143,7 +147,8 @@ def composed_name(default_profile: str, engine: str) -> str:
 
 def compose(gpu: str, engine: str, profiles: Sequence[P]) -> P | None:
     """The composed profile of ``engine`` on ``gpu`` from ``profiles``, or None where there is nothing to compose:
-    the engine has a profile of the GPU, or no fitted profile of any other GPU, or the GPU no profile at all."""
+    the engine has a profile of the GPU, or no fitted profile of any other GPU, or the GPU no profile at all.
+    ``ANY_GPU`` composes on the generic profile (behaviour fields only: it is a table-like profile)."""
     if any(p.engine_default and p.gpu == gpu and p.engine == engine for p in profiles):
         return None
     sources = fitted_engine_profiles(engine, profiles, without_gpu=gpu)

@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
-from shardplan.hardware.compose import SEPARATOR, compose
+from shardplan.hardware.compose import ANY_GPU, SEPARATOR, compose
 from shardplan.models.errors import SpecError, quoted
 from shardplan.models.frozen import HashOnce
 
@@ -234,9 +234,10 @@ def _composed(gpu_name: str, engine: str) -> Profile | None:
 
 def composed_profiles() -> list[Profile]:
     """Every composed profile the stored ones give: one per GPU with a default profile and engine without a
-    profile of that GPU, in the stored profiles' order, then the engines'."""
-    gpus = dict.fromkeys(p.gpu for p in _all_profiles().values() if p.default and p.gpu != "*")
-    return [c for gpu in gpus for engine in ENGINES if (c := _composed(gpu, engine)) is not None]
+    profile of that GPU, in the stored profiles' order, then the engines'; last, each engine's on the generic
+    profile (``generic+<engine>``, for GPUs without a stored profile)."""
+    gpus = dict.fromkeys(p.gpu for p in _all_profiles().values() if p.default and p.gpu != ANY_GPU)
+    return [c for gpu in (*gpus, ANY_GPU) for engine in ENGINES if (c := _composed(gpu, engine)) is not None]
 
 
 def list_profiles() -> list[Profile]:
@@ -264,8 +265,9 @@ def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
     """The profile a plan for ``engine`` on ``gpu_name`` is priced with: the engine's profile for that
     GPU (fitted to the engine's runs under load); else one composed of the GPU's hardware fields and the
     engine's behaviour fitted on its other GPUs (``compose.py``; named e.g. ``h100-sxm+sglang``); else the
-    GPU's default profile (its hardware fields; the name a plan carries says which profile priced it); else
-    the generic one."""
+    GPU's default profile (its hardware fields; the name a plan carries says which profile priced it); else,
+    for a GPU without a stored profile, the engine's behaviour on the generic one (``generic+vllm``; the
+    leave-one-GPU-out check in benchmarks/accuracy/README.md, "Composed profiles"); else the generic one."""
     profiles = _all_profiles().values()
     own = [p for p in profiles if p.engine_default and p.gpu == gpu_name and p.engine == engine]
     if own:
@@ -274,7 +276,9 @@ def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
     if composed is not None:
         return composed
     default = [p for p in profiles if p.default and p.gpu == gpu_name]
-    return default[0] if default else get_profile("generic")
+    if default:
+        return default[0]
+    return _composed(ANY_GPU, engine) or get_profile("generic")
 
 
 def load_profile_file(path: str | Path) -> Profile:

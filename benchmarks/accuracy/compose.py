@@ -45,13 +45,16 @@ from shardplan.hardware.compose import (
     compose_on,
     fitted_engine_profiles,
 )
-from shardplan.hardware.profile import Engine, Profile, list_profiles, profile_for_gpu
+from shardplan.hardware.profile import Engine, Profile, get_profile, list_profiles, profile_for_gpu
 from shardplan.solver.cost.calibration.engine_fit import EngineRun
 from shardplan.solver.cost.calibration.ttft_fit import TtftRun, fit_ttft, ttft_run
 from shardplan.solver.cost.evaluate import evaluate
 
 REFERENCES = ("own", "fallback")
 CANDIDATES = ("table", "table+steps", "sibling", "sibling+steps")
+# A GPU with no stored profile at all (a preset without measurements, H20, H800, MI300X, or a GPU a user describes)
+# is priced with the generic profile; ``generic+behaviour`` is the engine's behaviour on it, judged against it.
+GENERIC = ("generic", "generic+behaviour")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,15 @@ def candidates(engine: str, gpu: str, profiles: Sequence[Profile], sources: Sequ
     }
 
 
+def generic_pair(engine: str, sources: Sequence[Profile]) -> dict[str, Profile]:
+    """The generic profile, and the engine's behaviour on it: what a GPU without any stored profile is priced with
+    today and the composition ``hardware/compose.py`` makes for it. The generic profile's fields are medians over
+    the GPUs' table profiles, the held-out GPU's among them, so this judges the behaviour fields only."""
+    generic = get_profile("generic")
+    return {"generic": generic,
+            "generic+behaviour": compose_on(generic, engine, sources, BEHAVIOUR_FIELDS, f"generic{SEPARATOR}{engine}")}
+
+
 def leave_one_gpu_out(
     groups: dict[tuple[str, str], list[EngineRun]], profiles: Sequence[Profile]
 ) -> dict[tuple[str, str], dict[str, Cell]]:
@@ -122,7 +134,7 @@ def leave_one_gpu_out(
         rest = [p for p in profiles if p is not own]
         sources = held_out_sources(engine, gpu, rest, ttft)
         priced = {"own": own, "fallback": next(p for p in rest if p.default and p.gpu == gpu),
-                  **candidates(engine, gpu, rest, sources)}
+                  **candidates(engine, gpu, rest, sources), **generic_pair(engine, sources)}
         out[(engine, gpu)] = {name: errors(runs, p) for name, p in priced.items()}
     return out
 
@@ -147,8 +159,15 @@ def chosen(results: dict[tuple[str, str], dict[str, Cell]]) -> tuple[str | None,
     return (winners[0] if winners else None), beats("table")
 
 
+def generic_taken(results: dict[tuple[str, str], dict[str, Cell]]) -> bool:
+    """The same rule for GPUs without any stored profile: the engine's behaviour on the generic profile is taken if
+    its pooled median |TTFT| and |TPOT| are both below the generic profile's own."""
+    return all(pooled(results, "generic+behaviour", pick) < pooled(results, "generic", pick)
+               for pick in (lambda c: c.ttft, lambda c: c.tpot))
+
+
 def print_results(results: dict[tuple[str, str], dict[str, Cell]]) -> None:
-    columns = (*REFERENCES, *CANDIDATES)
+    columns = (*REFERENCES, *CANDIDATES, *GENERIC)
     print("leave one GPU out: each engine profile left out and composed from the rest; median |TTFT| / |TPOT| "
           "on the engine's colocated runs of that GPU")
     print(f"  {'engine':7s} {'GPU':9s} {'runs':>4s}  " + "  ".join(f"{c:>15s}" for c in columns))
@@ -160,8 +179,10 @@ def print_results(results: dict[tuple[str, str], dict[str, Cell]]) -> None:
     print(f"  {'pooled':17s} {n:4d}  " + "  ".join(
         f"{pooled(results, c, lambda x: x.ttft):6.1%} /{pooled(results, c, lambda x: x.tpot):6.1%}" for c in columns))
     winner, table = chosen(results)
+    generic = "taken" if generic_taken(results) else "not taken"
     print(f"taken (both pooled medians below the fallback's, least sum): {winner or 'none: no candidate beats it'}; "
-          f"for GPUs without another engine's profile, table: {'taken' if table else 'not taken'}")
+          f"for GPUs without another engine's profile, table: {'taken' if table else 'not taken'}; "
+          f"for GPUs without any stored profile, generic+behaviour: {generic}")
 
 
 def main(argv: list[str] | None = None) -> int:

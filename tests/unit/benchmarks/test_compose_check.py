@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.accuracy.compose import CANDIDATES, Cell, candidates, chosen
+from benchmarks.accuracy.compose import CANDIDATES, Cell, candidates, chosen, generic_pair, generic_taken
 from shardplan.hardware.compose import BEHAVIOUR_FIELDS, STEP_FIELDS, fitted_engine_profiles
 from shardplan.hardware.profile import get_profile, list_profiles
 
@@ -35,3 +35,18 @@ def test_a_held_out_gpus_candidates_take_nothing_from_its_own_engine_profile():
     assert built["sibling"].layer_overhead_us == sibling.layer_overhead_us
     assert built["table"].kv_stream_efficiency == table.kv_stream_efficiency is None
     assert built["sibling"].kv_stream_efficiency == sibling.kv_stream_efficiency
+
+
+def test_the_engines_behaviour_on_the_generic_profile_is_taken_only_if_it_beats_it_on_both():
+    assert generic_taken(_results(generic=(0.8, 0.2), **{"generic+behaviour": (0.3, 0.19)}))
+    assert not generic_taken(_results(generic=(0.8, 0.2), **{"generic+behaviour": (0.3, 0.21)}))
+
+
+def test_the_generic_pair_is_the_generic_profile_and_it_with_the_behaviour_fields_only():
+    sources = fitted_engine_profiles("sglang", list_profiles(), without_gpu="H200-SXM")
+    pair, generic = generic_pair("sglang", sources), get_profile("generic")
+    assert pair["generic"] == generic
+    for field in BEHAVIOUR_FIELDS:
+        assert getattr(pair["generic+behaviour"], field) == getattr(sources[0], field), field
+    for field in STEP_FIELDS:
+        assert getattr(pair["generic+behaviour"], field) == getattr(generic, field), field

@@ -70,6 +70,20 @@ def test_a_gpu_without_any_engine_profile_takes_its_table_profile_with_the_engin
         assert getattr(composed, field) == getattr(table, field), field
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_gpu_without_any_stored_profile_takes_the_generic_profile_with_the_engines_behaviour_only(engine):
+    composed = profile_for_gpu("MI300X", engine)  # a preset GPU nobody measured
+    generic, fitted = get_profile("generic"), fitted_engine_profiles(engine, list_profiles())[0]
+    assert composed.name == f"generic+{engine}" and composed.engine == engine and composed.gpu == "*"
+    assert "GPUs without measurements" in composed.software and "generic" in composed.source
+    for field in BEHAVIOUR_FIELDS:
+        assert getattr(composed, field) == getattr(fitted, field), field
+    for field in set(Profile.model_fields) - RECORD - set(BEHAVIOUR_FIELDS):
+        assert getattr(composed, field) == getattr(generic, field), field
+    assert get_profile(f"generic+{engine}") == composed
+    assert [p.name for p in composed_profiles()][-len(ENGINES):] == [f"generic+{e}" for e in ENGINES]
+
+
 def _fake(name: str, gpu: str, engine: str, **fields: object) -> Profile:
     """A stored-looking profile: the generic one's numbers under another name (only what a test sets differs)."""
     return get_profile("generic").model_copy(update={"name": name, "gpu": gpu, "engine": engine, **fields})
@@ -120,8 +134,10 @@ def test_the_engine_profile_comes_first_then_the_composed_then_the_gpus_default_
     assert profile_for_gpu("B", "vllm").name == "gpu-b+vllm"  # gpu-a-vllm's behaviour on B's table profile
     assert profile_for_gpu("B", "vllm").max_batch == 1024
     assert profile_for_gpu("B", "sglang").name == "gpu-b"  # no fitted SGLang profile to compose from
-    assert profile_for_gpu("C", "vllm").name == "generic"
-    assert [p.name for p in composed_profiles()] == ["gpu-b+vllm"]
+    assert profile_for_gpu("C", "vllm").name == "generic+vllm"  # no stored profile: vLLM's behaviour on generic
+    assert profile_for_gpu("C", "vllm").max_batch == 1024
+    assert profile_for_gpu("C", "sglang").name == "generic"
+    assert [p.name for p in composed_profiles()] == ["gpu-b+vllm", "generic+vllm"]
 
 
 def test_a_composed_profile_is_found_by_name_and_an_unknown_one_is_a_spec_error():
