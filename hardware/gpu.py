@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -77,6 +78,9 @@ class GPUSpec(BaseModel):
     gpus_per_node: PositiveInt = Field(description="GPUs in one default node (HGX board 8, GB200 compute tray 4)")
     scaleout_gb_per_s: PositiveFloat = Field(
         description="per-GPU, per-direction NIC bandwidth in GB/s (400 Gb/s InfiniBand = 50 GB/s), typical deployment"
+    )
+    vendor: Literal["nvidia", "amd"] = Field(
+        default="nvidia", description="who makes it: which serving engines run on it (TensorRT-LLM needs CUDA)"
     )
     source: str = Field(min_length=1, description="datasheet or document the numbers come from")
 

@@ -108,6 +108,15 @@ class Problem(HashOnce):
     )
 
     @model_validator(mode="after")
+    def _engine_runs_on_the_gpu(self) -> Problem:
+        # TensorRT-LLM is built on CUDA (its install guide lists NVIDIA GPUs only); vLLM and SGLang also run on ROCm.
+        gpu = self.cluster.gpu
+        if self.engine == "trtllm" and gpu.vendor != "nvidia":
+            raise SpecError("engine", f"TensorRT-LLM runs on NVIDIA GPUs only; {gpu.name} is an AMD GPU "
+                            "(vLLM and SGLang run on it)")
+        return self
+
+    @model_validator(mode="after")
     def _fits_model(self) -> Problem:
         if self.workload.context > self.model.max_position_embeddings:
             raise SpecError(

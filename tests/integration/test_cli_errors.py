@@ -37,6 +37,12 @@ CASES = [
     ("evaluate-disagg-unknown-allow", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving",
                                        "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--allow", "x"],
      BAD_INPUT, "unknown switch"),
+    # TensorRT-LLM needs CUDA: a plan with its launch commands for an AMD GPU could never run (exit 0 before)
+    ("trtllm-on-amd", ["solve", "--model", "llama-3.1-8b", "--cluster", "1xMI300X", "--engine", "trtllm"], BAD_INPUT,
+     "engine: TensorRT-LLM runs on NVIDIA GPUs only; MI300X is an AMD GPU"),
+    ("evaluate-disagg-trtllm-on-amd", ["evaluate", "--model", "llama-3.1-8b", "--cluster", "8xMI300X", "--serving",
+                                       "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--emit", "trtllm"],
+     BAD_INPUT, "engine: TensorRT-LLM runs on NVIDIA GPUs only"),
     ("malformed-stages", ["solve", "--stages", "0-30"], BAD_INPUT, "START:END"),
     ("stages-not-covering", ["evaluate", *LLAMA_8B, "--stages", "0:10,10:20"], BAD_INPUT, "cover"),
     ("zero-tp", ["solve", "--tp", "0"], BAD_INPUT, "tp"),

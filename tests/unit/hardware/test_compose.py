@@ -72,7 +72,7 @@ def test_a_gpu_without_any_engine_profile_takes_its_table_profile_with_the_engin
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_gpu_without_any_stored_profile_takes_the_generic_profile_with_the_engines_behaviour_only(engine):
-    composed = profile_for_gpu("MI300X", engine)  # a preset GPU nobody measured
+    composed = profile_for_gpu("H20", engine)  # a preset GPU nobody measured
     generic, fitted = get_profile("generic"), fitted_engine_profiles(engine, list_profiles())[0]
     assert composed.name == f"generic+{engine}" and composed.engine == engine and composed.gpu == "*"
     assert "GPUs without measurements" in composed.software and "generic" in composed.source
