@@ -18,7 +18,7 @@ from shardplan.models import SpecError
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, engine_with_emit
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
 from shardplan.solver.cost.disagg import evaluate_disagg
@@ -89,7 +89,7 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
         for v in violations:
             click.echo(f"violation {v['rule']}: {v['message']}")
         if out.dag_path:
-            click.echo(f"wrote {out.dag_path}")
+            say_wrote(out.dag_path)
     return bool(violations)
 
 

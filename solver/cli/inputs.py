@@ -29,7 +29,7 @@ from shardplan.hardware.profile import (
     profile_from_data,
 )
 from shardplan.models import DType, ModelSpec, SpecError, get_model
-from shardplan.models.errors import spec_error_from
+from shardplan.models.errors import printable, spec_error_from
 from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.catalog import check_allow
@@ -272,7 +272,7 @@ def held_notes() -> Iterator[list[str]]:
 
 def print_notes(notes: list[str]) -> None:
     for text in notes:
-        print(f"shardplan: note: {text}", file=sys.stderr)
+        print(f"shardplan: note: {printable(text)}", file=sys.stderr)
 
 
 def read_engines_tp(pins: dict[str, Any], is_moe: bool, note: Callable[[str], None] = note_on_stderr) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from shardplan.solver.cli.inputs import (
     layout_from_pins,
     print_notes,
 )
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import refuse_pools
 from shardplan.solver.cli.results import (
     enumerated_row,
@@ -339,7 +339,7 @@ def calibrate(
         for row in rows:
             fitted = ", ".join(f"{k}={v:g}" for k, v in row["fitted"].items())
             click.echo(f"{row['profile']}: {row['rows']} rows, median |error| {row['median_abs_error']:.1%}; {fitted}")
-        click.echo(f"wrote {out}")
+        say_wrote(out)
 
 
 @cli.command()
@@ -510,7 +510,7 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
     else:
         cli_views().print_plan(data, plan, findings, runner, note)
     if report_path and not as_json and launch is None:
-        click.echo(f"wrote {report_path}")
+        say_wrote(report_path)
 
 
 @cli.command(name="enumerate")
@@ -600,7 +600,7 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
     outputs.commit()
     printer.finish(kept, run.partial)
     if report_path and not (as_json or jsonl):
-        click.echo(f"wrote {report_path}")
+        say_wrote(report_path)
 
 
 @cli.command(short_help="The rule catalog, or one rule (e.g. TP-001) explained.")

@@ -18,7 +18,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+import click
+
 from shardplan.models import SpecError
+from shardplan.models.errors import printable
 
 
 def _resolved(path: str | Path) -> str:
@@ -153,3 +156,8 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def say_wrote(path: str | Path) -> None:
+    """The human view's line for a file written: its path as given, every control character escaped."""
+    click.echo(f"wrote {printable(str(path))}")

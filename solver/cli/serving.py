@@ -29,7 +29,7 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
 from shardplan.solver.cli.working import searching
 from shardplan.solver.disagg.frontier import DisaggEnumeration
@@ -302,7 +302,7 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
             click.echo(f"{', '.join(result.cut_by_work)}: {work_note}")
         for path in (out.dag_path, out.report_path, out.experts_out):
             if path and result.chosen is not None:
-                click.echo(f"wrote {path}")
+                say_wrote(path)
     if result.chosen is None:
         raise result.infeasible()
 
@@ -376,7 +376,7 @@ def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[i
     else:
         click.echo(summary)
         if report_path:
-            click.echo(f"wrote {report_path}")
+            say_wrote(report_path)
 
 
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
