@@ -17,7 +17,7 @@ import click
 from shardplan.models import SpecError
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, engine_with_emit
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
@@ -62,6 +62,7 @@ def evaluated_disagg(args: ProblemArgs, prefill: str | None, decode: str | None,
         if out.dag_path:
             writer_for(out.dag_path)  # an unknown extension is bad input, before any work
         problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
+        check_decodes(problem)
         plan = evaluate_disagg(problem, disagg_layout(problem, prefill, decode))
         if out.dag_path:
             write_graph(build_disagg_dag(plan, out.detail), outputs.temp("dag"))

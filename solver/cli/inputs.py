@@ -228,6 +228,14 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
+def check_decodes(problem: Problem) -> None:
+    """A disaggregated deployment's decode pool starts after the first token, which the prefill pool makes: with
+    --osl 1 it never runs, so it has no TPOT and no capacity to price, and the deployment is one prefill pool.
+    ``solve``, ``enumerate`` and ``evaluate`` with a disaggregated --serving refuse it alike."""
+    if problem.workload.osl < 2:
+        raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
+
+
 def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int | None:
     """The tp per attention group that gives a stage ``ep`` when ``tp`` was counted over the whole stage,
     as the engines count it (SGLang's ``--tp 8 --dp 8 --enable-dp-attention``, TensorRT-LLM's ``tp_size: 8``

@@ -28,7 +28,7 @@ from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, check_experts_out, engine_with_emit
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
 from shardplan.solver.cli.working import searching
@@ -63,8 +63,8 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
             f"--serving {serving} plans tokens/s per GPU (or the fewest GPUs for --rate)")
         raise SpecError("objective", f"{asked}; a latency objective is planned only with --serving colocated "
                                      "and without --rate")
-    if serving != "colocated" and problem.workload.osl < 2:
-        raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
+    if serving != "colocated":
+        check_decodes(problem)
     if serving != "colocated" and problem.workload.batch is not None:
         # The disaggregated search decides the requests in flight; a given one is evaluate's question.
         raise SpecError("batch", f"--serving {serving} decides the requests in flight; --batch fixes one colocated "
