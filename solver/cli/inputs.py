@@ -34,7 +34,7 @@ from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Pins, Problem, Workload
+from shardplan.rules.problem import Objective, Pins, Problem, Workload, profile_notes
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_CLUSTER = "2x8xH200"
@@ -150,7 +150,7 @@ def build_problem(args: ProblemArgs) -> Problem:
                         f"must be an integer in 0..{MAX_REDUNDANT_SLOTS}, got {args.redundant_slots}")
     expert_load = build_expert_load(args, model)
     try:
-        return Problem(
+        problem = Problem(
             model=model,
             cluster=cluster,
             workload=Workload(isl=args.isl, osl=args.osl, batch=args.batch, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms),
@@ -166,6 +166,9 @@ def build_problem(args: ProblemArgs) -> Problem:
         )
     except ValidationError as exc:
         raise spec_error_from(exc) from None
+    for text in profile_notes(problem):  # a profile of another GPU: said beside the result, human view or JSON
+        note_on_stderr(text)
+    return problem
 
 
 def resolve_engine(engine: str | None) -> Engine:
