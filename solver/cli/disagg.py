@@ -8,13 +8,13 @@ than ignoring them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 import click
 
 from shardplan.models import SpecError
+from shardplan.models.files import json_text
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, engine_with_emit
@@ -82,7 +82,7 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
     data = evaluated_disagg(args, prefill, decode, out, inputs)
     violations, launch = data["violations"], data.get("launch")
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
+        click.echo(json_text(data, indent=2, sort_keys=False))
     elif launch is not None:
         click.echo(launch["script"], nl=False)
     else:

@@ -7,7 +7,6 @@ Every command has ``--json``. Errors never show a traceback: bad input prints on
 from __future__ import annotations
 
 import errno
-import json
 import math
 import os
 import signal
@@ -22,7 +21,7 @@ import click
 
 from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES
 from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
-from shardplan.models.files import MAX_CSV_BYTES, read_text
+from shardplan.models.files import MAX_CSV_BYTES, json_text, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.solver.cli.inputs import (
@@ -81,7 +80,7 @@ def cli_views() -> ModuleType:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    click.echo(json_text(data, indent=2, sort_keys=False))
 
 
 def problem_options(func: Command) -> Command:

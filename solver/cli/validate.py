@@ -6,12 +6,12 @@ remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``main.py`` r
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from shardplan.models.errors import printable
+from shardplan.models.files import json_text
 from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
@@ -52,7 +52,7 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
             diagnostics = check_dag(dag)
     valid = not diagnostics
     if as_json:
-        click.echo(json.dumps(validation_dict(file, dag, diagnostics, out, changes if fix else None), indent=2))
+        click.echo(json_text(validation_dict(file, dag, diagnostics, out, changes if fix else None), indent=2))
     else:
         # The lines quote the file's own node names and its path: printable, so no name steers the terminal.
         for change in changes:

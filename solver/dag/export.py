@@ -7,7 +7,6 @@ DOT and Mermaid are written here as text (no pygraphviz or pydot): clusters (DOT
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import networkx as nx
 
 from shardplan.models.errors import SpecError
+from shardplan.models.files import json_text
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
 from shardplan.rules.dag.disagg import disagg_schema_problems, is_disagg
@@ -62,7 +62,7 @@ def from_json_data(data: Any) -> nx.DiGraph:
 
 
 def write_json(dag: nx.DiGraph, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_json_data(dag), indent=1, sort_keys=True) + "\n")
+    Path(path).write_text(json_text(to_json_data(dag), indent=1, sort_keys=True) + "\n")
 
 
 def read_json(path: str | Path) -> nx.DiGraph:
@@ -87,7 +87,7 @@ def dag_from_data(data: Any, where: str) -> nx.DiGraph:
 def _scalar(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
-    return json.dumps(value, sort_keys=True)
+    return json_text(value, sort_keys=True)
 
 
 def to_graphml_graph(dag: nx.DiGraph) -> nx.DiGraph:
