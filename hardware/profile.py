@@ -17,7 +17,7 @@ from typing import Literal, get_args
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.hardware.compose import ANY_GPU, SEPARATOR, compose
-from shardplan.models.errors import SpecError, quoted
+from shardplan.models.errors import SpecError, printable, quoted
 from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -343,6 +343,8 @@ def profile_from_data(data: object, shown: str) -> Profile:
         for key, value in data.items():
             if isinstance(value, bool) and key not in _FLAGS:
                 raise SpecError(f"profile {key}", f"{shown}: expected a number, got {value}")
+        # The words are printed as they are (the plan names its profile): no character may steer a terminal.
+        data = {key: printable(value) if isinstance(value, str) else value for key, value in data.items()}
     try:
         profile = Profile.model_validate(data)
     except ValidationError as exc:

@@ -37,14 +37,28 @@ class SolverLimitError(ShardplanError):
     """The time limit ended the search before any plan was found."""
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal acts on written as its Python escape: control characters (ESC
+    starts the sequences that recolour, move the cursor or retitle the window; CR overwrites the line), line and
+    paragraph separators, and the lone surrogates an undecodable byte of a file name becomes. What a message
+    echoes of a user's value or path is then one line of plain text on any terminal.
+
+    >>> printable("a\\x1b[31mb\\rc"), printable("ok.json")
+    ('a\\\\x1b[31mb\\\\rc', 'ok.json')
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def quoted(value: object, most: int = 60) -> str:
-    """``repr(value)`` cut to ``most`` characters: a value quoted back in an error must not flood its one line
-    (an unknown name of 100,000 characters made a 100 kB line).
+    """``repr(value)`` cut to ``most`` characters and ``printable``: a value quoted back in an error must not
+    flood its one line (an unknown name of 100,000 characters made a 100 kB line), nor steer the terminal.
 
     >>> quoted("fp8"), quoted("x" * 100, most=10)
     ("'fp8'", "'xxxxxx...")
     """
-    text = repr(value)
+    text = printable(repr(value))
     return text if len(text) <= most else text[: most - 3] + "..."
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -82,13 +83,37 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
     if json_depth(text) > max_depth:
         raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
     try:
-        return json.loads(text, object_pairs_hook=_no_repeated_keys)
+        return json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant,
+                          parse_float=_finite_float)
     except _RepeatedKey as exc:
         raise SpecError(field, f"{where} repeats the key {quoted(exc.key)} (which one counts is not clear)") from None
+    except _NotFinite as exc:
+        raise SpecError(field, f"{where} holds the number {quoted(exc.text)}, which is not finite (JSON numbers "
+                               "are finite: RFC 8259 §6)") from None
     except json.JSONDecodeError as exc:
         raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits
         raise SpecError(field, f"{where} is not valid JSON ({type(exc).__name__})") from None
+
+
+class _NotFinite(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def _no_constant(text: str) -> float:
+    """``NaN``, ``Infinity`` and ``-Infinity``, which Python's parser accepts and JSON does not: refused, so no
+    input carries a number the output could not print."""
+    raise _NotFinite(text)
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; one past the largest float (``1e400``) would be infinite."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
 
 
 class _RepeatedKey(Exception):
@@ -106,6 +131,18 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _RepeatedKey(key)
         out[key] = value
     return out
+
+
+def json_text(data: Any, **options: Any) -> str:
+    """``json.dumps(data, **options)`` that refuses NaN and ±Infinity (``ValueError``): JSON has no such numbers
+    (RFC 8259 §6), and Python writes them as bare ``NaN``/``Infinity``, which strict parsers (jq, JavaScript's
+    JSON.parse, Go, serde) reject. Every JSON shardplan prints or writes goes through here; a metric that is
+    genuinely unbounded is written as null by its producer (``outputs.plan_json._num``).
+
+    >>> json_text({"rate": 1.5}), json_text([None])
+    ('{"rate": 1.5}', '[null]')
+    """
+    return json.dumps(data, allow_nan=False, **options)
 
 
 def read_json(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
-from shardplan.models.errors import SpecError, quoted, spec_error_from
+from shardplan.models.errors import SpecError, printable, quoted, spec_error_from
 from shardplan.models.files import MAX_INPUT_BYTES, parse_json, read_text
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
@@ -34,7 +34,7 @@ def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
     commands print it.
     """
     path = Path(path)
-    return _load_config_text(read_text(path, "model"), str(path), name, path.stem)
+    return _load_config_text(read_text(path, "model"), str(path), name, printable(path.stem))
 
 
 def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:

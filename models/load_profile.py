@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from shardplan.models.errors import SpecError, quoted, spec_error_from
+from shardplan.models.errors import SpecError, printable, quoted, spec_error_from
 from shardplan.models.files import parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
@@ -169,7 +169,7 @@ def load_profile(path: str | Path, num_experts: int, moe_layers: Sequence[int]) 
     missing = [layer for layer in layers if layer not in by_layer]
     if missing:
         raise SpecError("layers", f"{path}: missing layer {missing[0]}")
-    return _profile(num_experts, layers, [by_layer[layer] for layer in layers], source)
+    return _profile(num_experts, layers, [by_layer[layer] for layer in layers], printable(source))  # shown as text
 
 
 def _layer_index(key: str, where: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardplan.hardware.profile import Profile
-from shardplan.models.derived import kv_bytes_per_sequence, weight_bytes_total
+from shardplan.models.derived import kv_bytes_per_sequence, layer_bytes, weight_bytes_total
 from shardplan.rules.base import Diagnostic, Rule, ShapeRule, StageDegrees
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics
@@ -49,24 +49,39 @@ class MemoryFits(Rule):
         need, limit, _, _, _ = self._lower_bound(problem)
         return need > limit
 
-    def _lower_bound(self, problem: Problem) -> tuple[float, float, float, float, str]:
-        """(GiB needed at least, the limit, weights, runtime and buffers, the KV cache's text) per GPU."""
+    def _lower_bound(self, problem: Problem) -> tuple[float, float, str, float, str]:
+        """(GiB needed at least, the limit, the weights' text, runtime and buffers, the KV cache's text) per GPU."""
         profile = resolve_profile(problem)
         limit = memory_limit_gib(problem, profile)
         n = problem.cluster.num_gpus
         weights = weight_bytes_total(problem.model) / n / GIB
+        redundant, redundant_text = redundant_slots_gib(problem, n)
         fixed = profile.runtime_overhead_gib + (profile.comm_buffer_gib if n > 1 else 0.0)
         kv, kv_text = pinned_batch_kv_gib(problem, n)
-        return weights + fixed + kv, limit, weights, fixed, kv_text
+        weights_text = f"weights {weights:.1f}{redundant_text} spread over all {n} GPUs"
+        return weights + redundant + fixed + kv, limit, weights_text, fixed, kv_text
 
     def conflict_message(self, problem: Problem) -> str:
-        need, limit, weights, fixed, kv_text = self._lower_bound(problem)
-        n = problem.cluster.num_gpus
+        need, limit, weights_text, fixed, kv_text = self._lower_bound(problem)
         short = f", {need - limit:.1f} GiB short" if need > limit else ""
         return (
-            f"needs at least {need:.1f} GiB per GPU (weights {weights:.1f} spread over all {n} GPUs + "
+            f"needs at least {need:.1f} GiB per GPU ({weights_text} + "
             f"{fixed:.1f} runtime and buffers{kv_text}), has {limit:.1f}{short}"
         )
+
+
+def redundant_slots_gib(problem: Problem, gpus: int) -> tuple[float, str]:
+    """The weights --redundant-slots adds, spread over all ``gpus`` GPUs, and how the message says it.
+
+    A lower bound on every layout: each of a stage's ep ranks holds r expert slots beyond ceil(E / ep) in each
+    MoE layer of the stage (with expert TP, each of its ep x expert_tp GPUs 1 / expert_tp of them), so a replica
+    holds at least ep x r >= r experts more than the E of every MoE layer, and its fullest GPU at least that
+    spread over all GPUs."""
+    model, r = problem.model, problem.redundant_slots
+    if not r or model.moe is None:
+        return 0.0, ""
+    extra = r * sum(layer_bytes(model, i).expert for i in range(model.num_layers) if model.is_moe_layer(i)) / gpus / GIB
+    return extra, f" + {extra:.1f} for {r} redundant expert slot{'' if r == 1 else 's'} per MoE layer"
 
 
 def pinned_batch_kv_gib(problem: Problem, gpus: int) -> tuple[float, str]:

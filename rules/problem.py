@@ -159,6 +159,19 @@ def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile
     return profile_for_gpu(problem.cluster.gpu.name, problem.engine)
 
 
+def profile_notes(problem: Problem) -> list[str]:
+    """What a plan's reader is told of the profile that priced it (the JSON's ``notes``, a note on stderr): that
+    it was fitted on another GPU than the cluster's. Accepted, not refused: users calibrate on one GPU and price
+    a lookalike with it (an H800 or H20 with an H100's profile), and the cost model applies the profile's
+    efficiencies and overheads to the cluster GPU's own peaks, bandwidths and memory. Only --profile can name
+    such a profile: the default is the GPU's own, or the generic one (fitted for any GPU, ``*``)."""
+    profile, gpu = resolve_profile(problem), problem.cluster.gpu.name
+    if profile.gpu in ("*", gpu):
+        return []
+    return [f"profile {profile.name} was fitted on {profile.gpu}, not on this cluster's {gpu}: its efficiencies "
+            f"and overheads are applied to {gpu}'s peak rates, bandwidths and memory"]
+
+
 def memory_limit_gib(problem: Problem, profile: Profile) -> float:
     """Per-GPU memory a plan may use: the user's cap, else capacity x the usable fraction.
 

@@ -66,6 +66,11 @@ class NoPlan:
     tables: Tables
 
 
+def units_of_work(amount: float) -> str:
+    """``amount`` as a message names it: "1 unit of work", "0.5 units of work", "15 units of work"."""
+    return f"{amount:g} unit{'' if amount == 1 else 's'} of work"
+
+
 class Deadline:
     """The limit of a whole search: wall-clock seconds (``--time-limit``), or work.
 
@@ -121,9 +126,10 @@ class Deadline:
         return self.by_work() or (self.limit_s is None and self.work_limit is not None)
 
     def within(self) -> str:
-        """The limit that ended the search, as a message names it: "5 s", or "10 units of work"."""
+        """The limit that ended the search, as a message names it: "5 s", "1 unit of work" or "10 units of work"."""
         if self._work_ended():
-            return f"{self.work_limit:g} units of work"
+            assert self.work_limit is not None  # _work_ended says so
+            return units_of_work(self.work_limit)
         return f"{self.limit_s:g} s"
 
     def no_plan(self, what: str = "plan") -> str:

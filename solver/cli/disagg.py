@@ -8,17 +8,17 @@ than ignoring them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 import click
 
 from shardplan.models import SpecError
+from shardplan.models.files import json_text
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, engine_with_emit
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, engine_with_emit
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
 from shardplan.solver.cost.disagg import evaluate_disagg
@@ -62,6 +62,7 @@ def evaluated_disagg(args: ProblemArgs, prefill: str | None, decode: str | None,
         if out.dag_path:
             writer_for(out.dag_path)  # an unknown extension is bad input, before any work
         problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
+        check_decodes(problem)
         plan = evaluate_disagg(problem, disagg_layout(problem, prefill, decode))
         if out.dag_path:
             write_graph(build_disagg_dag(plan, out.detail), outputs.temp("dag"))
@@ -81,7 +82,7 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
     data = evaluated_disagg(args, prefill, decode, out, inputs)
     violations, launch = data["violations"], data.get("launch")
     if as_json:
-        click.echo(json.dumps(data, indent=2, sort_keys=False))
+        click.echo(json_text(data, indent=2, sort_keys=False))
     elif launch is not None:
         click.echo(launch["script"], nl=False)
     else:
@@ -89,7 +90,7 @@ def evaluate_disagg_cmd(args: ProblemArgs, prefill: str | None, decode: str | No
         for v in violations:
             click.echo(f"violation {v['rule']}: {v['message']}")
         if out.dag_path:
-            click.echo(f"wrote {out.dag_path}")
+            say_wrote(out.dag_path)
     return bool(violations)
 
 

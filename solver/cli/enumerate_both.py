@@ -15,7 +15,6 @@ shares it (colocated half, the disaggregated deployments what colocated left). O
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from itertools import chain
@@ -24,6 +23,7 @@ from typing import Any
 import click
 
 from shardplan.models import InfeasibleError, SolverLimitError
+from shardplan.models.files import json_text
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
@@ -145,7 +145,7 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
     for row in run:
         modes.append(row["serving"])
         if jsonl:
-            click.echo(json.dumps(row, separators=(",", ":")))
+            click.echo(json_text(row, separators=(",", ":")))
         if as_json or report_path:
             rows.append(row)
         if not (as_json or jsonl):
@@ -155,7 +155,7 @@ def enumerate_both(problem: Problem, as_json: bool, jsonl: bool, limit: int | No
             raise SolverLimitError(run.no_plan())
         exc = run.infeasible()
         if as_json:
-            click.echo(json.dumps(infeasible_dict(run.problem, exc), indent=2))
+            click.echo(json_text(infeasible_dict(run.problem, exc), indent=2))
         raise exc
     pareto = run.frontier.indices
     end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, as_json, report_path, outputs,

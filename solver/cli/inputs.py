@@ -29,12 +29,12 @@ from shardplan.hardware.profile import (
     profile_from_data,
 )
 from shardplan.models import DType, ModelSpec, SpecError, get_model
-from shardplan.models.errors import spec_error_from
+from shardplan.models.errors import printable, spec_error_from
 from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Pins, Problem, Workload
+from shardplan.rules.problem import Objective, Pins, Problem, Workload, profile_notes
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_CLUSTER = "2x8xH200"
@@ -150,7 +150,7 @@ def build_problem(args: ProblemArgs) -> Problem:
                         f"must be an integer in 0..{MAX_REDUNDANT_SLOTS}, got {args.redundant_slots}")
     expert_load = build_expert_load(args, model)
     try:
-        return Problem(
+        problem = Problem(
             model=model,
             cluster=cluster,
             workload=Workload(isl=args.isl, osl=args.osl, batch=args.batch, ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms),
@@ -166,6 +166,9 @@ def build_problem(args: ProblemArgs) -> Problem:
         )
     except ValidationError as exc:
         raise spec_error_from(exc) from None
+    for text in profile_notes(problem):  # a profile of another GPU: said beside the result, human view or JSON
+        note_on_stderr(text)
+    return problem
 
 
 def resolve_engine(engine: str | None) -> Engine:
@@ -228,6 +231,14 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
+def check_decodes(problem: Problem) -> None:
+    """A disaggregated deployment's decode pool starts after the first token, which the prefill pool makes: with
+    --osl 1 it never runs, so it has no TPOT and no capacity to price, and the deployment is one prefill pool.
+    ``solve``, ``enumerate`` and ``evaluate`` with a disaggregated --serving refuse it alike."""
+    if problem.workload.osl < 2:
+        raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
+
+
 def per_group_tp(tp: int, sp: int, attn_dp: int, expert_tp: int, ep: int) -> int | None:
     """The tp per attention group that gives a stage ``ep`` when ``tp`` was counted over the whole stage,
     as the engines count it (SGLang's ``--tp 8 --dp 8 --enable-dp-attention``, TensorRT-LLM's ``tp_size: 8``
@@ -272,7 +283,7 @@ def held_notes() -> Iterator[list[str]]:
 
 def print_notes(notes: list[str]) -> None:
     for text in notes:
-        print(f"shardplan: note: {text}", file=sys.stderr)
+        print(f"shardplan: note: {printable(text)}", file=sys.stderr)
 
 
 def read_engines_tp(pins: dict[str, Any], is_moe: bool, note: Callable[[str], None] = note_on_stderr) -> dict[str, Any]:

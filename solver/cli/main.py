@@ -7,7 +7,6 @@ Every command has ``--json``. Errors never show a traceback: bad input prints on
 from __future__ import annotations
 
 import errno
-import json
 import math
 import os
 import signal
@@ -22,7 +21,7 @@ import click
 
 from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES
 from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
-from shardplan.models.files import MAX_CSV_BYTES, read_text
+from shardplan.models.files import MAX_CSV_BYTES, json_text, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
 from shardplan.solver.cli.inputs import (
@@ -36,7 +35,7 @@ from shardplan.solver.cli.inputs import (
     layout_from_pins,
     print_notes,
 )
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import refuse_pools
 from shardplan.solver.cli.results import (
     enumerated_row,
@@ -81,7 +80,7 @@ def cli_views() -> ModuleType:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    click.echo(json_text(data, indent=2, sort_keys=False))
 
 
 def problem_options(func: Command) -> Command:
@@ -339,7 +338,7 @@ def calibrate(
         for row in rows:
             fitted = ", ".join(f"{k}={v:g}" for k, v in row["fitted"].items())
             click.echo(f"{row['profile']}: {row['rows']} rows, median |error| {row['median_abs_error']:.1%}; {fitted}")
-        click.echo(f"wrote {out}")
+        say_wrote(out)
 
 
 @cli.command()
@@ -510,7 +509,7 @@ def show_plan(plan: Plan, as_json: bool, emit_engine: str | None, report_path: s
     else:
         cli_views().print_plan(data, plan, findings, runner, note)
     if report_path and not as_json and launch is None:
-        click.echo(f"wrote {report_path}")
+        say_wrote(report_path)
 
 
 @cli.command(name="enumerate")
@@ -600,7 +599,7 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
     outputs.commit()
     printer.finish(kept, run.partial)
     if report_path and not (as_json or jsonl):
-        click.echo(f"wrote {report_path}")
+        say_wrote(report_path)
 
 
 @cli.command(short_help="The rule catalog, or one rule (e.g. TP-001) explained.")

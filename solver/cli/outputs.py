@@ -6,6 +6,11 @@ an output that is one of the command's inputs (compared as resolved paths, so ``
 symlink to it are the same file). Writers are handed a temporary path in the target's folder with
 the target's extension; ``commit`` renames them all once the command's work is done, ``discard``
 removes them, so an error leaves nothing behind and never half a file.
+
+An output named through a symlink is written through it, as most Unix tools write: the target is resolved,
+the temporary made in the target's folder and renamed onto the target, so the link stays a link and its
+target (created, if the link dangles) gets the content, atomically. An existing target keeps its permission
+bits. A hard link to the target is not updated: the rename gives the name a new file.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+import click
+
 from shardplan.models import SpecError
+from shardplan.models.errors import printable
 
 
 def _resolved(path: str | Path) -> str:
@@ -90,7 +98,7 @@ class OutputFiles:
                 folder, name = os.path.split(target)
                 fd, path = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=Path(name).suffix or ".tmp")
                 os.close(fd)
-                os.chmod(path, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets what a plain open would
+                os.chmod(path, _mode_to_write(target))  # mkstemp makes 0600
         except OSError as exc:  # the folder changed since add() probed it
             raise SpecError(option, f"cannot write {self._shown[option]}: {exc.strerror}") from None
         self._temps[option] = path
@@ -149,7 +157,21 @@ def _probe(option: str, folder: str) -> None:
     os.unlink(path)
 
 
+def _mode_to_write(target: str) -> int:
+    """The permission bits an output gets: an existing file's own (a file kept private, 0600, stays private, as
+    writing into it would keep it), else what a plain open() creates (0666 less the umask)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def say_wrote(path: str | Path) -> None:
+    """The human view's line for a file written: its path as given, every control character escaped."""
+    click.echo(f"wrote {printable(str(path))}")

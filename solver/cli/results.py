@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardplan.models import InfeasibleError, ShardplanError
+from shardplan.models.errors import printable
 from shardplan.rules.base import Diagnostic
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.dag.check import diagnostics_json, rule_ids
@@ -36,8 +37,9 @@ def error_message(exc: ShardplanError | RecursionError) -> str:
 
 
 def one_line(message: str) -> str:
-    """``shardplan: message`` on one line: newlines inside a message (a value quoted back) become spaces."""
-    return " ".join(f"shardplan: {message}".split("\n"))
+    """``shardplan: message`` on one line: newlines inside a message become spaces, and every other character
+    a terminal acts on (of a path or value echoed unquoted) its escape (``printable``)."""
+    return printable(" ".join(f"shardplan: {message}".split("\n")))
 
 
 # The fields that vary run to run: the plan's and its expert placement's solve time, the runner-up's.

@@ -13,7 +13,6 @@ not built, so asking for one is bad input.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -23,13 +22,14 @@ from typing import Any
 import click
 
 from shardplan.models import InfeasibleError, SolverLimitError, SpecError
+from shardplan.models.files import json_text
 from shardplan.rules.capacity import MemoryFits
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_experts_out, engine_with_emit
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, check_experts_out, engine_with_emit
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
 from shardplan.solver.cli.working import searching
 from shardplan.solver.disagg.frontier import DisaggEnumeration
@@ -63,8 +63,8 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
             f"--serving {serving} plans tokens/s per GPU (or the fewest GPUs for --rate)")
         raise SpecError("objective", f"{asked}; a latency objective is planned only with --serving colocated "
                                      "and without --rate")
-    if serving != "colocated" and problem.workload.osl < 2:
-        raise SpecError("osl", "a disaggregated deployment decodes after the first token: give --osl >= 2")
+    if serving != "colocated":
+        check_decodes(problem)
     if serving != "colocated" and problem.workload.batch is not None:
         # The disaggregated search decides the requests in flight; a given one is evaluate's question.
         raise SpecError("batch", f"--serving {serving} decides the requests in flight; --batch fixes one colocated "
@@ -293,7 +293,7 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
         result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs, work_limit)
     launch = result.data.get("launch")
     if as_json:
-        click.echo(json.dumps(result.data, indent=2, sort_keys=False))
+        click.echo(json_text(result.data, indent=2, sort_keys=False))
     elif launch is not None:
         click.echo(launch["script"], nl=False)
     else:
@@ -302,7 +302,7 @@ def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_l
             click.echo(f"{', '.join(result.cut_by_work)}: {work_note}")
         for path in (out.dag_path, out.report_path, out.experts_out):
             if path and result.chosen is not None:
-                click.echo(f"wrote {path}")
+                say_wrote(path)
     if result.chosen is None:
         raise result.infeasible()
 
@@ -370,13 +370,13 @@ def end_of_frontier(problem: Problem, rows: list[dict[str, Any]], pareto: list[i
         report.write_report(outputs.temp("report"), page)
         outputs.commit()
     if jsonl:
-        click.echo(json.dumps({"type": "frontier", "count": count, "pareto": pareto, "partial": partial}))
+        click.echo(json_text({"type": "frontier", "count": count, "pareto": pareto, "partial": partial}))
     elif as_json:
-        click.echo(json.dumps(json_object(), indent=2))
+        click.echo(json_text(json_object(), indent=2))
     else:
         click.echo(summary)
         if report_path:
-            click.echo(f"wrote {report_path}")
+            say_wrote(report_path)
 
 
 def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | None,
@@ -391,7 +391,7 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
     rows: list[dict[str, Any]] = []
     for row in disagg_rows(run):
         if jsonl:
-            click.echo(json.dumps(row, sort_keys=False))
+            click.echo(json_text(row, sort_keys=False))
         if as_json or report_path:
             rows.append(row)
         if not (as_json or jsonl):
@@ -401,7 +401,7 @@ def enumerate_disagg(problem: Problem, as_json: bool, jsonl: bool, limit: int | 
             raise SolverLimitError(run.deadline.no_plan("deployment"))
         exc = no_deployment(run)
         if as_json:  # solve's infeasible object, as colocated enumerate prints it; the line goes to stderr
-            click.echo(json.dumps(infeasible_dict(throughput_problem(problem), exc), indent=2))
+            click.echo(json_text(infeasible_dict(throughput_problem(problem), exc), indent=2))
         raise exc
     pareto = run.frontier.indices
     end_of_frontier(problem, rows, pareto, run.count, run.partial, jsonl, as_json, report_path, outputs,

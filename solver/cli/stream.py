@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import click
 
+from shardplan.models.files import json_text
 from shardplan.solver.enumerate import Frontier
 
 # The fields of a row the HTML report's scatter and frontier table read (report.enumeration_report).
@@ -102,7 +103,7 @@ class Printer:
             kept.add(row)
 
     def row(self, row: dict[str, Any]) -> None:
-        line = json.dumps(row, separators=(",", ":"))
+        line = json_text(row, separators=(",", ":"))
         if self.mode == "jsonl":
             click.echo(line)
         elif self.spool is not None:
@@ -111,7 +112,7 @@ class Printer:
     def finish(self, kept: Kept, partial: bool) -> None:
         summary = {"count": kept.count, "pareto": kept.pareto, "partial": partial}
         if self.mode == "jsonl":
-            click.echo(json.dumps({"type": "frontier", **summary}, separators=(",", ":")))
+            click.echo(json_text({"type": "frontier", **summary}, separators=(",", ":")))
         elif self.spool is not None:
             self._copy_out(summary)
         else:
@@ -123,16 +124,16 @@ class Printer:
 
     def _copy_out(self, summary: dict[str, Any]) -> None:
         """The ``--json`` object: count and frontier first, then the spooled rows with their marks, then
-        ``partial``; written row by row, as ``json.dumps(..., indent=2)`` lays the object out."""
+        ``partial``; written row by row, as ``json_text(..., indent=2)`` lays the object out."""
         assert self.spool is not None
         front = set(summary["pareto"])
         head = {"count": summary["count"], "pareto": summary["pareto"]}
-        click.echo(json.dumps(head, indent=2)[:-2] + ',\n  "plans": [', nl=False)
+        click.echo(json_text(head, indent=2)[:-2] + ',\n  "plans": [', nl=False)
         self.spool.seek(0)
         for n, line in enumerate(self.spool):
             row = json.loads(line)
             row["pareto"] = row["index"] in front
-            text = json.dumps(row, indent=2).replace("\n", "\n    ")
+            text = json_text(row, indent=2).replace("\n", "\n    ")
             click.echo(("," if n else "") + "\n    " + text, nl=False)
-        click.echo(("\n  " if summary["count"] else "") + '],\n  "partial": ' + json.dumps(summary["partial"]) + "\n}")
+        click.echo(("\n  " if summary["count"] else "") + '],\n  "partial": ' + json_text(summary["partial"]) + "\n}")
         self.spool.close()

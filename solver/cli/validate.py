@@ -6,14 +6,15 @@ remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``main.py`` r
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
+from shardplan.models.errors import printable
+from shardplan.models.files import json_text
 from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
-from shardplan.solver.cli.outputs import OutputFiles
+from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import validation_dict
 
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
@@ -51,17 +52,18 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
             diagnostics = check_dag(dag)
     valid = not diagnostics
     if as_json:
-        click.echo(json.dumps(validation_dict(file, dag, diagnostics, out, changes if fix else None), indent=2))
+        click.echo(json_text(validation_dict(file, dag, diagnostics, out, changes if fix else None), indent=2))
     else:
+        # The lines quote the file's own node names and its path: printable, so no name steers the terminal.
         for change in changes:
-            click.echo(f"fixed {change}")
-        if fix:
-            click.echo(f"wrote {out}")
+            click.echo(printable(f"fixed {change}"))
+        if fix and out:  # --fix needs --out (checked above)
+            say_wrote(out)
         for d in diagnostics:
-            click.echo(f"{d.rule} {d.node if d.node is not None else '-'}: {d.message}")
+            click.echo(printable(f"{d.rule} {d.node if d.node is not None else '-'}: {d.message}"))
         summary = f"{file}: {dag.number_of_nodes()} nodes, {dag.number_of_edges()} edges, "
         verdict = "valid" if valid else f"{len(diagnostics)} violations of {', '.join(rule_ids(diagnostics))}"
-        click.echo(summary + verdict)
+        click.echo(printable(summary + verdict))
     if not valid:
         # SystemExit, not click's Exit: the entry point runs click with standalone_mode=False, which
         # turns Exit into a return value.

@@ -8,6 +8,8 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from shardplan.solver.search_base import units_of_work
+
 
 def searching(what: str, time_limit_s: float | None, quiet: bool,
               work_limit: float | None = None) -> AbstractContextManager[Any]:
@@ -18,7 +20,7 @@ def searching(what: str, time_limit_s: float | None, quiet: bool,
     if time_limit_s is not None:
         bound = f"at most {time_limit_s:.1f} s"
     elif work_limit is not None:
-        bound = f"at most {work_limit:g} units of work; Ctrl-C stops"
+        bound = f"at most {units_of_work(work_limit)}; Ctrl-C stops"
     else:
         bound = "Ctrl-C stops; --time-limit S returns the best plan found by then"
     # Lazily on purpose: rich costs about 0.06 s of CPU to import, and only a terminal needs it here.

@@ -7,7 +7,6 @@ DOT and Mermaid are written here as text (no pygraphviz or pydot): clusters (DOT
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,20 @@ from typing import Any
 import networkx as nx
 
 from shardplan.models.errors import SpecError
+from shardplan.models.files import json_text
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
 from shardplan.rules.dag.disagg import disagg_schema_problems, is_disagg
 from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
-MAX_DAG_BYTES = 1 << 30  # an expanded DAG of a large plan runs to hundreds of MB; past 1 GiB is not ours
+# The largest DAG file ``validate`` reads, and ``write_json`` writes. Measured (2026-11-28, expanded detail): a
+# 4,096-GPU disaggregated DeepSeek-V3 plan 62 MB; DeepSeek-V3 on 4,096 GPUs in 16 stages of 256, 97 MB (177,648
+# nodes); Kimi-K2 in one stage of 384 GPUs (ep 384, the most a MoE stage has without expert TP) 146 MB; Llama-3.1-
+# 405B in one stage of 512 GPUs (tp 8 x sp 64) 252 MB. Validating takes 7-9x the file in memory (1.0 GB for the
+# 146 MB file, 0.56 GB for the 62 MB one), so this cap bounds it near 4-5 GB. Only pinned layouts of thousands of
+# GPUs in one stage write more (Kimi-K2 with expert TP 8 over 3,072 GPUs: 1.2 GB, 213 s and 15 GB to build).
+MAX_DAG_BYTES = 512 << 20
 
 
 # --- JSON ----------------------------------------------------------------------------------------
@@ -62,7 +68,12 @@ def from_json_data(data: Any) -> nx.DiGraph:
 
 
 def write_json(dag: nx.DiGraph, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(to_json_data(dag), indent=1, sort_keys=True) + "\n")
+    """The DAG as node-link JSON; one larger than ``validate`` reads (``MAX_DAG_BYTES``) is refused, not written."""
+    data = (json_text(to_json_data(dag), indent=1, sort_keys=True) + "\n").encode("utf-8")
+    if len(data) > MAX_DAG_BYTES:
+        raise SpecError("dag", f"the DAG's JSON would be {len(data):,} bytes, more than validate reads "
+                               f"({MAX_DAG_BYTES:,}): --detail logical writes a smaller one")
+    Path(path).write_bytes(data)
 
 
 def read_json(path: str | Path) -> nx.DiGraph:
@@ -87,7 +98,7 @@ def dag_from_data(data: Any, where: str) -> nx.DiGraph:
 def _scalar(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
-    return json.dumps(value, sort_keys=True)
+    return json_text(value, sort_keys=True)
 
 
 def to_graphml_graph(dag: nx.DiGraph) -> nx.DiGraph:

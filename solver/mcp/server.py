@@ -14,7 +14,6 @@ that fails in any way leaves the server serving the next.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from pydantic import ValidationError
 
 from shardplan.models import ShardplanError, SolverLimitError, SpecError
 from shardplan.models.errors import quoted, spec_error_from
+from shardplan.models.files import json_text
 from shardplan.solver.cli.results import error_message, one_line
 from shardplan.solver.mcp.resources import RESOURCES
 from shardplan.solver.mcp.safety import Root, TimeLimits
@@ -77,7 +77,7 @@ def json_result(tool: ToolSpec, data: Any) -> types.CallToolResult:
     """The CLI's JSON as text, and as structured content (a list wrapped under the tool's key: a
     structured result is an object for clients of MCP before 2026-07-28)."""
     structured = {tool.list_key: data} if tool.list_key else data
-    text = json.dumps(data, indent=2, sort_keys=False)
+    text = json_text(data, indent=2, sort_keys=False)
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
 
@@ -131,7 +131,7 @@ def build_server(session: Session) -> Server[Any]:
         resource = _RESOURCES.get(str(params.uri))
         if resource is None:
             raise MCPError(types.INVALID_PARAMS, f"unknown resource {params.uri}; known: {', '.join(_RESOURCES)}")
-        text = json.dumps(resource.read(), indent=2)
+        text = json_text(resource.read(), indent=2)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=resource.uri, mime_type="application/json", text=text)])
 

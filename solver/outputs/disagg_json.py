@@ -12,7 +12,7 @@ from typing import Any
 from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
-from shardplan.solver.outputs.plan_json import _num, degrees, memory_dict, metrics_dict
+from shardplan.solver.outputs.plan_json import _num, degrees, memory_dict, metrics_dict, notes_dict
 
 
 def pool_dict(plan: DisaggPlan, pool: Pool, pool_plan: Plan, role: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +59,7 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "engine": problem.engine,
         "profile": pred.profile,
         "solve_time_s": None,  # what a search sets through ``extra``; evaluate's and enumerate's rows solve nothing
+        **notes_dict(problem),
     }
     if extra:
         out.update(extra)

@@ -10,7 +10,7 @@ from typing import Any
 
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction
-from shardplan.rules.problem import Problem
+from shardplan.rules.problem import Problem, profile_notes
 from shardplan.solver.placement.plan import PlanPlacement
 
 
@@ -93,10 +93,18 @@ def plan_dict(
         "profile": prediction.profile,
         "microbatches": prediction.microbatches,
         "solve_time_s": None if solve_time_s is None else round(solve_time_s, 3),
+        **notes_dict(problem),
     }
     if extra:
         out.update(extra)
     return out
+
+
+def notes_dict(problem: Problem) -> dict[str, list[str]]:
+    """``notes``: what the plan's reader should know of how it was priced (``rules.problem.profile_notes``);
+    the key only when there is one, so a plan without any reads as before."""
+    notes = profile_notes(problem)
+    return {"notes": notes} if notes else {}
 
 
 def _r(x: float) -> float:

@@ -22,11 +22,11 @@ EXP-001..003 (``rules/experts.py``) check the placement a plan carries (``rules/
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from shardplan.models.errors import SpecError
+from shardplan.models.files import json_text
 from shardplan.models.load_profile import ExpertLoadProfile, uniform_profile
 from shardplan.models.spec import MoE
 from shardplan.rules.expert_placement import ExpertPlacement, PlanPlacement, StagePlacement
@@ -129,7 +129,7 @@ def write_experts(path: str | Path, experts: PlanPlacement | None) -> None:
     if experts is None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
     try:
-        Path(path).write_text(json.dumps(plan_placement_to_json(experts), indent=1) + "\n")
+        Path(path).write_text(json_text(plan_placement_to_json(experts), indent=1) + "\n")
     except OSError as exc:
         raise SpecError("experts-out", f"cannot write {path}: {exc.strerror}") from None
 

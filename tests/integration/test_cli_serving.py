@@ -228,3 +228,18 @@ def test_auto_names_the_work_limit_when_it_is_what_cut_a_mode_short(capsys, monk
     assert disagg["status"] == "work-limit" and disagg["message"].startswith("work-limit: no plan found within 3 ")
     code, out, _ = run(["solve", "--serving", "auto", *SMALL_8B, "--work-limit", "3"], capsys)
     assert code == 0 and "disagg     work-limit: no plan found within 3 units" in out
+
+
+ONE_TOKEN = "shardplan: error: osl: a disaggregated deployment decodes after the first token: give --osl >= 2"
+
+
+@pytest.mark.parametrize("argv", [
+    ["solve", "--serving", "disagg"],
+    ["enumerate", "--serving", "disagg"],
+    ["evaluate", "--serving", "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--dag", "{dir}/d.json"],
+], ids=["solve", "enumerate", "evaluate"])
+def test_one_output_token_is_refused_alike_by_every_disaggregated_command(argv, tmp_path, capsys) -> None:
+    # evaluate priced it: a decode pool that never runs, "TPOT 0.00 ms" and decode capacity "unbounded".
+    argv = [a.replace("{dir}", str(tmp_path)) for a in argv]
+    code, out, err = run([*argv, "--model", "llama-3.1-8b", "--cluster", "2xH100", "--osl", "1"], capsys)
+    assert (code, out, err.strip()) == (2, "", ONE_TOKEN) and list(tmp_path.iterdir()) == []

@@ -26,7 +26,6 @@ scipy is imported lazily (the ``calibrate`` extra): planning never needs it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +39,7 @@ from shardplan.hardware import Collective, collective_time_s, get_gpu, oneshot_a
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
 from shardplan.models import SpecError
 from shardplan.models.errors import quoted
+from shardplan.models.files import json_text
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms, read_op_points
 from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
@@ -691,7 +691,7 @@ def profile_json(profile: Profile) -> str:
     for name in Profile.model_fields:
         value = getattr(profile, name)
         data[name] = _sig(value) if isinstance(value, float) else value
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return json_text(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_profile(profile: Profile, path: str | Path | None = None) -> Path:

@@ -23,12 +23,12 @@ Every value reaching a shell line goes through the same quoting as the colocated
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
 from shardplan.hardware import ClusterSpec
 from shardplan.models.errors import SpecError
+from shardplan.models.files import json_text
 from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
@@ -102,7 +102,7 @@ def _merge(engine: str, plan: DisaggPlan, parts: list[Emitted], launches: list[L
 
 
 def emit_vllm_disagg(plan: DisaggPlan) -> Emitted:
-    kv_config = ["--kv-transfer-config", json.dumps(VLLM_KV_CONFIG, separators=(",", ":"))]
+    kv_config = ["--kv-transfer-config", json_text(VLLM_KV_CONFIG, separators=(",", ":"))]
     parts, launches = [], []
     for pool, pool_plan, port0 in zip(plan.layout.pools, _plans(plan), PORTS["vllm"], strict=True):
         em = emit_vllm(pool_plan, pool.first_gpu)

@@ -7,9 +7,9 @@ written as the file ``--init-expert-location`` reads.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
+from shardplan.models.files import json_text
 from shardplan.rules.plan import Plan
 from shardplan.solver.outputs.launch.common import (
     ENGINE_VERSIONS,
@@ -64,7 +64,7 @@ def emit_sglang(plan: Plan, expert_location: str = "expert_location.json", first
     placement = s.placement()
     if placement is not None:
         doc = sglang_expert_location(placement, s.plan.problem.model.num_layers, s.num_experts)
-        files.append((expert_location, json.dumps(doc, separators=(",", ":"))))
+        files.append((expert_location, json_text(doc, separators=(",", ":"))))
         redundant = placement.num_gpus * placement.slots_per_gpu - s.num_experts
         args += ["--init-expert-location", expert_location]
         if redundant > 0:

@@ -8,8 +8,7 @@ replicas are separate deployments (vLLM would otherwise spread its experts over 
 
 from __future__ import annotations
 
-import json
-
+from shardplan.models.files import json_text
 from shardplan.rules.plan import Plan
 from shardplan.solver.outputs.launch.common import (
     ENGINE_VERSIONS,
@@ -69,7 +68,7 @@ def emit_vllm(plan: Plan, first_gpu: int = 0) -> Emitted:
     placement = s.placement()
     if placement is not None:
         redundant = placement.num_gpus * placement.slots_per_gpu - s.num_experts
-        args += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": max(0, redundant)})]
+        args += ["--enable-eplb", "--eplb-config", json_text({"num_redundant_experts": max(0, redundant)})]
         s.notes.append(
             "vLLM cannot load an exact expert placement: the planned placement is not passed; "
             f"--enable-eplb with {max(0, redundant)} redundant experts rebalances at run time instead"

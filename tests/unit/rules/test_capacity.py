@@ -37,3 +37,19 @@ def test_a_pinned_batch_that_cannot_fit_is_explained_by_its_kv_cache():
 def test_without_a_pinned_batch_the_bound_stays_before_any_kv_cache():
     message = MemoryFits().conflict_message(problem("llama-3.1-70b", "1xH100"))
     assert "before any KV cache" in message and "KV cache 0" not in message
+
+
+def test_redundant_expert_slots_count_in_the_lower_bound():
+    # Qwen3-30B-A3B on one H100 with --redundant-slots 64: an expert is 3 x 2048 x 768 bf16 weights = 9 MiB, so
+    # 64 more slots in each of the 48 MoE layers add 64 x 48 x 9 MiB = 27.0 GiB to the 56.9 GiB of weights on the
+    # one GPU: 56.9 + 27.0 + 2.9 runtime = 86.8 GiB, 14.8 over the 72.0 usable. The message said "needs at least
+    # 59.8 GiB ..., has 72.0": it fitted, by its own numbers, yet the solve was infeasible.
+    assert 64 * 48 * 3 * 2048 * 768 * 2 / 2**30 == 27.0
+    p = problem("qwen3-30b-a3b", "1xH100", redundant_slots=64)
+    assert MemoryFits().conflict_message(p) == (
+        "needs at least 86.8 GiB per GPU (weights 56.9 + 27.0 for 64 redundant expert slots per MoE layer spread "
+        "over all 1 GPUs + 2.9 runtime and buffers, before any KV cache), has 72.0, 14.8 GiB short")
+    assert MemoryFits().fits_nowhere(p)
+    one = MemoryFits().conflict_message(problem("qwen3-30b-a3b", "2xH100", redundant_slots=1))
+    assert "+ 0.2 for 1 redundant expert slot per MoE layer spread over all 2 GPUs" in one  # 48 x 9 MiB / 2
+    assert "redundant" not in MemoryFits().conflict_message(problem("qwen3-30b-a3b", "1xH100"))

@@ -47,7 +47,7 @@ def test_work_is_counted_and_ends_the_search() -> None:
     assert deadline.step_work() == pytest.approx(STEP_WORK / 2) and not deadline.passed()  # what is left
     deadline.spend(STEP_WORK / 2)
     assert deadline.passed() and deadline.work_left() == WORK_FLOOR
-    assert "units of work" in deadline.no_plan()
+    assert deadline.no_plan().startswith("work-limit: no plan found within 1 unit of work (")
 
 
 def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
@@ -67,8 +67,15 @@ def test_with_both_limits_the_message_names_the_one_that_ran_out() -> None:
     deadline = Deadline(3600.0, work_limit=1.0)
     assert deadline.no_plan() == "time-limit: no plan found within 3600 s"  # neither ran out: the clock's
     deadline.spend(1.0)  # the work limit runs out long before the hour
-    assert deadline.within() == "1 units of work"
-    assert deadline.no_plan("layout").startswith("work-limit: no layout found within 1 units of work")
+    assert deadline.within() == "1 unit of work"
+    assert deadline.no_plan("layout").startswith("work-limit: no layout found within 1 unit of work (")
+
+
+@pytest.mark.parametrize(("limit", "said"), [(1.0, "1 unit of work"), (2.0, "2 units of work"),
+                                             (0.5, "0.5 units of work"), (15.0, "15 units of work")])
+def test_a_work_limit_is_named_in_the_singular_only_for_one(limit: float, said: str) -> None:
+    deadline = Deadline(None, work_limit=limit)
+    assert deadline.within() == said
 
 
 def test_without_a_limit_steps_are_bounded_by_work_and_work_ends_nothing() -> None:
