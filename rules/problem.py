@@ -12,6 +12,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from shardplan.hardware import ClusterSpec
+from shardplan.hardware.compose import ANY_GPU
 from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
@@ -164,9 +165,10 @@ def profile_notes(problem: Problem) -> list[str]:
     it was fitted on another GPU than the cluster's. Accepted, not refused: users calibrate on one GPU and price
     a lookalike with it (an H800 or H20 with an H100's profile), and the cost model applies the profile's
     efficiencies and overheads to the cluster GPU's own peaks, bandwidths and memory. Only --profile can name
-    such a profile: the default is the GPU's own, or the generic one (fitted for any GPU, ``*``)."""
+    such a profile: the default is the GPU's own, or the generic one (fitted for any GPU, ``ANY_GPU``), bare or
+    composed."""
     profile, gpu = resolve_profile(problem), problem.cluster.gpu.name
-    if profile.gpu in ("*", gpu):
+    if profile.gpu in (ANY_GPU, gpu):
         return []
     return [f"profile {profile.name} was fitted on {profile.gpu}, not on this cluster's {gpu}: its efficiencies "
             f"and overheads are applied to {gpu}'s peak rates, bandwidths and memory"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardplan.hardware.compose import ANY_GPU
 from shardplan.hardware.profile import Profile
 from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
 from shardplan.solver.cost.calibration.fit import (
@@ -56,7 +57,7 @@ class FittedField:
 
 def generation(profile: Profile) -> str:
     """The software generation a hardware profile was fitted for, from its name (``fit.profile_name``)."""
-    if profile.gpu == "*":
+    if profile.gpu == ANY_GPU:
         return "trtllm"  # generic: the medians of the default generation's profiles
     suffix = profile.name.removeprefix(profile.gpu.lower()).removeprefix("-")
     return suffix if suffix in GENERATIONS else "trtllm"
