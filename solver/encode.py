@@ -31,7 +31,7 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import PER_MILLE, WAIT_DIV, ServingStack, resolve_profile
 from shardplan.solver.cost.operators import LayerKind
 from shardplan.solver.interruptible import InterruptibleSolver
-from shardplan.solver.search_base import check_switches
+from shardplan.solver.search_base import MOST_SOLUTIONS, check_switches
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
@@ -570,10 +570,12 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
 
 def new_solver(
     time_limit_s: float | None, presolve: bool = True, work_limit_s: float | None = None
-) -> cp_model.CpSolver:
+) -> InterruptibleSolver:
     """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
-    two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
-    solver = InterruptibleSolver()  # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
+    two cores more workers were slower, CPSAT-NOTES), presolve off for explanations; at most
+    ``MOST_SOLUTIONS`` solutions, which its deterministic time does not bound (search_base)."""
+    # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
+    solver = InterruptibleSolver(most_solutions=MOST_SOLUTIONS)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.cp_model_presolve = presolve
