@@ -282,7 +282,10 @@ class Encoding:
         work_hi = self.capped("others x slowest prefill", (batch_hi - 1) * self.hi)
         self.share_hi = self.capped("prefill share", work_hi // (osl * chunks[0]) + 1)
         steps_hi = max(stack.wait_tenths(e.steps) for e in t.time.values())
-        wait_hi = self.capped("ttft wait", steps_hi * self.round_hi // WAIT_DIV + 1)
+        # The wait enters its rows as WAIT_DIV x wait: bounded by VALUE_CAP / WAIT_DIV, as each round copy
+        # is by VALUE_CAP / k (``_round_within``), so the row stays in 64 bits (at VALUE_CAP, CP-SAT called
+        # the model invalid: a 9M-token prompt on 512 GPUs, whose explanation then ended as exit 2).
+        wait_hi = self.capped("ttft wait", steps_hi * self.round_hi // WAIT_DIV + 1, VALUE_CAP // WAIT_DIV)
         queue_hi = stack.queue_per_mille * work_hi // (PER_MILLE * chunks[0]) + 1  # at most work_hi
         # e2e = ttft + (OSL - 1) x tpot is one row: tpot within VALUE_CAP / (OSL - 1) keeps it in 64 bits
         # (a tpot past that is an e2e past VALUE_CAP).
