@@ -31,7 +31,7 @@ from shardplan.solver.bound import relative_gap, table_bound
 from shardplan.solver.cost.evaluate import resolve_profile
 from shardplan.solver.encode import Encoding, Expr, Model, build_model, new_solver
 from shardplan.solver.oracle import Candidate, Oracle
-from shardplan.solver.search_base import Deadline, NoPlan, Optimum, Seed
+from shardplan.solver.search_base import SOLUTION_WORK, Deadline, NoPlan, Optimum, Seed
 from shardplan.solver.space import SearchSpace, Shape
 from shardplan.solver.tables import build_tables
 
@@ -69,12 +69,13 @@ def solve_within(
     deadline: Deadline, model: cp_model.CpModel, time_limit_s: float | None, work_limit: float | None = None
 ) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
     """(solver, status) of ``model`` within the wall-clock limit and the work the deadline leaves
-    (``work_limit``, when given, bounds it further); the deterministic time it took is spent."""
+    (``work_limit``, when given, bounds it further); the deterministic time it took is spent, and a solve
+    stopped at its most solutions spends their work too (search_base.MOST_SOLUTIONS)."""
     left = deadline.work_left()
     work = left if work_limit is None else work_limit if left is None else min(work_limit, left)
     solver = new_solver(time_limit_s, work_limit_s=work)
     status = solver.solve(model)
-    deadline.spend(solver.deterministic_time)
+    deadline.spend(solver.deterministic_time + (SOLUTION_WORK * solver.solutions if solver.capped else 0.0))
     return solver, status
 
 

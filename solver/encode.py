@@ -31,7 +31,7 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cost.evaluate import PER_MILLE, WAIT_DIV, ServingStack, resolve_profile
 from shardplan.solver.cost.operators import LayerKind
 from shardplan.solver.interruptible import InterruptibleSolver
-from shardplan.solver.search_base import check_switches
+from shardplan.solver.search_base import MOST_SOLUTIONS, check_switches
 from shardplan.solver.space import BatchOption, SearchSpace, Shape
 from shardplan.solver.tables import Tables, TimeEntry, build_tables
 
@@ -282,7 +282,10 @@ class Encoding:
         work_hi = self.capped("others x slowest prefill", (batch_hi - 1) * self.hi)
         self.share_hi = self.capped("prefill share", work_hi // (osl * chunks[0]) + 1)
         steps_hi = max(stack.wait_tenths(e.steps) for e in t.time.values())
-        wait_hi = self.capped("ttft wait", steps_hi * self.round_hi // WAIT_DIV + 1)
+        # The wait enters its rows as WAIT_DIV x wait: bounded by VALUE_CAP / WAIT_DIV, as each round copy
+        # is by VALUE_CAP / k (``_round_within``), so the row stays in 64 bits (at VALUE_CAP, CP-SAT called
+        # the model invalid: a 9M-token prompt on 512 GPUs, whose explanation then ended as exit 2).
+        wait_hi = self.capped("ttft wait", steps_hi * self.round_hi // WAIT_DIV + 1, VALUE_CAP // WAIT_DIV)
         queue_hi = stack.queue_per_mille * work_hi // (PER_MILLE * chunks[0]) + 1  # at most work_hi
         # e2e = ttft + (OSL - 1) x tpot is one row: tpot within VALUE_CAP / (OSL - 1) keeps it in 64 bits
         # (a tpot past that is an e2e past VALUE_CAP).
@@ -570,10 +573,12 @@ def build_model(problem: Problem, only_pins: bool = False, tables: Tables | None
 
 def new_solver(
     time_limit_s: float | None, presolve: bool = True, work_limit_s: float | None = None
-) -> cp_model.CpSolver:
+) -> InterruptibleSolver:
     """The solver every search on an encoding runs: one worker and a fixed seed (reproducible; on
-    two cores more workers were slower, CPSAT-NOTES), presolve off for explanations."""
-    solver = InterruptibleSolver()  # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
+    two cores more workers were slower, CPSAT-NOTES), presolve off for explanations; at most
+    ``MOST_SOLUTIONS`` solutions, which its deterministic time does not bound (search_base)."""
+    # Ctrl-C stops it and reaches the caller (solver/interruptible.py)
+    solver = InterruptibleSolver(most_solutions=MOST_SOLUTIONS)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.cp_model_presolve = presolve

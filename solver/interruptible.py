@@ -6,6 +6,11 @@ afterwards was the system's, so the next Ctrl-C killed the process by the signal
 Here CP-SAT leaves SIGINT to Python, and the search runs in a worker thread (the solve call releases the
 GIL) while the main thread waits, where Python delivers ``KeyboardInterrupt``: the search is stopped,
 its end awaited, and the interruption raised on.
+
+``most_solutions``, when set, also stops a search at that many solutions (``capped`` says it did): CP-SAT's
+deterministic time hardly counts a search that finds solution after solution without a conflict, each
+improving the objective by one unit (a disaggregated question on 65,536 GPUs: 31,739 solutions in 10 s of
+wall clock and 0.05 units of deterministic time), so a work limit alone did not bound it.
 """
 
 from __future__ import annotations
@@ -18,16 +23,36 @@ from ortools.sat.python.cp_model_helper import CpSolverStatus
 POLL_S = 0.05  # how often the waiting thread looks up: Python delivers signals between its waits
 
 
+class _Counter(cp_model.CpSolverSolutionCallback):
+    """Counts a search's solutions and stops it at the ``most``-th (the same place on every run: one worker)."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__()
+        self.most = most
+        self.count = 0
+
+    def on_solution_callback(self) -> None:
+        self.count += 1
+        if self.count >= self.most:
+            self.stop_search()
+
+
 class InterruptibleSolver(cp_model.CpSolver):
-    def __init__(self) -> None:
+    def __init__(self, most_solutions: int | None = None) -> None:
         super().__init__()
         self.parameters.catch_sigint_signal = False
+        self.most_solutions = most_solutions
+        self.solutions = 0  # found by the last solve, when most_solutions is set and no callback was given
+        self.capped = False  # the last solve stopped at most_solutions
 
     def solve(
         self, model: cp_model.CpModel, solution_callback: cp_model.CpSolverSolutionCallback | None = None
     ) -> CpSolverStatus:
         outcome: dict[str, CpSolverStatus | BaseException] = {}
         finished = threading.Event()
+        counter = None
+        if solution_callback is None and self.most_solutions is not None:
+            solution_callback = counter = _Counter(self.most_solutions)
 
         def search() -> None:
             try:
@@ -55,4 +80,6 @@ class InterruptibleSolver(cp_model.CpSolver):
             raise outcome["error"]  # type: ignore[misc]  # the worker's own exception, re-raised here
         status = outcome["status"]
         assert isinstance(status, CpSolverStatus)
+        if counter is not None:
+            self.solutions, self.capped = counter.count, counter.count >= counter.most
         return status

@@ -38,6 +38,18 @@ WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to re
 # colocated enumeration's plans; so a work limit cuts them at the same place at any load.
 CHECK_WORK = 1e-3
 EVALUATE_WORK = 4e-3
+# Listing and ordering one (x, y) choice of a pair in the disaggregated enumeration (``frontier.py``): up to
+# 4,096 a pair, 0.5 s of CPU on 8192x8xH200 (DeepSeek-V3) against one exact check of ~0.07 units, so the
+# default work limit let `enumerate --serving disagg` there run past 120 s.
+CHOICE_WORK = 1e-4
+# The solutions one CP-SAT solve may find, and the work a solve stopped there has done. CP-SAT's deterministic
+# time hardly counts a search that finds solution after solution without a conflict: a disaggregated question
+# on 8192x8xH100 (Llama-3.1-8B) raised its rate by one unit per solution, 31,739 solutions in 10 s of wall clock
+# and 0.05 units, eight times over, so the default work limit took 63 s there and over 120 s on 131072x8xH100.
+# A plan search's solve finds at most 4 (every preset example and benchmark case measured, 2026-11-28), and
+# the first 1,000 of that crawl took 0.08 s, about SOLUTION_WORK each (as NODE_WORK is a node's).
+MOST_SOLUTIONS = 1000
+SOLUTION_WORK = 1e-4
 # The work ``solve`` and ``enumerate`` get without --time-limit or --work-limit (``--work-limit 0``: none, a
 # search to the end): above every case that proves today, so those print the same bytes, and low enough that
 # the searches that did not end (benchmarks/fuzz/README.md, 2026-11-27) end in about a minute.

@@ -51,6 +51,12 @@ from shardplan.solver.cost.stage import stage_shape
 Shard = tuple[str, tuple[int, ...], dict[str, int]]
 
 NODE_BUDGET = 100_000  # replicas are folded into one when the full graph would exceed this
+# The most nodes one DAG may have. A replica is never folded, and its size grows with layers x GPUs per stage
+# (an Expert node per GPU per MoE layer, at both details; a shard per GPU when expanded): a valid plan of a
+# 1,024-layer, 4,096-expert model on 2 stages of 2,048 GPUs ran out of 5 GB of memory building its logical
+# DAG. About 8 KB of memory a node (the 177,648-node expanded DAG of benchmarks/dag, the largest there:
+# 1.3 GB peak for the whole `solve --dag`), so this keeps a DAG under about 1.6 GB.
+MAX_DAG_NODES = 200_000
 US_PER_S = 1e6
 
 
@@ -183,9 +189,17 @@ class _Builder:
 
     # --- small helpers -----------------------------------------------------------------------
     def node(self, nid: str, kind: NodeKind, ranks: tuple[int, ...], est_us: float = 0.0, **attrs: Any) -> str:
+        if len(self.g) >= MAX_DAG_NODES and nid not in self.g:
+            raise SpecError("dag", self._too_large())
         # The graph holds plain strings, as a file read back does: names are stored by value.
         self.g.add_node(nid, kind=kind.value, ranks=ranks, est_us=est_us, **{k: _plain(v) for k, v in attrs.items()})
         return nid
+
+    def _too_large(self) -> str:
+        lay = self.lay
+        fewer = "; --detail logical has fewer" if self.expanded else ""
+        return (f"the plan's {self.detail} DAG passes {MAX_DAG_NODES:,} nodes ({self.model.num_layers} layers, "
+                f"{lay.gpus_per_stage} GPUs per stage); none is written{fewer}")
 
     def edge(self, u: str, v: str, kind: str = "data") -> None:
         self.g.add_edge(u, v, kind=kind)

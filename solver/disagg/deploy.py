@@ -38,7 +38,12 @@ from shardplan.solver.cost.disagg import (
 from shardplan.solver.disagg.workers import DecodeWorker, PrefillWorker, rate_units
 from shardplan.solver.search_base import Deadline
 
-MAX_CONCURRENCY = 1 << 24  # a target no concurrency reaches is unsustainable (the doubling stops here)
+# A target no concurrency reaches is unsustainable: the doubling stops at MAX_CONCURRENCY, or at FILL_MARGIN
+# times the decode pool's full batches where those are more (a pool of 69,527 workers at batch 341 holds
+# 23.7 million sequences and reaches its rate at twice that: with the fixed 2^24 every deployment that large
+# was refused, and the search on 131072x8xH100 proposed one after another past 120 s).
+MAX_CONCURRENCY = 1 << 24
+FILL_MARGIN = 16
 
 
 @dataclass(frozen=True, order=True)
@@ -131,7 +136,7 @@ class Pools:
 
     def concurrency_for(self, c: Choice, target_units: int) -> int | None:
         """The fewest requests in flight at which the deployment's rate reaches ``target_units``
-        (None if none up to ``MAX_CONCURRENCY`` does)."""
+        (None if none up to ``MAX_CONCURRENCY``, or ``FILL_MARGIN`` times its decode pool's batches, does)."""
 
         # The links' price depends on the pools and their placement, not on the requests in flight: once
         # per choice (its tier reads every GPU id, a third of a 512-GPU search's exact checks).
@@ -142,10 +147,11 @@ class Pools:
             return rate_units(steady_state(self.problem, layout, kv, self.profile).rate_rps) >= target_units
 
         hi = max(1, c.y * self.decode[c.decode].batch)
+        top = max(MAX_CONCURRENCY, FILL_MARGIN * hi)
         while not reaches(hi):
-            if hi >= MAX_CONCURRENCY:
+            if hi >= top:
                 return None
-            hi = min(2 * hi, MAX_CONCURRENCY)
+            hi = min(2 * hi, top)
         lo = 1
         while lo < hi:
             mid = (lo + hi) // 2

@@ -21,6 +21,7 @@ from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import Frontier
 from shardplan.solver.optimise import Deadline
+from shardplan.solver.search_base import CHOICE_WORK
 
 # Worker counts one pair may list in full; past it (x and y each up to the cluster over a worker's GPUs:
 # 10^9 on 4096x8xH200 with 1-GPU workers, which filled 12 GB before any time limit was looked at)
@@ -75,8 +76,11 @@ class DisaggEnumeration:
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
         """The pair's first deployment in per-GPU order that keeps every rule (None also when the time
-        limit passes first: ``__iter__`` then stops, the enumeration partial)."""
-        for c in sorted(pair_choices(self.pools, i, k), key=self.pools.per_gpu_key):
+        limit passes first: ``__iter__`` then stops, the enumeration partial). Listing and ordering the
+        pair's choices is work too (``CHOICE_WORK`` each)."""
+        choices = pair_choices(self.pools, i, k)
+        self.deadline.spend(CHOICE_WORK * len(choices))
+        for c in sorted(choices, key=self.pools.per_gpu_key):
             if self.deadline.passed():
                 return None
             plan = self.pools.checked_plan(c, self.deadline)

@@ -11,6 +11,12 @@ from typing import Any
 
 import pytest
 
+from shardplan.solver.cli.enumerate_both import smaller_batches
+from shardplan.solver.cost.evaluate import evaluations
+from shardplan.solver.disagg.serving import throughput_problem
+from shardplan.solver.enumerate import Enumeration
+from shardplan.solver.optimise import Deadline
+from tests.factory import problem
 from tests.integration.test_cli_disagg import run  # main(argv) in-process: (exit code, stdout, stderr)
 
 CASE = ["--model", "llama-3.1-8b", "--cluster", "2xH100", "--tpot-ms", "50"]
@@ -135,3 +141,17 @@ def test_a_spent_colocated_share_moves_on_to_the_deployments(capsys: pytest.Capt
     disagg, _ = _jsonl([*CASE, "--serving", "disagg"], capsys)
     assert {r["serving"] for r in rows} == {"disagg"} and end["partial"] is True
     assert [_bare(r) for r in rows] == [_bare(r) for r in disagg]
+
+
+def test_the_smaller_batches_count_their_work_and_stop_at_its_limit() -> None:
+    """Each smaller batch is placed, priced and checked as work of the colocated enumeration: uncounted,
+    `enumerate --serving auto` on 8192x8xH200 (DeepSeek-V3) ran past 200 s under the default work limit
+    (51 s after). None is priced once the limit has passed."""
+    plan = next(iter(Enumeration(throughput_problem(problem("llama-3.1-8b", "4xH100")), limit=1)))
+    assert plan.layout.batch > 2
+    live = Deadline(None, 100.0)
+    assert list(smaller_batches(plan, live)) and live.work_done > 0
+    spent = Deadline(None, 1.0)
+    spent.spend(1.0)
+    before = evaluations()
+    assert list(smaller_batches(plan, spent)) == [] and evaluations() == before

@@ -7,11 +7,14 @@ products past 64 bits give the same integers as the products (checked here by br
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 from ortools.sat.python import cp_model
 
+import shardplan.models as models_dir
 from shardplan.solver.encode import VALUE_CAP, Encoding, build_model
 from shardplan.solver.space import SearchSpace
 from tests.factory import problem
@@ -36,6 +39,20 @@ EXTREMES = {
 def test_extreme_problems_build_valid_models(name: str) -> None:
     model = build_model(problem(**EXTREMES[name]))
     assert model.enc.cp.validate() == ""
+
+
+def test_a_ten_million_token_request_builds_a_valid_model(tmp_path) -> None:
+    """A 9M-token prompt and 1M output tokens (a 16M-token context) on 512 GPUs: the TTFT wait's bound was
+    clamped at VALUE_CAP and its row, WAIT_DIV x wait, passed 64 bits, so CP-SAT called the model invalid
+    and `solve --objective throughput` ended as 'could not decide which rules conflict (MODEL_INVALID)',
+    exit 2 for a valid request. The wait is now bounded by VALUE_CAP / WAIT_DIV."""
+    config = json.loads((Path(models_dir.__file__).parent / "configs" / "llama-3.1-8b.json").read_text())
+    config["max_position_embeddings"] = 1 << 24
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    enc = build_model(problem(str(path), "64x8xH100", objective="throughput", isl=9_000_000, osl=1_000_000)).enc
+    assert "ttft wait" in enc.clamped
+    assert enc.cp.validate() == ""
 
 
 ORDINARY = [

@@ -3,15 +3,20 @@ whose critical paths are the plans' TTFT and TPOT."""
 
 from __future__ import annotations
 
+import importlib
+
 import networkx as nx
 import pytest
 
+from shardplan.models.errors import SpecError
 from shardplan.rules.catalog import CATALOG, LISTED_RULES, get_rule
 from shardplan.rules.dag.catalog import DAG_RULES, is_sharded
 from shardplan.rules.plan import Plan
 from shardplan.solver.dag import build_dag, check_dag, contiguous_hosting, critical_path, critical_path_us
 from shardplan.solver.dag.build import expert_hosting
 from tests.unit.solver.dag.plans import evaluated, small_dense, small_moe, solved
+
+build_module = importlib.import_module("shardplan.solver.dag.build")  # the package's ``build`` is the function
 
 SOLVED = [
     ("llama-3.1-8b", "2xH100", "latency"),  # dense, tp=2
@@ -182,3 +187,17 @@ def test_every_rule_is_registered_with_a_kebab_name_and_a_source() -> None:
 
 def test_sharded_predicate() -> None:
     assert is_sharded({"tp_rank": 0}) and is_sharded({"tp": 2}) and not is_sharded({"tp": 1, "group": 3})
+
+
+def test_a_dag_past_the_node_limit_is_refused_naming_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica is never folded, so its DAG grows with layers x GPUs per stage: a valid plan (1,024
+    layers, 4,096 experts, 2 stages of 2,048 GPUs) ran out of 5 GB building its logical DAG (exit 3,
+    MemoryError). Past MAX_DAG_NODES the build stops with bad input naming --dag; the limit is lowered
+    here so a small plan reaches it."""
+    plan = small_moe()
+    size = build_dag(plan, "expanded").number_of_nodes()
+    monkeypatch.setattr(build_module, "MAX_DAG_NODES", size - 1)
+    with pytest.raises(SpecError, match=r"^dag: the plan's expanded DAG passes .* --detail logical has fewer$"):
+        build_dag(plan, "expanded")
+    monkeypatch.setattr(build_module, "MAX_DAG_NODES", size)
+    assert build_dag(plan, "expanded").number_of_nodes() == size

@@ -13,6 +13,7 @@ from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
 from shardplan.solver.cost.disagg import evaluate_disagg, resolve_profile
 from shardplan.solver.disagg import brute
+from shardplan.solver.disagg.deploy import FILL_MARGIN, MAX_CONCURRENCY, Choice
 from shardplan.solver.disagg.search import build_pools, fewest_gpus, max_throughput, target_units
 from shardplan.solver.disagg.serving import colocated_rate, one_replica_of, solve_disagg, why_no_deployment
 from shardplan.solver.enumerate import candidate_pairs
@@ -128,6 +129,19 @@ def test_a_deployment_at_its_concurrency_needs_every_request_in_flight() -> None
     C = pools.concurrency_for(c, pools.rate(c))
     fewer = pools.layout(c, C - 1)
     assert evaluate_disagg(pools.problem, fewer).prediction.throughput_rps * 1e6 < pools.rate(c)
+
+
+def test_a_decode_pool_past_the_fixed_ceiling_still_reaches_its_rate() -> None:
+    """A decode pool whose full batches hold more than MAX_CONCURRENCY sequences reaches its rate at about
+    twice them: with the doubling stopped at the fixed 2^24, every such deployment was refused ('no number
+    of requests in flight reaches the rate'), and `solve --serving disagg` of Llama-3.1-8B on 131072x8xH100
+    proposed one after another past 120 s."""
+    pools = pools_for(SMALL[2])
+    p, d = pools.prefill[0], pools.decode[0]
+    y = MAX_CONCURRENCY // d.batch + 1
+    c = Choice(0, 0, -(-y * d.capacity_units // p.capacity_units), y)  # the prefill pool keeps up
+    C = pools.concurrency_for(c, pools.rate(c))
+    assert C is not None and MAX_CONCURRENCY < C <= FILL_MARGIN * y * d.batch
 
 
 def test_a_pool_is_within_one_worker_of_the_rate() -> None:
