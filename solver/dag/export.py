@@ -23,10 +23,11 @@ from shardplan.solver.dag import build_dag
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
 # The largest DAG file ``validate`` reads, and ``write_json`` writes. Measured (2026-11-28, expanded detail): a
 # 4,096-GPU disaggregated DeepSeek-V3 plan 62 MB; DeepSeek-V3 on 4,096 GPUs in 16 stages of 256, 97 MB (177,648
-# nodes); Kimi-K2 in one stage of 384 GPUs (ep 384, the most a MoE stage has without expert TP) 146 MB; Llama-3.1-
-# 405B in one stage of 512 GPUs (tp 8 x sp 64) 252 MB. Validating takes 7-9x the file in memory (1.0 GB for the
-# 146 MB file, 0.56 GB for the 62 MB one), so this cap bounds it near 4-5 GB. Only pinned layouts of thousands of
-# GPUs in one stage write more (Kimi-K2 with expert TP 8 over 3,072 GPUs: 1.2 GB, 213 s and 15 GB to build).
+# nodes). Validating takes 7-9x the file in memory (1.0 GB for a 146 MB file, 0.56 GB for the 62 MB one), so this
+# cap bounds it near 4-5 GB. What shardplan builds is bounded first by ``build.MAX_DAG_NODES`` (200,000 nodes,
+# about 1.6 GB to build): Kimi-K2 in one 384-GPU stage (146 MB) and Llama-3.1-405B in one 512-GPU stage (252 MB)
+# pass it and are refused before they are built; this cap stays for a DAG whose edges outgrow its nodes, and for
+# files made elsewhere.
 MAX_DAG_BYTES = 512 << 20
 
 

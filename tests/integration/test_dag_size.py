@@ -1,6 +1,6 @@
-"""validate reads a DAG file of at most 512 MiB (``MAX_DAG_BYTES``, about 4-5 GB in memory while it checks), twice
-the largest DAG a plan's structure writes on up to 4,096 GPUs (solver/dag/export.py has the measurements); and
-shardplan writes no DAG JSON its own validate would refuse."""
+"""validate reads a DAG file of at most 512 MiB (``MAX_DAG_BYTES``, about 4-5 GB in memory while it checks), over
+5x the largest DAG measured on up to 4,096 GPUs (solver/dag/export.py has the measurements); and shardplan writes no
+DAG JSON its own validate would refuse."""
 
 from __future__ import annotations
 
