@@ -85,16 +85,20 @@ def redundant_slots_gib(problem: Problem, gpus: int) -> tuple[float, str]:
 
 
 def pinned_batch_kv_gib(problem: Problem, gpus: int) -> tuple[float, str]:
-    """The KV cache a --batch pins, spread over all ``gpus`` GPUs, and how the message says it.
+    """The KV cache every layout holds at least, spread over all ``gpus`` GPUs, and how the message says it.
 
-    A lower bound on every layout: a replica holds its whole batch's cache at full context on its own
-    GPUs (replicating KV heads only adds to it), so its fullest GPU holds at least that over all GPUs.
-    Without --batch the searched batch may be 1, so the bound stays "before any KV cache"."""
-    batch = problem.workload.batch
-    if batch is None:
-        return 0.0, ", before any KV cache"
+    A lower bound on every layout: a replica holds its whole batch's cache at full context on its own GPUs
+    (replicating KV heads only adds to it), so its fullest GPU holds at least that over all GPUs. The batch is
+    --batch, else 1: a searched batch is never below one sequence, and a prompt of millions of tokens is refused
+    for its one sequence's cache, not blamed on weights that fit. One sequence's cache below 0.05 GiB per GPU is
+    left out, as the message's one decimal would print it as 0.0: the bound stays "before any KV cache"."""
     context = problem.workload.context
-    kv = batch * kv_bytes_per_sequence(problem.model, context) / gpus / GIB
+    batch = problem.workload.batch
+    kv = (batch or 1) * kv_bytes_per_sequence(problem.model, context) / gpus / GIB
+    if batch is None:
+        if kv < 0.05:
+            return 0.0, ", before any KV cache"
+        return kv, f" + KV cache {kv:.1f} for one sequence of {context} tokens"
     return kv, f" + KV cache {kv:.1f} for batch {batch} x {context} tokens"
 
 
