@@ -23,6 +23,7 @@ EXP-001..003 (``rules/experts.py``) check the placement a plan carries (``rules/
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 from shardplan.models.errors import SpecError
@@ -54,7 +55,15 @@ def routing_profile(problem: Problem) -> ExpertLoadProfile:
     if problem.expert_load is not None:
         return problem.expert_load
     moe = _moe(problem)
-    return uniform_profile(moe.num_experts, moe.layers, float(moe.num_experts))
+    return _uniform_routing(moe.num_experts, moe.layers)
+
+
+@lru_cache(maxsize=16)
+def _uniform_routing(num_experts: int, layers: tuple[int, ...]) -> ExpertLoadProfile:
+    """Uniform routing over ``layers``, built once per model: every plan of a search asks for it, and building
+    one validates experts x layers loads (4 ms for DeepSeek-V3's 256 x 58, a fifth of the time per plan of a
+    4,096-expert model's enumeration, hangsweep 2026-11-28). The profile is frozen, so sharing it is safe."""
+    return uniform_profile(num_experts, layers, float(num_experts))
 
 
 def best_placement(profile: ExpertLoadProfile, num_gpus: int, slots_per_gpu: int, *,
