@@ -79,6 +79,11 @@ class GPUSpec(BaseModel):
     scaleout_gb_per_s: PositiveFloat = Field(
         description="per-GPU, per-direction NIC bandwidth in GB/s (400 Gb/s InfiniBand = 50 GB/s), typical deployment"
     )
+    profiles_from: str | None = Field(
+        default=None,
+        description="a GPU of the same die, memory and clocks whose calibration profiles price this one, which has "
+        "none of its own (H800-SXM: H100-SXM's); the profiles' efficiencies apply to this GPU's own peaks and links",
+    )
     vendor: Literal["nvidia", "amd"] = Field(
         default="nvidia", description="who makes it: which serving engines run on it (TensorRT-LLM needs CUDA)"
     )

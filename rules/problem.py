@@ -157,16 +157,18 @@ def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile
         return problem.profile
     if problem.profile:
         return get_profile(problem.profile)
-    return profile_for_gpu(problem.cluster.gpu.name, problem.engine)
+    gpu = problem.cluster.gpu
+    return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
 
 
 def profile_notes(problem: Problem) -> list[str]:
     """What a plan's reader is told of the profile that priced it (the JSON's ``notes``, a note on stderr): that
     it was fitted on another GPU than the cluster's. Accepted, not refused: users calibrate on one GPU and price
     a lookalike with it (an H800 or H20 with an H100's profile), and the cost model applies the profile's
-    efficiencies and overheads to the cluster GPU's own peaks, bandwidths and memory. Only --profile can name
-    such a profile: the default is the GPU's own, or the generic one (fitted for any GPU, ``ANY_GPU``), bare or
-    composed."""
+    efficiencies and overheads to the cluster GPU's own peaks, bandwidths and memory. Only --profile names such
+    a profile, or a preset priced with the profiles of a GPU of the same die (``GPUSpec.profiles_from``: H800-SXM
+    with H100-SXM's); otherwise the default is the GPU's own, or the generic one (fitted for any GPU,
+    ``ANY_GPU``), bare or composed."""
     profile, gpu = resolve_profile(problem), problem.cluster.gpu.name
     if profile.gpu in (ANY_GPU, gpu):
         return []
