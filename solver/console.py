@@ -16,16 +16,28 @@ from types import FrameType
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as solver/cli/main.py exits on Ctrl-C
 
 
+_said = False  # the handler has written its line (and raised SystemExit)
+
+
 def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
+    global _said
     sys.stderr.write("shardplan: interrupted\n")
+    _said = True
     sys.exit(EXIT_INTERRUPTED)
 
 
 def main() -> None:
     previous = signal.signal(signal.SIGINT, _interrupted_while_starting)
-    # Lazily on purpose: the handler must be in place before the command line's imports start.
-    from shardplan.solver.cli.main import main as run_command_line
-
+    try:
+        # Lazily on purpose: the handler must be in place before the command line's imports start.
+        from shardplan.solver.cli.main import main as run_command_line
+    except Exception:
+        # The handler's SystemExit, raised inside a compiled module's initialiser, comes out as another
+        # exception (an ImportError "initialization failed", as the KeyboardInterrupt cli/main.py reads through
+        # its causes): a traceback and exit 1. Once the line is written, any exception of the import is that.
+        if _said:
+            sys.exit(EXIT_INTERRUPTED)
+        raise
     signal.signal(signal.SIGINT, previous)
     run_command_line()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import signal
 import subprocess
@@ -104,3 +105,40 @@ def test_ctrl_c_inside_a_lazy_import_is_an_interruption_not_a_bug(monkeypatch, c
         cli_main(["solve"])
     assert exit_.value.code == code
     assert capsys.readouterr().err.splitlines()[0].startswith(line)
+
+
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_ctrl_c_inside_a_compiled_initialiser_while_starting_is_one_line_and_exit_130(monkeypatch, capsys,
+                                                                                     interrupted):
+    """The console's own handler raises SystemExit(130) during the command line's imports; raised inside a
+    compiled module's initialiser it comes out as that module's ImportError, which reached the user as a
+    traceback and exit 1 (test_ctrl_c_during_start_up at 0.2 s, clean-clone CI, 2026-11-28). An ImportError
+    with no Ctrl-C before it is still raised."""
+    from shardplan.solver import console
+
+    real_import = builtins.__import__
+
+    def importing(name, *args, **kwargs):
+        if name == "shardplan.solver.cli.main":
+            try:
+                if interrupted:
+                    signal.raise_signal(signal.SIGINT)  # the handler runs here: its line, then SystemExit(130)
+                raise ImportError("initialization failed")
+            except SystemExit as exc:
+                raise ImportError("initialization failed") from exc
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(console, "_said", False)
+    monkeypatch.setattr(builtins, "__import__", importing)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        if interrupted:
+            with pytest.raises(SystemExit) as exit_:
+                console.main()
+            assert exit_.value.code == 130
+            assert capsys.readouterr().err == "shardplan: interrupted\n"
+        else:
+            with pytest.raises(ImportError, match="initialization failed"):
+                console.main()
+    finally:
+        signal.signal(signal.SIGINT, previous)
