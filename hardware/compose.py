@@ -38,7 +38,8 @@ STEP_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
 BASE_ORDER: tuple[str, ...] = ("trtllm", "vllm", "sglang")
 SEPARATOR = "+"  # a composed profile is named <GPU's default profile>+<engine>, e.g. h100-sxm+sglang
 # The GPU the generic profile is stored for: any GPU without a stored profile of its own (a preset nobody measured,
-# H20, H800, MI300X, or one a user describes). Composing for it gives generic+<engine>.
+# H20, MI300X, or one a user describes; H800 takes H100-SXM's, GPUSpec.profiles_from). Composing for it gives
+# generic+<engine>.
 ANY_GPU = "*"
 
 
