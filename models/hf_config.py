@@ -9,7 +9,6 @@ of saying which layers are MoE, Llama 4's nested ``text_config``, an MLA cache m
 from __future__ import annotations
 
 import builtins
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ from pydantic import ValidationError
 from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
 from shardplan.models.errors import SpecError, printable, quoted, spec_error_from
-from shardplan.models.files import MAX_INPUT_BYTES, parse_json, read_text
+from shardplan.models.files import MAX_INPUT_BYTES, json_text, parse_json, read_text
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
 Config = dict[str, Any]
@@ -42,7 +41,7 @@ def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:
     back to JSON text and read through the checks a file gets, so the same size and nesting bounds
     and the same messages apply. ``name`` defaults to its ``_shardplan_id``, else ``custom``."""
     try:
-        text = json.dumps(cfg, allow_nan=False)
+        text = json_text(cfg)
     except (TypeError, ValueError, RecursionError):
         raise SpecError("model", "the config is not a JSON object") from None
     size_bytes = len(text.encode("utf-8"))

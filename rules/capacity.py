@@ -57,7 +57,7 @@ class MemoryFits(Rule):
         weights = weight_bytes_total(problem.model) / n / GIB
         redundant, redundant_text = redundant_slots_gib(problem, n)
         fixed = profile.runtime_overhead_gib + (profile.comm_buffer_gib if n > 1 else 0.0)
-        kv, kv_text = pinned_batch_kv_gib(problem, n)
+        kv, kv_text = least_kv_cache_gib(problem, n)
         weights_text = f"weights {weights:.1f}{redundant_text} spread over all {n} GPUs"
         return weights + redundant + fixed + kv, limit, weights_text, fixed, kv_text
 
@@ -84,7 +84,7 @@ def redundant_slots_gib(problem: Problem, gpus: int) -> tuple[float, str]:
     return extra, f" + {extra:.1f} for {r} redundant expert slot{'' if r == 1 else 's'} per MoE layer"
 
 
-def pinned_batch_kv_gib(problem: Problem, gpus: int) -> tuple[float, str]:
+def least_kv_cache_gib(problem: Problem, gpus: int) -> tuple[float, str]:
     """The KV cache every layout holds at least, spread over all ``gpus`` GPUs, and how the message says it.
 
     A lower bound on every layout: a replica holds its whole batch's cache at full context on its own GPUs

@@ -144,26 +144,27 @@ def pooled(results: dict[tuple[str, str], dict[str, Cell]], column: str, pick: C
     return median_abs([e for cells in results.values() for e in pick(cells[column])])
 
 
+def beats(results: dict[tuple[str, str], dict[str, Cell]], column: str, reference: str) -> bool:
+    """Whether ``column``'s pooled median |TTFT| and |TPOT| are both below ``reference``'s."""
+    return all(pooled(results, column, pick) < pooled(results, reference, pick)
+               for pick in (lambda c: c.ttft, lambda c: c.tpot))
+
+
 def chosen(results: dict[tuple[str, str], dict[str, Cell]]) -> tuple[str | None, bool]:
     """The rule of the module's docstring: the candidate taken where a GPU has another engine's profile (None:
     none beats the fallback), and whether the table candidate is taken where it has none."""
 
-    def beats(column: str) -> bool:
-        return all(pooled(results, column, pick) < pooled(results, "fallback", pick)
-                   for pick in (lambda c: c.ttft, lambda c: c.tpot))
-
     def total(column: str) -> float:
         return pooled(results, column, lambda c: c.ttft) + pooled(results, column, lambda c: c.tpot)
 
-    winners = sorted((c for c in CANDIDATES if beats(c)), key=total)
-    return (winners[0] if winners else None), beats("table")
+    winners = sorted((c for c in CANDIDATES if beats(results, c, "fallback")), key=total)
+    return (winners[0] if winners else None), beats(results, "table", "fallback")
 
 
 def generic_taken(results: dict[tuple[str, str], dict[str, Cell]]) -> bool:
     """The same rule for GPUs without any stored profile: the engine's behaviour on the generic profile is taken if
-    its pooled median |TTFT| and |TPOT| are both below the generic profile's own."""
-    return all(pooled(results, "generic+behaviour", pick) < pooled(results, "generic", pick)
-               for pick in (lambda c: c.ttft, lambda c: c.tpot))
+    it beats the generic profile's own."""
+    return beats(results, "generic+behaviour", "generic")
 
 
 def print_results(results: dict[tuple[str, str], dict[str, Cell]]) -> None:
