@@ -7,10 +7,12 @@ remain), 2 unreadable or not a shardplan DAG (one line on stderr). ``main.py`` r
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
-from shardplan.models.errors import printable
+from shardplan.models.errors import SpecError, printable
 from shardplan.models.files import json_text
 from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
@@ -18,6 +20,18 @@ from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import validation_dict
 
 EXIT_INVALID, EXIT_BAD_INPUT = 1, 2
+
+
+@contextmanager
+def _named_out() -> Iterator[None]:
+    """The DAG writers name their output ``dag`` (``solve --dag``'s flag); here it is ``--out``, so an error
+    about the output file (an unknown extension, a DAG too large to write) names the flag the user set."""
+    try:
+        yield
+    except SpecError as exc:
+        if exc.field != "dag":
+            raise
+        raise SpecError("out", exc.reason) from None
 
 
 @click.command()
@@ -41,12 +55,14 @@ def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
     with OutputFiles([file]) as outputs:
         outputs.add("out", out)
         if out:
-            writer_for(out)  # an unknown extension fails before any work
+            with _named_out():
+                writer_for(out)  # an unknown extension fails before any work
         dag = read_json(file)
         if out:  # that is, --fix: each needs the other (checked above)
             check_writable(dag)
             dag, changes, diagnostics = fix_dag(dag)
-            write_graph(dag, outputs.temp("out"))
+            with _named_out():
+                write_graph(dag, outputs.temp("out"))
             outputs.commit()
         else:
             diagnostics = check_dag(dag)

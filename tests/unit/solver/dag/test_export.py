@@ -139,6 +139,22 @@ def test_validate_fix_writes_a_repaired_file(tmp_path: Path, capsys) -> None:
     assert code == 1 and "DAG-001" in out
 
 
+def test_validate_fix_names_out_when_the_output_cannot_be_written(tmp_path: Path, capsys, monkeypatch) -> None:
+    """An output error is about --out, the flag the user set (the writers' own name for it is solve's ``dag``)."""
+    path = write(tmp_path, "ok.json", build_dag(small_dense()))
+    code, out, err = run(capsys, "validate", path, "--fix", "--out", str(tmp_path / "x.png"))
+    assert (code, out) == (2, "") and err.startswith("shardplan: error: out: cannot tell the format")
+    g = build_dag(small_dense(), "expanded").copy()
+    collective_removed(g)
+    broken = write(tmp_path, "broken.json", g)
+    # The cap at the broken file's size: it is read, and its repair (the collective put back) is larger.
+    monkeypatch.setattr("shardplan.solver.dag.export.MAX_DAG_BYTES", Path(broken).stat().st_size)
+    fixed = tmp_path / "fixed.json"
+    code, out, err = run(capsys, "validate", broken, "--fix", "--out", str(fixed))
+    assert (code, out) == (2, "") and err.startswith("shardplan: error: out: the DAG's JSON would be")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.json", "ok.json"]
+
+
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"nodes": [], "edges": []}',
                                      '{"directed": true, "nodes": [{"id": "a"}], "edges": [], "graph": {}}'])
 def test_validate_exit_2_for_a_file_outside_the_schema(content: str, tmp_path: Path, capsys) -> None:
