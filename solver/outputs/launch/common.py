@@ -158,6 +158,8 @@ class PlanShape:
 
     def visible(self, local: list[int]) -> tuple[tuple[str, str], ...]:
         """CUDA_VISIBLE_DEVICES when a process does not own the whole node."""
+        # On AMD GPUs too: HIP honours it, and vLLM's ROCm platform names it as its device variable
+        # (vllm/platforms/rocm.py, device_control_env_var), so one variable serves both vendors.
         if local == list(range(self.per_node)):
             return ()
         return (("CUDA_VISIBLE_DEVICES", ",".join(map(str, local))),)
