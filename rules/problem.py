@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
 from shardplan.hardware import ClusterSpec
 from shardplan.hardware.compose import ANY_GPU
-from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, profile_for_gpu
+from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, list_profiles, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
 from shardplan.models.frozen import HashOnce
@@ -161,19 +161,42 @@ def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile
     return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
 
 
+# An engine profile whose weight stream is below this share of its GPU's table-fitted one was set by runs that do
+# not price a dense model's weight stream: h200-sxm-vllm's 0.475 of HBM peak against h200-sxm's 0.773, fitted on
+# vLLM's MoE runs on H200 (Kimi-K2, Qwen3-235B) and on Llama-3.1-8B runs that come out twice too slow at any stream
+# (benchmarks/accuracy/README.md, "One weight stream per GPU"). Every other engine profile is at 1.1-1.5x its GPU's.
+STREAM_SHARE_NOTED = 0.75
+
+
 def profile_notes(problem: Problem) -> list[str]:
     """What a plan's reader is told of the profile that priced it (the JSON's ``notes``, a note on stderr): that
-    it was fitted on another GPU than the cluster's. Accepted, not refused: users calibrate on one GPU and price
+    it was fitted on another GPU than the cluster's, or that its weight stream is one a dense model's decode is
+    likely priced slow at (``STREAM_SHARE_NOTED``). Accepted, not refused: users calibrate on one GPU and price
     a lookalike with it (an H800 or H20 with an H100's profile), and the cost model applies the profile's
     efficiencies and overheads to the cluster GPU's own peaks, bandwidths and memory. Only --profile names such
     a profile, or a preset priced with the profiles of a GPU of the same die (``GPUSpec.profiles_from``: H800-SXM
     with H100-SXM's); otherwise the default is the GPU's own, or the generic one (fitted for any GPU,
     ``ANY_GPU``), bare or composed."""
     profile, gpu = resolve_profile(problem), problem.cluster.gpu.name
+    notes = [] if problem.model.is_moe else _slow_stream_notes(profile)
     if profile.gpu in (ANY_GPU, gpu):
-        return []
+        return notes
     return [f"profile {profile.name} was fitted on {profile.gpu}, not on this cluster's {gpu}: its efficiencies "
-            f"and overheads are applied to {gpu}'s peak rates, bandwidths and memory"]
+            f"and overheads are applied to {gpu}'s peak rates, bandwidths and memory", *notes]
+
+
+def _slow_stream_notes(profile: Profile) -> list[str]:
+    """The note for an engine profile whose weight stream is far below its GPU's table-fitted one, else none."""
+    tables = [p for p in list_profiles() if p.default and p.gpu == profile.gpu]
+    if profile.engine is None or profile.default or not tables:
+        return []
+    table = tables[0]
+    if profile.hbm_efficiency >= STREAM_SHARE_NOTED * table.hbm_efficiency:
+        return []
+    return [f"profile {profile.name} streams weights at {profile.hbm_efficiency:.3g} of HBM peak, below the "
+            f"{table.hbm_efficiency:.3g} of {table.name} (fitted on {profile.gpu}'s table rows), set by its engine's "
+            f"runs on this GPU rather than by a dense weight stream: a dense model's decode is likely priced slow; "
+            f"compare another engine (--engine) on the same layout"]
 
 
 def memory_limit_gib(problem: Problem, profile: Profile) -> float:
