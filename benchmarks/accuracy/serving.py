@@ -64,6 +64,7 @@ from shardplan.solver.cost.calibration.engine_fit import (
     fit_engine,
     table_errors,
     tpot_errors,
+    tpot_floor_ms,
 )
 from shardplan.solver.cost.calibration.fit import (
     FLASHMLA_H800_SHARE,
@@ -780,6 +781,15 @@ def print_below_floor(priced: Sequence[Priced]) -> None:
     for p in below:
         print(f"  {p.run.label}: measured TPOT {p.run.tpot_ms:.1f} ms, floor "
               f"{decode_floor_ms(p.run.problem, p.run.layout):.1f} ms")
+    # The same with the prompts that share the steps: a run below it cannot have prefilled what its row states.
+    floored = [(p, tpot_floor_ms(p.run.problem, p.run.layout)) for p in priced]
+    below_tpot = [(p, floor) for p, floor in floored if p.run.tpot_ms < floor]
+    print(f"{len(below_tpot)} runs measure a TPOT below the least their steps allow with the other requests' prefill "
+          "sharing them, at every rate's physical peak (fewer prompt tokens prefilled than stated, e.g. a prefix "
+          "cache that hit, or speculative decoding); none is excluded")
+    for p, floor in below_tpot:
+        print(f"  {p.run.label}: measured TPOT {p.run.tpot_ms:.1f} ms, floor {floor:.1f} ms "
+              f"(its decode step {decode_floor_ms(p.run.problem, p.run.layout):.1f} ms), predicted {p.tpot_ms:.1f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,6 +116,14 @@ def decode_floor_ms(problem: Problem, layout: Layout) -> float:
     return evaluate(problem, layout, floor_profile(resolve_profile(problem))).metrics.decode_step_ms
 
 
+def tpot_floor_ms(problem: Problem, layout: Layout) -> float:
+    """The least TPOT of ``layout`` under load: ``decode_floor_ms``'s step plus the other requests' prefill that
+    shares the steps (each prompt prefilled once, as ``evaluate`` prices it), both at the physical limits
+    (``floor_profile``). A run measuring less prefilled fewer prompt tokens than it states (a prefix cache that
+    hit, shorter prompts) or decoded more than one token per step."""
+    return evaluate(problem, layout, floor_profile(resolve_profile(problem))).metrics.tpot_ms
+
+
 def table_errors(points: Sequence[Point], profile: Profile) -> list[float]:
     """predicted / measured - 1 of each table row priced with ``profile`` (a layout that does not fit
     counts as the 20x miss ``fit.residual`` gives it)."""

@@ -23,6 +23,7 @@ from shardplan.solver.cost.calibration.engine_fit import (
     floor_profile,
     kind_weights,
     tpot_errors,
+    tpot_floor_ms,
 )
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.points import THROUGHPUT, Point
@@ -177,3 +178,22 @@ def test_the_joint_fit_recovers_the_fields_from_runs_and_table_rows_together():
     assert "3 max-throughput rows of synthetic" in fitted.profile.source
     runs_only = fit_engine(base, "trtllm", runs, "synthetic runs").profile
     assert abs(runs_only.layer_overhead_us - 25.0) > 5.0 and max(abs(e) for e in tpot_errors(runs, runs_only)) < 0.01
+
+
+def test_the_tpot_floor_adds_the_other_prompts_flops_at_peak():
+    # Llama-3.1-8B on one H100 (989 TFLOP/s BF16 dense), 64 requests of 1,000 + 100 tokens in a closed loop: while
+    # one request makes a token, the other 63 prefill 63 / 100 prompts of 1,000 tokens between them. Each prompt
+    # token is 2 FLOPs per weight of the 32 layers (no LM head: only the last token's logits), and causal attention
+    # 4 FLOPs per key of d_model 4,096 for the 1,000 x 1,000 / 2 query-key pairs in each layer.
+    model = get_model("llama-3.1-8b")
+    per_layer = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336
+    prompt_flops = 1000 * 2 * 32 * per_layer + 4 * 4096 * 1000 * 1000 / 2 * 32
+    floors = {}
+    for batch in (1, 64):
+        workload = Workload(isl=1000, osl=100, batch=batch)
+        problem = Problem(model=model, cluster=parse_cluster("1xH100"), workload=workload,
+                          objective=Objective.THROUGHPUT, engine="vllm")
+        layout = Layout.even(model.num_layers, 1, batch=batch)
+        floors[batch] = tpot_floor_ms(problem, layout) - decode_floor_ms(problem, layout)
+    assert floors[1] == 0.0  # one request in flight: nothing else prefills
+    assert floors[64] == pytest.approx(63 / 100 * prompt_flops / 989e12 * 1e3, rel=0.01)
