@@ -203,8 +203,10 @@ def memory_limit_gib(problem: Problem, profile: Profile) -> float:
     """Per-GPU memory a plan may use: the user's cap, else capacity x the usable fraction.
 
     The one definition: the cost model reports it (``MemoryReport.limit_gib``), the solver's tables
-    bound stage memory by it, and MEM-001 quotes it.
+    bound stage memory by it, and MEM-001 quotes it. A cap only lowers the limit: one above the GPU's
+    memory (``--mem-cap-gib 200`` on an 80 GB H100) leaves the GPU's capacity as the limit, since no
+    engine setting makes more memory than the GPU has.
     """
     if problem.mem_cap_gib is not None:
-        return problem.mem_cap_gib
+        return min(problem.mem_cap_gib, problem.cluster.gpu.hbm_gib)
     return problem.cluster.gpu.hbm_gib * profile.usable_memory_fraction

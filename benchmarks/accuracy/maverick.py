@@ -109,8 +109,13 @@ def replay(point: Point, profile: Profile, variant: Variant) -> tuple[Point, Pro
         profile = profile.model_copy(update={"max_batch": profile.max_batch * replayed.layout.attn_dp})
     freed_gib = ends_freed_bytes(replayed, variant) / GIB
     if freed_gib:
+        # The GPU grows by as much: a cap above the GPU's memory leaves the capacity as the limit.
         cap_gib = memory_limit_gib(replayed.problem, profile) + freed_gib
-        problem = replayed.problem.model_copy(update={"mem_cap_gib": cap_gib})
+        cluster = replayed.problem.cluster
+        gpu = cluster.gpu.model_copy(update={"hbm_gib": cluster.gpu.hbm_gib + freed_gib})
+        problem = replayed.problem.model_copy(
+            update={"mem_cap_gib": cap_gib, "cluster": cluster.model_copy(update={"gpu": gpu})}
+        )
         replayed = dataclasses.replace(replayed, problem=problem)
     return replayed, profile
 

@@ -99,7 +99,8 @@ def problem_options(func: Command) -> Command:
                           "solve --serving disagg|auto decides it and refuses --batch); "
                           "default: 1 for latency and for evaluate, decided for throughput"),
         click.option("--mem-cap-gib", type=float, default=None,
-                     help="per-GPU memory cap in GiB (default: capacity x usable fraction)"),
+                     help="per-GPU memory cap in GiB, at most the GPU's capacity "
+                          "(default: capacity x usable fraction)"),
         click.option("--ttft-ms", type=float, default=None,
                      help="limit on time to first token in ms, at the plan's concurrency (default: none)"),
         click.option("--tpot-ms", type=float, default=None,

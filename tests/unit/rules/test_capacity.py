@@ -75,3 +75,16 @@ def test_redundant_expert_slots_count_in_the_lower_bound():
     one = MemoryFits().conflict_message(problem("qwen3-30b-a3b", "2xH100", redundant_slots=1))
     assert "+ 0.2 for 1 redundant expert slot per MoE layer spread over all 2 GPUs" in one  # 48 x 9 MiB / 2
     assert "redundant" not in MemoryFits().conflict_message(problem("qwen3-30b-a3b", "1xH100"))
+
+
+def test_a_cap_above_the_gpus_memory_leaves_the_capacity_as_the_limit():
+    # --mem-cap-gib 200 on an H100 (80 GiB in its preset): the limit was the cap, so memory checks passed a
+    # plan holding up to 200 GiB per GPU. The GPU's capacity bounds any cap.
+    p = problem("llama-3.1-70b", "2xH100", mem_cap_gib=200.0)
+    capacity = p.cluster.gpu.hbm_gib
+    assert capacity == 80.0
+    assert memory_limit_gib(p, resolve_profile(p)) == capacity
+    assert f"has {capacity:.1f}" in MemoryFits().conflict_message(p)
+    # One H100 cannot hold the 70B model's 131 GiB of BF16 weights, whatever the cap says.
+    one_gpu = problem("llama-3.1-70b", "1xH100", mem_cap_gib=200.0)
+    assert MemoryFits().fits_nowhere(one_gpu)
