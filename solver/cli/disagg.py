@@ -17,7 +17,13 @@ from shardplan.models import SpecError
 from shardplan.models.files import json_text
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg_plan import check_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, engine_with_emit
+from shardplan.solver.cli.inputs import (
+    ProblemArgs,
+    build_problem,
+    check_decodes,
+    check_pool_routing,
+    engine_with_emit,
+)
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import disagg_layout
 from shardplan.solver.cli.results import launch_dict
@@ -42,9 +48,9 @@ def refuse_single_pool_options(args: ProblemArgs, experts_out: str | None) -> No
         if value is not None:
             raise SpecError(degree.replace("_", "-"), "with --serving disagg give the degrees per pool "
                                                       "(--prefill KEY=VALUE,..., --decode KEY=VALUE,...)")
-    for option, given in (("experts-out", experts_out), ("load-profile", args.load_profile), ("zipf", args.zipf)):
-        if given is not None:
-            raise SpecError(option, "expert placement per pool is not supported with --serving disagg yet")
+    if experts_out is not None:
+        raise SpecError("experts-out", "expert placement per pool is not supported with --serving disagg yet")
+    check_pool_routing(args, "disagg")
 
 
 def evaluated_disagg(args: ProblemArgs, prefill: str | None, decode: str | None, out: DisaggOutputs,

@@ -231,6 +231,18 @@ def check_experts_out(problem: Problem, experts_out: str | None) -> None:
         raise SpecError("experts-out", "the model has no MoE layers: there is no expert placement to write")
 
 
+def check_pool_routing(args: ProblemArgs, serving: str) -> None:
+    """A routing profile is priced through an expert placement, which the pools do not build: a disaggregated
+    search would price uniform routing and drop the profile without a word, so it is refused, as
+    ``evaluate --serving disagg`` refuses it."""
+    if serving == "colocated":
+        return
+    for option, given in (("load-profile", args.load_profile), ("zipf", args.zipf)):
+        if given is not None:
+            raise SpecError(option, f"expert placement per pool is not supported with --serving {serving} yet, "
+                                    "so the pools would price uniform routing (--serving colocated takes it)")
+
+
 def check_decodes(problem: Problem) -> None:
     """A disaggregated deployment's decode pool starts after the first token, which the prefill pool makes: with
     --osl 1 it never runs, so it has no TPOT and no capacity to price, and the deployment is one prefill pool.

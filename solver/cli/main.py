@@ -30,6 +30,7 @@ from shardplan.solver.cli.inputs import (
     ProblemArgs,
     build_problem,
     check_experts_out,
+    check_pool_routing,
     engine_with_emit,
     held_notes,
     layout_from_pins,
@@ -552,7 +553,9 @@ def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | N
 
         with OutputFiles(input_files(kw)) as outputs:
             outputs.add("report", report_path)
-            problem = build_problem(problem_args(kw))
+            args = problem_args(kw)
+            check_pool_routing(args, serving)
+            problem = build_problem(args)
             objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
             check_serving_inputs(problem, None, objective_given, serving)
             run_modes = enumerate_disagg if serving == "disagg" else enumerate_both

@@ -28,7 +28,14 @@ from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Objective, Problem
 from shardplan.solver.cli.disagg import print_disagg
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem, check_decodes, check_experts_out, engine_with_emit
+from shardplan.solver.cli.inputs import (
+    ProblemArgs,
+    build_problem,
+    check_decodes,
+    check_experts_out,
+    check_pool_routing,
+    engine_with_emit,
+)
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import infeasible_dict, launch_dict, solved_dict
 from shardplan.solver.cli.working import searching
@@ -268,6 +275,7 @@ def prepare_serving(args: ProblemArgs, serving: str, rate_rps: float | None, obj
     """The checks of ``solve --serving`` in the order the CLI makes them (outputs, engine, problem,
     serving inputs), then the problem; ``args.engine`` becomes the ``--emit`` engine as in ``solve``."""
     out.check(outputs, serving)
+    check_pool_routing(args, serving)
     problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
     check_serving_inputs(problem, rate_rps, objective_given, serving)
     check_experts_out(problem, out.experts_out)

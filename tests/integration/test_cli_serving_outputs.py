@@ -216,3 +216,19 @@ def test_same_input_same_bytes_in_every_file(tmp_path, capsys) -> None:
         assert code == 0, err
         written.append({p.name: p.read_bytes() for p in folder.iterdir()})
     assert written[0] == written[1] and set(written[0]) == {"plan.json", "both.html"}
+
+
+@pytest.mark.parametrize(("command", "serving"), [("solve", "disagg"), ("solve", "auto"), ("enumerate", "disagg"),
+                                                  ("enumerate", "auto")])
+@pytest.mark.parametrize("routing", [["--zipf", "1.2"], ["--load-profile", "{d}/routing.json"]])
+def test_a_routing_profile_is_refused_where_the_pools_would_drop_it(command, serving, routing, tmp_path,
+                                                                    capsys) -> None:
+    # The pools price uniform routing (no expert placement per pool): solve --serving disagg --zipf 1.2 printed
+    # the very plan it prints without --zipf, 6,556.7 tokens/s/GPU for Qwen3-30B-A3B on 8xH100 either way.
+    option = routing[0].lstrip("-")
+    argv = [command, "--serving", serving, "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--tpot-ms", "50",
+            "--report", str(tmp_path / "r.html"), *(x.format(d=tmp_path) for x in routing)]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"error: {option}: expert placement per pool is not supported with --serving {serving}" in err
+    assert list(tmp_path.iterdir()) == []
