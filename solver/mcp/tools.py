@@ -34,6 +34,7 @@ from shardplan.solver.cli.inputs import (
     ProblemArgs,
     build_problem,
     check_experts_out,
+    check_pool_routing,
     engine_with_emit,
     layout_from_pins,
 )
@@ -202,7 +203,9 @@ def enumerate_layouts(args: EnumerateInput, session: Session) -> dict[str, Any]:
     time_limit_s = session.limits.solver_s(args.time_limit)
     if not 1 <= args.limit <= MAX_ENUMERATE_LIMIT:
         raise SpecError("limit", f"must be an integer in 1..{MAX_ENUMERATE_LIMIT} (the server's cap), got {args.limit}")
-    problem = build_problem(problem_args(args, session.root))
+    inputs = problem_args(args, session.root)
+    check_pool_routing(inputs, args.serving)
+    problem = build_problem(inputs)
     work = args.work_limit or None  # 0, as on the command line: none
     if args.serving == "disagg":
         return _enumerate_disagg(problem, args.limit, time_limit_s, work)

@@ -132,6 +132,9 @@ SERVING_BAD: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
      ("evaluate", "--serving", "disagg", "--prefill", "tp=two", "--decode", "tp=4")),
     ("evaluate", {"serving": "disagg", "prefill": "tp=2"}, ("evaluate", "--serving", "disagg", "--prefill", "tp=2")),
     ("evaluate", {"prefill": "tp=2"}, ("evaluate", "--prefill", "tp=2")),
+    ("plan", {"serving": "disagg", "zipf": 1.2}, ("solve", "--serving", "disagg", "--zipf", "1.2")),
+    ("enumerate", {"serving": "auto", "zipf": 1.2, "limit": 5, "time_limit": 5.0},
+     ("enumerate", "--serving", "auto", "--zipf", "1.2")),
 ]
 
 
