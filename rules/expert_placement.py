@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from shardplan.models.errors import SpecError
@@ -42,7 +42,7 @@ class LayerPlacement:
 
     def max_load(self, loads: Sequence[float]) -> float:
         """Tokens on the most-loaded GPU: what sets the layer's time."""
-        return max(self.gpu_loads(loads), default=0.0)
+        return _max_gpu_load(self.gpu_experts, tuple(loads))
 
     def replicas(self, expert: int) -> list[int]:
         """GPUs that host a copy of ``expert``."""
@@ -233,3 +233,10 @@ class PlanPlacement:
                                  "layer for the chosen layout; metrics include it)"),
             "stages": stages,
         }
+
+
+@lru_cache(maxsize=64)
+def _max_gpu_load(gpu_experts: tuple[tuple[tuple[int, float], ...], ...], loads: tuple[float, ...]) -> float:
+    """``LayerPlacement.max_load``, kept for the layers placed alike: under uniform routing every layer of a stage
+    has the same slots and loads (4,096 experts: 0.7 ms a layer, 48 layers a stage, each layout priced)."""
+    return max((sum(loads[e] * share for e, share in gpu) for gpu in gpu_experts), default=0.0)

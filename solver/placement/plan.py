@@ -95,10 +95,7 @@ def place_for_layout(problem: Problem, layout: Layout, placer: Placer = best_pla
         layers = tuple(i for i in layout.stage_layers(s) if model.is_moe_layer(i))
         if not layers:
             continue
-        sub = ExpertLoadProfile(
-            num_experts=profile.num_experts, layers=layers,
-            loads=tuple(profile.layer_loads(i) for i in layers), source=profile.source,
-        )
+        sub = profile.restricted_to(layers)
         gpus = tuple(layout.stage_gpus(0, s))
         etp = layout.expert_tp
         ranks = tuple(gpus[k * etp:(k + 1) * etp] for k in range(layout.ep))
