@@ -124,3 +124,20 @@ def test_csv(tmp_path):
         load_profile(path, 3, [3, 4])
     with pytest.raises(SpecError, match="cannot read"):
         load_profile(tmp_path / "absent.csv", 3, [3])
+
+
+def test_a_stages_rows_equal_the_profile_built_and_validated_from_them():
+    whole = zipf_profile(8, [1, 3, 5, 7], 1.2, 8.0, seed=3)
+    part = whole.restricted_to((3, 7))
+    validated = ExpertLoadProfile(num_experts=8, layers=(3, 7), loads=(whole.loads[1], whole.loads[3]),
+                                  source=whole.source)
+    assert part == validated and hash(part) == hash(validated)
+    assert part.layer_loads(7) == whole.layer_loads(7)
+
+
+@pytest.mark.parametrize(("layers", "field"), [((3, 4), "layer"), ((7, 3), "layers"), ((3, 3), "layers"),
+                                               ((), "layers")])
+def test_a_stage_of_layers_not_in_the_profile_or_out_of_order_is_refused(layers, field):
+    with pytest.raises(SpecError) as caught:
+        zipf_profile(8, [1, 3, 5, 7], 1.2, 8.0, seed=3).restricted_to(layers)
+    assert caught.value.field == field

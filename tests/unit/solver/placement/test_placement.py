@@ -135,3 +135,18 @@ def test_greedy_placement_places_each_layer_by_its_own_loads():
         alone = _to_layer(layer, greedy_layer(loads, 4, 5), loads)
         assert placed == alone and placed.layer == layer
     assert whole.layers[0].gpu_experts == whole.layers[2].gpu_experts != whole.layers[1].gpu_experts
+
+
+def test_layers_placed_alike_are_each_judged_by_their_own_loads_and_bound():
+    # Two layers on the same slots (one expert per GPU) with different loads: the checks keep what they found for
+    # one set of slots and loads, so each layer must still get its own max load (3.0 and 5.0 tokens by hand) and
+    # only the bound above its own be reported, under its own layer number.
+    slots = ((0, 1.0),), ((1, 1.0),)
+    profile = ExpertLoadProfile(num_experts=2, layers=(4, 6), loads=((1.0, 3.0), (5.0, 2.0)))
+    layers = (LayerPlacement(4, slots), LayerPlacement(6, slots))
+    assert [p.max_load(profile.layer_loads(p.layer)) for p in layers] == [3.0, 5.0]
+    honest = ExpertPlacement(2, 1, layers, (3.0, 5.0), "optimal", 0.0)
+    assert check_placement(honest, profile) == []
+    inflated = ExpertPlacement(2, 1, layers, (4.0, 5.0), "optimal", 0.0)
+    found = check_placement(inflated, profile)
+    assert [d.message for d in found] == ["layer 4: lower bound 4 above the achieved max load 3"]
