@@ -658,6 +658,7 @@ def main(argv: list[str] | None = None) -> None:
     The group runs through ``make_context``/``invoke`` rather than ``click``'s ``main``, which would
     turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
     """
+    _tolerant_streams()
     args = sys.argv[1:] if argv is None else list(argv)
     for i, arg in enumerate(args):
         # No command line carries a NUL (execve ends the argument there); main(argv) in-process can, and
@@ -668,6 +669,23 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"error: {option.lstrip('-').replace(chr(0), '') or 'argument'}: contains a NUL byte", EXIT_BAD_INPUT)
     with held_notes() as notes, _sigterm_unwinds():
         _run(args, notes)
+
+
+def _tolerant_streams() -> None:
+    """stdout and stderr escape what their encoding cannot hold (``\\xe8``) instead of raising.
+
+    Under ``PYTHONIOENCODING=ascii`` (or a latin-1 terminal) a model named by its file's stem
+    (``modèle.json``) made the human view raise UnicodeEncodeError: exit 3 and an internal-error line
+    for a layout that was priced.
+    JSON output is ASCII already (``json_text``); this only changes what would otherwise be a crash.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # an in-process capture may be another kind
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or a wrapper that refuses
+                pass
 
 
 class Terminated(KeyboardInterrupt):
