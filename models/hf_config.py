@@ -140,8 +140,13 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field's value; a field set to null is not given, as transformers reads it: ``default``."""
+        value = self.cfg.get(key)
+        return default if value is None else value
+
     def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if value is None:
             raise SpecError(key, "missing")
         if isinstance(value, bool) or not isinstance(value, int):
@@ -161,7 +166,7 @@ class _Reader:
         raise SpecError(keys[0], f"missing (also looked for {', '.join(keys[1:])})")
 
     def bool(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if not isinstance(value, bool):
             raise SpecError(key, f"expected true or false, got {quoted(value)}")
         return value
@@ -175,7 +180,7 @@ class _Reader:
         return value
 
     def str(self, key: str, default: str) -> str:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if not isinstance(value, str):
             raise SpecError(key, f"expected a string, got {quoted(value)}")
         return value
@@ -209,7 +214,9 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         return base, base
     if not isinstance(quant, dict):
         raise SpecError("quantization_config", "expected an object")
-    method = str(quant.get("quant_method", "")).lower()
+    if quant.get("quant_method") is None:
+        raise SpecError("quantization_config.quant_method", "missing; supported: fp8, mxfp4, awq, gptq")
+    method = str(quant["quant_method"]).lower()
     if method == "fp8":
         return DType.FP8, DType.FP8
     if method == "mxfp4":
