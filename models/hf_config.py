@@ -223,6 +223,12 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay 16-bit.
         return base, DType.MXFP4
     if method in ("awq", "gptq"):
+        # Only 4-bit integer weights are priced (DType.INT4); GPTQ and AWQ also write 2, 3 and 8 bits,
+        # which were priced as 4. Absent (or null), transformers' default: 4.
+        bits = quant.get("bits")
+        if bits is not None and (isinstance(bits, bool) or bits != 4):
+            raise SpecError("quantization_config.bits",
+                            f"{method} with {quoted(bits)} bits is not supported; only 4-bit {method} is priced")
         return DType.INT4, DType.INT4
     raise SpecError(
         "quantization_config.quant_method", f"unsupported {quoted(method)}; supported: fp8, mxfp4, awq, gptq"
