@@ -107,11 +107,19 @@ _FIELD_MAX = {
 def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
     """Build a ``ModelSpec`` from a parsed config.json."""
     archs = cfg.get("architectures")
-    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise SpecError("architectures", f"missing; supported: {', '.join(sorted(_FAMILIES))}")
+    supported = f"supported: {', '.join(sorted(_FAMILIES))}"
+    if archs is None:
+        raise SpecError("architectures", f"missing; {supported}")
+    if isinstance(archs, str):
+        raise SpecError("architectures", f"expected a list of class names, got the string {quoted(archs)}; "
+                                            "write it inside [ ]")
+    if not isinstance(archs, list) or not archs:
+        raise SpecError("architectures", f"expected a list of class names, got {quoted(archs)}; {supported}")
+    if not isinstance(archs[0], str):
+        raise SpecError("architectures", f"expected a class name, got {quoted(archs[0])}; {supported}")
     arch = archs[0]
     if arch not in _FAMILIES:
-        raise SpecError("architectures", f"unsupported {quoted(arch)}; supported: {', '.join(sorted(_FAMILIES))}")
+        raise SpecError("architectures", f"unsupported {quoted(arch)}; {supported}")
     if arch == "Llama4ForConditionalGeneration":
         text = cfg.get("text_config")
         if not isinstance(text, dict):
