@@ -386,6 +386,13 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     # no_rope_layers[i] == 1 marks a RoPE layer, which attends within chunks of attention_chunk_size;
     # absent, transformers makes every no_rope_layer_interval-th layer (default 4th) a global NoPE layer.
     rope_flags = r.int_list("no_rope_layers")
+    # A short list made the layers past its end global NoPE layers; a long one was refused naming
+    # sliding_window_layers, a field no config has.
+    if rope_flags and len(rope_flags) != layers:
+        raise SpecError("no_rope_layers", f"expected {layers} entries, one per layer, got {len(rope_flags)}")
+    if any(flag not in (0, 1) for flag in rope_flags):
+        bad = next(flag for flag in rope_flags if flag not in (0, 1))
+        raise SpecError("no_rope_layers", f"expected 1 (RoPE, chunked) or 0 (NoPE) per layer, got {bad}")
     if not rope_flags:
         interval = r.int("no_rope_layer_interval", default=4)
         rope_flags = [int((i + 1) % interval != 0) for i in range(layers)]
