@@ -166,6 +166,13 @@ def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
     missing = [c for c in columns if c not in header]
     if missing:
         raise SpecError(field, f"{path}: missing column {missing[0]}")
+    # A column named twice: the row dicts kept its last cell, so a second 'value' silently replaced the first.
+    # Unnamed columns (a spreadsheet's trailing empty ones) are read by nothing and may repeat.
+    seen: set[str] = set()
+    for name in header:
+        if name in seen and name.strip():
+            raise SpecError(field, f"{path}: column {quoted(name)} appears twice in the header")
+        seen.add(name)
     rows = []
     for line, cells in enumerate(lines, start=2):
         if not cells or (skip_blank_cells and not any(cell.strip() for cell in cells)):
