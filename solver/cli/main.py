@@ -541,6 +541,8 @@ def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | N
     \b
     Example: shardplan enumerate --model llama-3.1-70b --cluster 2x8xH100 --report layouts.html
     """
+    if as_json and jsonl:  # --jsonl silently won: one stream of lines where one JSON object was asked for
+        raise SpecError("json", "--json and --jsonl are two output formats; give one")
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
