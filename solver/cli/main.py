@@ -792,9 +792,15 @@ _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 
 def _internal_error(exc: Exception) -> None:
     """A bug: one line and the internal-error code; SHARDPLAN_DEBUG=1 re-raises for the traceback."""
-    if os.environ.get("SHARDPLAN_DEBUG"):
+    if debugging():
         raise exc
     fail(f"internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+
+
+def debugging() -> bool:
+    """SHARDPLAN_DEBUG is on when set to anything but empty, 0, false, no or off (any case): any non-empty
+    value was on, so SHARDPLAN_DEBUG=0 showed the traceback it was set to hide."""
+    return os.environ.get("SHARDPLAN_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def fail(message: str, code: int) -> None:
