@@ -84,12 +84,15 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
         raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
     try:
         return json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant,
-                          parse_float=_finite_float)
+                          parse_float=_finite_float, parse_int=_float_sized_int)
     except _RepeatedKey as exc:
         raise SpecError(field, f"{where} repeats the key {quoted(exc.key)} (which one counts is not clear)") from None
     except _NotFinite as exc:
         raise SpecError(field, f"{where} holds the number {quoted(exc.text)}, which is not finite (JSON numbers "
                                "are finite: RFC 8259 §6)") from None
+    except _TooLarge as exc:
+        raise SpecError(field, f"{where} holds the integer {quoted(exc.text, 24)}, larger than any number "
+                               "a float holds (about 1.8e308)") from None
     except json.JSONDecodeError as exc:
         raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits
@@ -113,6 +116,26 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise _NotFinite(text)
+    return value
+
+
+class _TooLarge(Exception):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+def _float_sized_int(text: str) -> int:
+    """A JSON integer no larger than the largest float: the checks and costs read numbers as floats, and
+    ``est_us: 1e400`` written as 1 and 400 zeros raised OverflowError there (exit 3) where ``1e400`` is refused.
+    Counted by digits first, so a literal of thousands of digits is never converted."""
+    if len(text.lstrip("-")) > 309:
+        raise _TooLarge(text)
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise _TooLarge(text) from None
     return value
 
 
@@ -166,6 +189,13 @@ def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
     missing = [c for c in columns if c not in header]
     if missing:
         raise SpecError(field, f"{path}: missing column {missing[0]}")
+    # A column named twice: the row dicts kept its last cell, so a second 'value' silently replaced the first.
+    # Unnamed columns (a spreadsheet's trailing empty ones) are read by nothing and may repeat.
+    seen: set[str] = set()
+    for name in header:
+        if name in seen and name.strip():
+            raise SpecError(field, f"{path}: column {quoted(name)} appears twice in the header")
+        seen.add(name)
     rows = []
     for line, cells in enumerate(lines, start=2):
         if not cells or (skip_blank_cells and not any(cell.strip() for cell in cells)):

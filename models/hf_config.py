@@ -107,11 +107,19 @@ _FIELD_MAX = {
 def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
     """Build a ``ModelSpec`` from a parsed config.json."""
     archs = cfg.get("architectures")
-    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise SpecError("architectures", f"missing; supported: {', '.join(sorted(_FAMILIES))}")
+    supported = f"supported: {', '.join(sorted(_FAMILIES))}"
+    if archs is None:
+        raise SpecError("architectures", f"missing; {supported}")
+    if isinstance(archs, str):
+        raise SpecError("architectures", f"expected a list of class names, got the string {quoted(archs)}; "
+                                            "write it inside [ ]")
+    if not isinstance(archs, list) or not archs:
+        raise SpecError("architectures", f"expected a list of class names, got {quoted(archs)}; {supported}")
+    if not isinstance(archs[0], str):
+        raise SpecError("architectures", f"expected a class name, got {quoted(archs[0])}; {supported}")
     arch = archs[0]
     if arch not in _FAMILIES:
-        raise SpecError("architectures", f"unsupported {quoted(arch)}; supported: {', '.join(sorted(_FAMILIES))}")
+        raise SpecError("architectures", f"unsupported {quoted(arch)}; {supported}")
     if arch == "Llama4ForConditionalGeneration":
         text = cfg.get("text_config")
         if not isinstance(text, dict):
@@ -140,8 +148,13 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field's value; a field set to null is not given, as transformers reads it: ``default``."""
+        value = self.cfg.get(key)
+        return default if value is None else value
+
     def int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if value is None:
             raise SpecError(key, "missing")
         if isinstance(value, bool) or not isinstance(value, int):
@@ -161,7 +174,7 @@ class _Reader:
         raise SpecError(keys[0], f"missing (also looked for {', '.join(keys[1:])})")
 
     def bool(self, key: str, default: bool) -> bool:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if not isinstance(value, bool):
             raise SpecError(key, f"expected true or false, got {quoted(value)}")
         return value
@@ -175,7 +188,7 @@ class _Reader:
         return value
 
     def str(self, key: str, default: str) -> str:
-        value = self.cfg.get(key, default)
+        value = self.get(key, default)
         if not isinstance(value, str):
             raise SpecError(key, f"expected a string, got {quoted(value)}")
         return value
@@ -209,13 +222,21 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         return base, base
     if not isinstance(quant, dict):
         raise SpecError("quantization_config", "expected an object")
-    method = str(quant.get("quant_method", "")).lower()
+    if quant.get("quant_method") is None:
+        raise SpecError("quantization_config.quant_method", "missing; supported: fp8, mxfp4, awq, gptq")
+    method = str(quant["quant_method"]).lower()
     if method == "fp8":
         return DType.FP8, DType.FP8
     if method == "mxfp4":
         # gpt-oss: only the routed experts are MXFP4; attention, router and embeddings stay 16-bit.
         return base, DType.MXFP4
     if method in ("awq", "gptq"):
+        # Only 4-bit integer weights are priced (DType.INT4); GPTQ and AWQ also write 2, 3 and 8 bits,
+        # which were priced as 4. Absent (or null), transformers' default: 4.
+        bits = quant.get("bits")
+        if bits is not None and (isinstance(bits, bool) or bits != 4):
+            raise SpecError("quantization_config.bits",
+                            f"{method} with {quoted(bits)} bits is not supported; only 4-bit {method} is priced")
         return DType.INT4, DType.INT4
     raise SpecError(
         "quantization_config.quant_method", f"unsupported {quoted(method)}; supported: fp8, mxfp4, awq, gptq"
@@ -365,6 +386,13 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     # no_rope_layers[i] == 1 marks a RoPE layer, which attends within chunks of attention_chunk_size;
     # absent, transformers makes every no_rope_layer_interval-th layer (default 4th) a global NoPE layer.
     rope_flags = r.int_list("no_rope_layers")
+    # A short list made the layers past its end global NoPE layers; a long one was refused naming
+    # sliding_window_layers, a field no config has.
+    if rope_flags and len(rope_flags) != layers:
+        raise SpecError("no_rope_layers", f"expected {layers} entries, one per layer, got {len(rope_flags)}")
+    if any(flag not in (0, 1) for flag in rope_flags):
+        bad = next(flag for flag in rope_flags if flag not in (0, 1))
+        raise SpecError("no_rope_layers", f"expected 1 (RoPE, chunked) or 0 (NoPE) per layer, got {bad}")
     if not rope_flags:
         interval = r.int("no_rope_layer_interval", default=4)
         rope_flags = [int((i + 1) % interval != 0) for i in range(layers)]

@@ -542,6 +542,8 @@ def enumerate_cmd(ctx: click.Context, as_json: bool, jsonl: bool, limit: int | N
     \b
     Example: shardplan enumerate --model llama-3.1-70b --cluster 2x8xH100 --report layouts.html
     """
+    if as_json and jsonl:  # --jsonl silently won: one stream of lines where one JSON object was asked for
+        raise SpecError("json", "--json and --jsonl are two output formats; give one")
     if limit is not None and limit < 1:
         raise SpecError("limit", f"must be >= 1, got {limit}")
     check_time_limit(time_limit)
@@ -661,6 +663,7 @@ def main(argv: list[str] | None = None) -> None:
     The group runs through ``make_context``/``invoke`` rather than ``click``'s ``main``, which would
     turn a closed stdout into exit 1 (our "infeasible") and Ctrl-C into a blank line and "Aborted!".
     """
+    _tolerant_streams()
     args = sys.argv[1:] if argv is None else list(argv)
     for i, arg in enumerate(args):
         # No command line carries a NUL (execve ends the argument there); main(argv) in-process can, and
@@ -671,6 +674,23 @@ def main(argv: list[str] | None = None) -> None:
             fail(f"error: {option.lstrip('-').replace(chr(0), '') or 'argument'}: contains a NUL byte", EXIT_BAD_INPUT)
     with held_notes() as notes, _sigterm_unwinds():
         _run(args, notes)
+
+
+def _tolerant_streams() -> None:
+    """stdout and stderr escape what their encoding cannot hold (``\\xe8``) instead of raising.
+
+    Under ``PYTHONIOENCODING=ascii`` (or a latin-1 terminal) a model named by its file's stem
+    (``modèle.json``) made the human view raise UnicodeEncodeError: exit 3 and an internal-error line
+    for a layout that was priced.
+    JSON output is ASCII already (``json_text``); this only changes what would otherwise be a crash.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # an in-process capture may be another kind
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or a wrapper that refuses
+                pass
 
 
 class Terminated(KeyboardInterrupt):
@@ -775,9 +795,15 @@ _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
 
 def _internal_error(exc: Exception) -> None:
     """A bug: one line and the internal-error code; SHARDPLAN_DEBUG=1 re-raises for the traceback."""
-    if os.environ.get("SHARDPLAN_DEBUG"):
+    if debugging():
         raise exc
     fail(f"internal error: {type(exc).__name__}: {exc} (SHARDPLAN_DEBUG=1 shows the traceback)", EXIT_INTERNAL)
+
+
+def debugging() -> bool:
+    """SHARDPLAN_DEBUG is on when set to anything but empty, 0, false, no or off (any case): any non-empty
+    value was on, so SHARDPLAN_DEBUG=0 showed the traceback it was set to hide."""
+    return os.environ.get("SHARDPLAN_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def fail(message: str, code: int) -> None:

@@ -16,6 +16,7 @@ bits. A hard link to the target is not updated: the rename gives the name a new 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -31,6 +32,34 @@ from shardplan.models.errors import printable
 
 def _resolved(path: str | Path) -> str:
     return os.path.realpath(os.path.abspath(path))
+
+
+# /dev/stdout and its kin, and the descriptor folders they lead to (/dev/fd -> /proc/self/fd -> /proc/PID/fd).
+_STREAMS = frozenset({"/dev/stdin", "/dev/stdout", "/dev/stderr"})
+_DESCRIPTORS = re.compile(r"^/(?:dev|proc/[^/]+)/fd/")
+_MAX_LINKS = 40  # as the kernel's limit on links followed in one lookup
+
+
+def _names_a_stream(path: str) -> bool:
+    """Whether ``path``, or a link on the way to what it names, is an open descriptor: ``--out /dev/stdout``.
+
+    Resolved, such a path is the descriptor's target: a pipe (``/proc/PID/fd/pipe:[N]``, so the folder
+    check said 'cannot write to /proc/PID/fd: No such file or directory'), a terminal (refused as not a
+    regular file), or the file stdout was redirected to, which the temporary's rename then replaced under
+    the shell's redirection. None of them is what the option is for.
+    """
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        folder, name = os.path.split(current)
+        current = os.path.join(os.path.realpath(folder), name)
+        if current in _STREAMS or _DESCRIPTORS.match(current):
+            return True
+        try:
+            link = os.readlink(current)
+        except OSError:  # not a link (or gone): what it names is not reached through a descriptor
+            return False
+        current = os.path.normpath(os.path.join(folder, link))
+    return False
 
 
 def _is_same_file(a: str, b: str) -> bool:
@@ -59,6 +88,9 @@ class OutputFiles:
         if not str(path):  # realpath("") is the current folder: calibrate --out '' wrote its profiles there
             raise SpecError(option, "an empty path; name the file to write")
         shown, target = str(path), _resolved(path)
+        if _names_a_stream(str(path)):
+            raise SpecError(option, f"{printable(shown)} is an open stream (such as standard output), not a file; "
+                                    "name a file to write")
         if directory_ok and os.path.isdir(target):
             folder = target
         else:

@@ -142,3 +142,23 @@ def test_ctrl_c_inside_a_compiled_initialiser_while_starting_is_one_line_and_exi
                 console.main()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("value", ["0", "", "false", "No", " off "])
+def test_shardplan_debug_off_values_keep_the_one_line(monkeypatch, capsys, value):
+    """Any non-empty SHARDPLAN_DEBUG turned tracebacks on: SHARDPLAN_DEBUG=0 re-raised the bug."""
+    monkeypatch.setenv("SHARDPLAN_DEBUG", value)
+    monkeypatch.setattr(package_cli, "invoke", _command_raising(RuntimeError("a bug")))
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["solve"])
+    assert exit_.value.code == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "shardplan: internal error: RuntimeError: a bug (SHARDPLAN_DEBUG=1 shows the traceback)"]
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "on"])
+def test_shardplan_debug_on_values_re_raise(monkeypatch, value):
+    monkeypatch.setenv("SHARDPLAN_DEBUG", value)
+    monkeypatch.setattr(package_cli, "invoke", _command_raising(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli_main(["solve"])

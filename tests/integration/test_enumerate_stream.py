@@ -128,3 +128,16 @@ def test_ctrl_c_closes_the_json_object_as_partial():
         data = json.loads(out)
         assert data["partial"] is True and data["count"] == len(data["plans"])
         assert data["pareto"] == [row["index"] for row in data["plans"] if row["pareto"]]
+
+
+@pytest.mark.parametrize("serving", ["colocated", "disagg", "auto"])
+def test_json_and_jsonl_together_are_refused_naming_both(tmp_path, capsys, serving):
+    # --jsonl silently won: lines of JSON where one object was asked for, exit 0.
+    report = tmp_path / "r.html"
+    with pytest.raises(SystemExit) as exit_:
+        main(["enumerate", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--serving", serving,
+              "--json", "--jsonl", "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert (exit_.value.code, out) == (2, "")
+    assert err.splitlines() == ["shardplan: error: json: --json and --jsonl are two output formats; give one"]
+    assert not report.exists()

@@ -121,3 +121,15 @@ def test_an_operator_points_file_is_checked_row_by_row(tmp_path, capsys, ops, me
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("column", ["value", "gpu", "notes"])
+def test_a_column_named_twice_is_refused_naming_it(tmp_path, capsys, column):
+    # A second 'value' column silently replaced the first (the row dicts keep the last cell): the fit ran
+    # on it and wrote a profile, exit 0.
+    lines = csv_text(TINY).splitlines()
+    second = {"value": "999", "gpu": "H200", "notes": "x"}[column]
+    lines = [lines[0] + f",{column}"] + [line + f",{second}" for line in lines[1:]]
+    code, err = calibrate(tmp_path, capsys, ("\n".join(lines) + "\n").encode())
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.strip().endswith(f"points.csv: column '{column}' appears twice in the header")
