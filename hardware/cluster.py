@@ -215,10 +215,9 @@ def _default_domain(gpu: GPUSpec, num_nodes: int, per_node: int) -> int:
 
 
 # Two or three fields separated by "x" (or "×"), the last being the GPU name. Signs are let through
-# here only so that "-1xH100" gets a message about the count rather than about the syntax. Counts are
-# ASCII digits, as a pool's values are: \d also takes '٨' and '８', which int() reads as 8.
+# here only so that "-1xH100" gets a message about the count rather than about the syntax.
 _CLUSTER_RE = re.compile(
-    r"^\s*(?P<first>[+-]?[0-9]+)\s*[x×]\s*(?:(?P<second>[+-]?[0-9]+)\s*[x×]\s*)?(?P<gpu>\S.*?)\s*$", re.IGNORECASE
+    r"^\s*(?P<first>[+-]?\d+)\s*[x×]\s*(?:(?P<second>[+-]?\d+)\s*[x×]\s*)?(?P<gpu>\S.*?)\s*$", re.IGNORECASE
 )
 _FORMS = "expected NxGPU (8xH100) or AxBxGPU (4x8xH200)"
 # The largest cluster parse_cluster builds: a million GPUs, far past any deployment, and small
@@ -236,8 +235,6 @@ def parse_cluster(text: str) -> ClusterSpec:
     text = str(text)
     if len(text) > 100:
         raise SpecError("cluster", f"{text[:20]!r}... is {len(text)} characters long; {_FORMS}")
-    if any(ch.isdigit() and not ch.isascii() for ch in text):
-        raise SpecError("cluster", f"cannot read {text!r}: numbers are written in ASCII digits; {_FORMS}")
     match = _CLUSTER_RE.match(text)
     if match is None:
         raise SpecError("cluster", f"cannot read {text!r}; {_FORMS}")

@@ -78,7 +78,7 @@ MAX_REDUNDANT_SLOTS = 4096  # the most experts a config may have (models.hf_conf
 MAX_ZIPF_EXPONENT = 100.0  # past ~10 every token already goes to one expert
 
 
-_STAGE = re.compile(r"^\s*([0-9]{1,9})\s*:\s*([0-9]{1,9})\s*$")  # ASCII digits: \d takes '٣' and '３' too
+_STAGE = re.compile(r"^\s*(\d{1,9})\s*:\s*(\d{1,9})\s*$")
 MAX_STAGES = 1024  # no model has more layers (models.hf_config.MAX_LAYERS)
 
 

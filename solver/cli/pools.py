@@ -23,8 +23,7 @@ from shardplan.rules.problem import Pins, Problem
 from shardplan.solver.cli.inputs import check_pins, layout_from_pins, note_on_stderr, parse_stages, read_engines_tp
 
 POOL_KEYS = ("workers", "pp", "tp", "sp", "ep", "attn_dp", "expert_tp", "stages", "batch")
-_RANGE = re.compile(r"^\s*[0-9]{1,9}\s*:\s*[0-9]{1,9}\s*$")
-_DIGITS = re.compile(r"^[0-9]{1,9}\Z")
+_RANGE = re.compile(r"^\s*\d{1,9}\s*:\s*\d{1,9}\s*$")
 MAX_POOL_TEXT = 4096
 
 
@@ -49,11 +48,11 @@ def parse_pool(role: str, text: str) -> dict[str, Any]:
             raise SpecError(f"{role} {named}" if named else role, f"unknown key{shown}; one of {', '.join(POOL_KEYS)}")
         if key in values:
             raise SpecError(f"{role} {key}", "given twice")
+        value = value.strip()
         if key == "stages":
-            values[key] = value.strip()
-        elif not _DIGITS.match(value):
-            # Plain ASCII digits only: int() also takes '٣', '３', '+3', ' 3' and '3_0', which no one means.
-            raise SpecError(f"{role} {key}", f"must be a positive integer in ASCII digits, got {quoted(value)}")
+            values[key] = value
+        elif not value.isdecimal() or len(value) > 9:  # isdigit() takes "²", which int() refuses
+            raise SpecError(f"{role} {key}", f"must be a positive integer, got {quoted(value)}")
         else:
             values[key] = int(value)
             if values[key] < 1 or values[key] > MAX_GPUS:

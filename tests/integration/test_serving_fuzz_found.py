@@ -53,32 +53,15 @@ def test_a_superscript_digit_in_a_pool_is_bad_input(value: str, capsys) -> None:
     code, _, err = run(["evaluate", "--serving", "disagg", *LLAMA_8B, "--prefill", f"workers=1,tp={value}",
                         "--decode", "workers=1"], capsys)
     assert code == 2
-    assert err.strip().splitlines() == [
-        f"shardplan: error: prefill tp: must be a positive integer in ASCII digits, got '{value}'"]
+    assert err.strip().splitlines() == [f"shardplan: error: prefill tp: must be a positive integer, got '{value}'"]
 
 
-@pytest.mark.parametrize("value", ["٣", "３", "+3", " 3", "3 ", "3_0", "0x3", "1234567890"])
-def test_a_pool_value_not_in_plain_ascii_digits_is_refused_naming_the_key(value: str, capsys) -> None:
-    """int() reads all but the last two as 3 (and '0x3' with base 0); isdecimal() let '٣' and '３' through as
-    3, a space was stripped, and they priced a pool. Only ASCII digits are a pool's number now (this replaces
-    the test that read Arabic-Indic and fullwidth digits as their values)."""
-    code, out, err = run(["evaluate", "--serving", "disagg", *LLAMA_8B, "--prefill", f"workers={value},tp=1",
-                          "--decode", "workers=1,tp=2"], capsys)
-    assert (code, out) == (2, "")
-    assert err.strip().splitlines() == [
-        f"shardplan: error: prefill workers: must be a positive integer in ASCII digits, got {value!r}"]
-
-
-def test_a_pool_range_in_other_digits_is_refused(capsys) -> None:
-    code, _, err = run(["evaluate", "--serving", "disagg", *LLAMA_8B, "--prefill", "workers=1,pp=2,stages=٠:١٦,16:32",
-                        "--decode", "workers=1,tp=2"], capsys)
-    assert code == 2 and "stages" in err and "START:END" in err
-
-
-def test_leading_zeros_are_still_a_number(capsys) -> None:
-    code, out, _ = run(["evaluate", "--serving", "disagg", *LLAMA_8B, "--prefill", "workers=02,tp=1",
+def test_decimal_digits_of_other_scripts_are_read_as_their_values(capsys) -> None:
+    """Arabic-Indic and fullwidth digits are read as the numbers they are, as the other flags read them."""
+    code, out, _ = run(["evaluate", "--serving", "disagg", *LLAMA_8B, "--prefill", "workers=٢,tp=１",
                         "--decode", "workers=1,tp=2", "--batch", "8", "--json"], capsys)
-    assert code in (0, 1) and json.loads(out)["prefill"]["workers"] == 2
+    data = json.loads(out)
+    assert code in (0, 1) and data["prefill"]["workers"] == 2 and data["decode"]["gpus_per_worker"] == 2
 
 
 def per_group_batches(plan: dict[str, Any]) -> tuple[int, int, int]:
@@ -197,10 +180,3 @@ def test_the_seed_stops_at_the_deadline() -> None:
     time.sleep(1e-6)
     assert seed(late, passed) is None
     assert late.refused == {}
-
-
-def test_stages_in_other_digits_are_refused(capsys) -> None:
-    """--stages matched with \\d, which takes '٠' and '١٦': Arabic-Indic stage boundaries priced a layout."""
-    code, out, err = run(["evaluate", *LLAMA_8B, "--pp", "2", "--stages", "٠:١٦,١٦:٣٢"], capsys)
-    assert (code, out) == (2, "")
-    assert err.strip().splitlines() == ["shardplan: error: stages: '٠:١٦' is not START:END (e.g. 0:30,30:61)"]

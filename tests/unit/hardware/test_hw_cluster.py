@@ -150,11 +150,3 @@ def test_from_gpu_overrides_and_invariants():
     assert info.value.field.startswith("cluster.num_nodes")
     with pytest.raises(SpecError):
         ClusterSpec.from_gpu(h100, 1, scaleup_gb_per_s=-1.0)
-
-
-@pytest.mark.parametrize("text", ["٨xH100", "８xH100", "2x٨xH200", "2x８xH100", "１x8xH100"])
-def test_counts_in_other_scripts_digits_are_refused(text):
-    # \d and int() read '٨' and '８' as 8: '٨xH100' planned 8 H100s, exit 0 (pool values refuse them too).
-    with pytest.raises(SpecError) as err:
-        parse_cluster(text)
-    assert err.value.field == "cluster" and "ASCII digits" in err.value.reason
