@@ -263,21 +263,25 @@ def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | No
     )
 
 
-def _every_layer_window(r: _Reader) -> tuple[tuple[int, ...], int | None]:
+def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | None]:
     """Mistral-style sliding window on every layer, when the config sets one.
 
-    Qwen configs carry a ``sliding_window`` value too, but it only applies with
-    ``use_sliding_window: true``.
+    Qwen configs carry a ``sliding_window`` value too, but it only applies with ``use_sliding_window: true``
+    (transformers' Qwen2/Qwen3 configs default it to false), and then only from layer ``max_window_layers``
+    on (default 28), as transformers' Qwen2/Qwen3 models lay their layers out.
     """
-    if not r.has("sliding_window") or not r.bool("use_sliding_window", True):
+    qwen = arch.startswith("Qwen")
+    if not r.has("sliding_window") or not r.bool("use_sliding_window", not qwen):
         return (), None
     window = r.int("sliding_window")
-    return tuple(range(r.int("num_hidden_layers"))), window
+    layers = r.int("num_hidden_layers")
+    first = min(r.int("max_window_layers", default=28, minimum=0), layers) if qwen else 0
+    return tuple(range(first, layers)), window
 
 
 def _dense(r: _Reader, name: str, arch: str, qkv_bias: bool = False) -> ModelSpec:
     """Llama 2/3, Mistral, Qwen2, Qwen3: one attention and one gated FFN per layer."""
-    attention = _attention(r, *_every_layer_window(r))
+    attention = _attention(r, *_every_layer_window(r, arch))
     if qkv_bias:
         attention = attention.model_copy(update={"qkv_bias": True})
     return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"))
@@ -297,7 +301,7 @@ def _mixtral(r: _Reader, name: str, arch: str) -> ModelSpec:
         layers=tuple(range(layers)),
     )
     common = _common(r, name, arch)
-    attention = _attention(r, *_every_layer_window(r))
+    attention = _attention(r, *_every_layer_window(r, arch))
     return ModelSpec(**common, attention=attention, intermediate_size=0, moe=moe)
 
 
@@ -314,7 +318,8 @@ def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
     )
     dense_ffn = r.int("intermediate_size") if len(moe_layers) < layers else r.int("intermediate_size", minimum=0)
     return ModelSpec(
-        **_common(r, name, arch), attention=_attention(r, *_every_layer_window(r)), intermediate_size=dense_ffn, moe=moe
+        **_common(r, name, arch), attention=_attention(r, *_every_layer_window(r, arch)), intermediate_size=dense_ffn,
+        moe=moe,
     )
 
 

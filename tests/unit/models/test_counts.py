@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from shardplan.models import get_model
+from shardplan.models import get_model, load_config
 from shardplan.models.derived import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -12,6 +14,7 @@ from shardplan.models.derived import (
     prefill_flops,
     weight_bytes_total,
 )
+from shardplan.models.presets import CONFIG_DIR
 from tests.unit.models.published_counts import PUBLISHED
 
 # Publishers count "active" parameters two ways. Mistral, Meta and Qwen count both vocabulary
@@ -114,3 +117,18 @@ def test_prefill_flops_have_the_quadratic_attention_term():
     for L in (1024, 8192):
         attention = 32 * 2 * 32 * (128 + 128) * L * (L + 1) / 2
         assert prefill_flops(spec, L) == pytest.approx(L * linear + attention + head)
+
+
+def test_a_qwen_window_applies_only_when_asked_and_from_max_window_layers_on():
+    # transformers' Qwen2/Qwen3 configs: use_sliding_window defaults to false; when true, layers from
+    # max_window_layers (default 28) on attend within the window. Qwen3-32B has 64 layers.
+    base = json.loads((CONFIG_DIR / "qwen3-32b.json").read_text())
+    del base["use_sliding_window"]
+    unasked = load_config({**base, "sliding_window": 4096})
+    assert unasked.attention.sliding_window_layers == ()
+    asked = load_config({**base, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 60})
+    assert asked.attention.sliding_window == 4096
+    assert asked.attention.sliding_window_layers == (60, 61, 62, 63)
+    default_start = load_config({**base, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": None})
+    assert default_start.attention.sliding_window_layers == tuple(range(28, 64))
+    # Mistral has no use_sliding_window: its window covers every layer (test_mistral_window_applies_to_every_layer).
