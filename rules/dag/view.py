@@ -106,6 +106,27 @@ def graph_schema_problems(dag: Any) -> list[str]:
         out.append("graph attribute moe_layers is missing or not a list of the model's layer indices")
     if not isinstance(g.get("allow", []), (list, tuple)):
         out.append("graph attribute allow is not a list of policy switches")
+    out.extend(_stated_problems(g, layout))
+    return out
+
+
+def _stated_problems(g: dict[Any, Any], layout: Layout) -> list[str]:
+    """``degrees`` and ``cluster_gpus`` are optional (validation reads the layout), but scripts read them: where
+    given they must say what the layout says (a dense model's ep is 1) and the cluster must hold the layout."""
+    out = []
+    degrees = g.get("degrees")
+    if degrees is not None:
+        expected = {**layout.degrees(), **({"ep": 1} if g["num_experts"] == 0 else {})}
+        if not isinstance(degrees, dict) or set(degrees) - set(expected):
+            out.append(f"graph attribute degrees is not an object of the degrees {', '.join(expected)}")
+        else:
+            wrong = [k for k, v in degrees.items() if not _is_int(v) or v != expected[k]]
+            if wrong:
+                k = wrong[0]
+                out.append(f"graph attribute degrees.{k} is {degrees[k]!r}; the layout's is {expected[k]}")
+    gpus = g.get("cluster_gpus")
+    if gpus is not None and (not _is_int(gpus) or gpus < layout.num_gpus):
+        out.append(f"graph attribute cluster_gpus is {gpus!r}; the layout uses {layout.num_gpus} GPUs")
     return out
 
 

@@ -193,3 +193,30 @@ def test_malformed_attributes_are_reported_never_raised() -> None:
         found = check_dag(g)
         fix_dag(g)
         assert all(d.rule.startswith("DAG-") for d in found)
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("degrees", {"tp": 10**20}, "degrees.tp is 100000000000000000000; the layout's is 2"),
+    ("degrees", {"tp": 4}, "degrees.tp is 4; the layout's is 2"),
+    ("degrees", {"tp": True}, "degrees.tp is True; the layout's is 2"),
+    ("degrees", {"ep": 2}, "degrees.ep is 2; the layout's is 1"),  # small_dense: 2 GPUs a stage, but no experts
+    ("degrees", {"pipeline": 2}, "degrees is not an object of the degrees dp, pp, tp, sp, ep, attn_dp, expert_tp"),
+    ("degrees", [2, 2], "degrees is not an object"),
+    ("cluster_gpus", -3, "cluster_gpus is -3; the layout uses 8 GPUs"),
+    ("cluster_gpus", 7, "cluster_gpus is 7; the layout uses 8 GPUs"),
+])
+def test_degrees_and_cluster_size_must_say_what_the_layout_says(key, value, says, tmp_path: Path, capsys) -> None:
+    # Validation reads the layout, but scripts read degrees and cluster_gpus: a file whose degrees.tp was 1e20
+    # (small_dense is dp=2, pp=2, tp=2 on 8 GPUs) was reported valid.
+    dag = build_dag(small_dense())
+    dag.graph[key] = {**dag.graph[key], **value} if isinstance(value, dict) else value
+    code, out, err = run(capsys, "validate", write(tmp_path, "d.json", dag))
+    assert code == 2 and out == "" and f"is not a shardplan DAG: graph attribute {says}" in err
+
+
+def test_a_rank_of_true_is_not_gpu_1() -> None:
+    dag = build_dag(small_dense())
+    node = next(n for n, d in dag.nodes(data=True) if d["kind"] == "Attention" and 1 in d["ranks"])
+    assert not [d for d in check_dag(dag) if d.rule == "DAG-021"]
+    dag.nodes[node]["ranks"] = [True if r == 1 else r for r in dag.nodes[node]["ranks"]]
+    assert [d.rule for d in check_dag(dag) if "True" in d.message] == ["DAG-021"]
