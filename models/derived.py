@@ -221,7 +221,7 @@ def kv_bytes_per_token(spec: ModelSpec) -> float:
 def cached_tokens(spec: ModelSpec, layer: int, context: int) -> int:
     """Tokens of a ``context``-long sequence that ``layer`` keeps: a windowed layer keeps its window."""
     a = spec.attention
-    if a.sliding_window is not None and layer in a.sliding_window_layers:
+    if a.sliding_window is not None and spec.is_window_layer(layer):
         return min(context, a.sliding_window)
     return context
 
@@ -260,7 +260,7 @@ def prefill_attention_flops(spec: ModelSpec, layer: int, prompt: int) -> float:
     """
     a = spec.attention
     per_key = 2.0 * a.num_heads * (a.head_dim + a.v_head_dim)
-    if a.sliding_window is not None and layer in a.sliding_window_layers and prompt > a.sliding_window:
+    if a.sliding_window is not None and spec.is_window_layer(layer) and prompt > a.sliding_window:
         w = a.sliding_window
         keys = w * (w + 1) / 2 + (prompt - w) * w
     else:

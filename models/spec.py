@@ -8,6 +8,7 @@ Derived quantities (parameter counts, bytes, FLOPs, KV-cache size) live in ``der
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
@@ -145,11 +146,11 @@ class ModelSpec(HashOnce):
         return self.moe is not None
 
     def is_moe_layer(self, layer: int) -> bool:
-        return self.moe is not None and layer in self._moe_layer_set
+        return layer in _layer_sets(self)[0]
 
-    @property
-    def _moe_layer_set(self) -> frozenset[int]:
-        return frozenset(self.moe.layers) if self.moe else frozenset()
+    def is_window_layer(self, layer: int) -> bool:
+        """A layer that attends within ``attention.sliding_window`` (or a chunk of it), not the whole context."""
+        return layer in _layer_sets(self)[1]
 
     @property
     def num_moe_layers(self) -> int:
@@ -169,3 +170,14 @@ class ModelSpec(HashOnce):
         if kv is not None:
             update["kv_dtype"] = kv
         return self.model_copy(update=update) if update else self
+
+
+@lru_cache(maxsize=64)
+def _layer_sets(spec: ModelSpec) -> tuple[frozenset[int], frozenset[int]]:
+    """The MoE layers and the windowed layers of ``spec`` as sets, built once per model: the cost tables ask of
+    every layer of every layout they price (a 1,024-layer model: 290,000 questions in 20 plans, each one
+    building the set anew before). A spec hashes once (``HashOnce``), so a lookup costs no more than a call."""
+    moe = frozenset(spec.moe.layers) if spec.moe else frozenset()
+    attention = spec.attention
+    windowed = frozenset(attention.sliding_window_layers) if attention.sliding_window is not None else frozenset()
+    return moe, windowed

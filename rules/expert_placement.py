@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 from shardplan.models.errors import SpecError
@@ -235,8 +235,21 @@ class PlanPlacement:
         }
 
 
-@lru_cache(maxsize=64)
-def _max_gpu_load(gpu_experts: tuple[tuple[tuple[int, float], ...], ...], loads: tuple[float, ...]) -> float:
-    """``LayerPlacement.max_load``, kept for the layers placed alike: under uniform routing every layer of a stage
-    has the same slots and loads (4,096 experts: 0.7 ms a layer, 48 layers a stage, each layout priced)."""
-    return max((sum(loads[e] * share for e, share in gpu) for gpu in gpu_experts), default=0.0)
+Slots = tuple[tuple[tuple[int, float], ...], ...]
+# _max_gpu_load of the layers placed alike: under uniform routing every layer of a stage shares one slots object
+# and one row of loads, so it is summed once (4,096 experts: 0.7 ms a layer). Keyed by identity, as
+# rules.experts keeps its checks, the objects kept so their ids cannot be reused.
+_MAX_LOADS: dict[tuple[int, int], tuple[Slots, tuple[float, ...], float]] = {}
+_MAX_LOADS_KEPT = 256
+
+
+def _max_gpu_load(gpu_experts: Slots, loads: tuple[float, ...]) -> float:
+    key = (id(gpu_experts), id(loads))
+    hit = _MAX_LOADS.get(key)
+    if hit is not None and hit[0] is gpu_experts and hit[1] is loads:
+        return hit[2]
+    most = max((sum(loads[e] * share for e, share in gpu) for gpu in gpu_experts), default=0.0)
+    if len(_MAX_LOADS) >= _MAX_LOADS_KEPT:
+        _MAX_LOADS.clear()
+    _MAX_LOADS[key] = (gpu_experts, loads, most)
+    return most

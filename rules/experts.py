@@ -12,7 +12,6 @@ without a placement (a dense model, or a layout evaluated without one) has nothi
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 
@@ -189,13 +188,31 @@ def _check_layer(placed: LayerPlacement, loads: Sequence[float], num_gpus: int, 
     return found
 
 
-@functools.lru_cache(maxsize=64)
-def _slot_faults(gpu_experts: tuple[tuple[tuple[int, float], ...], ...], loads: tuple[float, ...],
-                 slots: int) -> tuple[tuple[tuple[Rule, str], ...], float]:
+Slots = tuple[tuple[tuple[int, float], ...], ...]
+SlotFaults = tuple[tuple[tuple[Rule, str], ...], float]
+# _slot_faults of the layers placed alike: under uniform routing every layer of a stage shares one slots object and
+# one row of loads (models.load_profile.uniform_profile), so they are judged once. Keyed by identity (hashing
+# 4,096 experts' slots costs a tenth of judging them), the objects kept so their ids cannot be reused.
+_SLOT_CHECKS: dict[tuple[int, int, int], tuple[Slots, tuple[float, ...], SlotFaults]] = {}
+_SLOT_CHECKS_KEPT = 256
+
+
+def _slot_faults(gpu_experts: Slots, loads: tuple[float, ...], slots: int) -> SlotFaults:
+    key = (id(gpu_experts), id(loads), slots)
+    hit = _SLOT_CHECKS.get(key)
+    if hit is not None and hit[0] is gpu_experts and hit[1] is loads:
+        return hit[2]
+    found = _read_slots(gpu_experts, loads, slots)
+    if len(_SLOT_CHECKS) >= _SLOT_CHECKS_KEPT:
+        _SLOT_CHECKS.clear()
+    _SLOT_CHECKS[key] = (gpu_experts, loads, found)
+    return found
+
+
+def _read_slots(gpu_experts: Slots, loads: tuple[float, ...], slots: int) -> SlotFaults:
     """What is wrong with one layer's slots (each rule with its text, the layer left out) and the tokens on its
-    most-loaded GPU (``LayerPlacement.max_load``), in one pass. A pure function of its arguments, kept for the
-    layers placed alike: under uniform routing every layer of a stage has the same slots and loads, and with
-    4,096 experts this check was most of an enumeration's time."""
+    most-loaded GPU (``LayerPlacement.max_load``), in one pass: with 4,096 experts this check was most of an
+    enumeration's time."""
     faults: list[tuple[Rule, str]] = []
     num_experts = len(loads)
     share_sum = [0.0] * num_experts

@@ -70,10 +70,7 @@ class LayerKind:
 
 
 def layer_kind(model: ModelSpec, layer: int) -> LayerKind:
-    a = model.attention
-    return LayerKind(
-        moe=model.is_moe_layer(layer), windowed=a.sliding_window is not None and layer in a.sliding_window_layers
-    )
+    return LayerKind(moe=model.is_moe_layer(layer), windowed=model.is_window_layer(layer))
 
 
 def representative_layer(model: ModelSpec, kind: LayerKind) -> int:

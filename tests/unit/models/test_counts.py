@@ -132,3 +132,14 @@ def test_a_qwen_window_applies_only_when_asked_and_from_max_window_layers_on():
     default_start = load_config({**base, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": None})
     assert default_start.attention.sliding_window_layers == tuple(range(28, 64))
     # Mistral has no use_sliding_window: its window covers every layer (test_mistral_window_applies_to_every_layer).
+
+
+def test_layer_predicates_against_published_layouts():
+    # DeepSeek-V3: the first 3 layers dense (first_k_dense_replace), the other 58 MoE; gpt-oss-120b: 18 of 36
+    # layers windowed; Mistral-7B: all 32; Llama-3.1-8B: none.
+    deepseek = get_model("deepseek-v3")
+    assert [deepseek.is_moe_layer(i) for i in range(61)] == [False] * 3 + [True] * 58
+    assert sum(get_model("gpt-oss-120b").is_window_layer(i) for i in range(36)) == 18
+    assert all(get_model("mistral-7b").is_window_layer(i) for i in range(32))
+    llama = get_model("llama-3.1-8b")
+    assert not any(llama.is_window_layer(i) or llama.is_moe_layer(i) for i in range(32))

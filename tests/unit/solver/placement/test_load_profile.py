@@ -141,3 +141,14 @@ def test_a_stage_of_layers_not_in_the_profile_or_out_of_order_is_refused(layers,
     with pytest.raises(SpecError) as caught:
         zipf_profile(8, [1, 3, 5, 7], 1.2, 8.0, seed=3).restricted_to(layers)
     assert caught.value.field == field
+
+
+def test_uniform_rows_are_one_validated_row_shared():
+    built = uniform_profile(4, [1, 2, 5], 8)
+    validated = ExpertLoadProfile(num_experts=4, layers=(1, 2, 5), loads=((2.0,) * 4,) * 3, source="uniform")
+    assert built == validated and hash(built) == hash(validated)
+    assert built.loads[0] is built.loads[2]  # what lets the placement checks judge the layers once
+    for layers in ([2, 1], [1, 1], [-1, 2]):
+        with pytest.raises(SpecError) as caught:
+            uniform_profile(4, layers, 8)
+        assert caught.value.field.startswith("layers")
