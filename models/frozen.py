@@ -18,8 +18,8 @@ from __future__ import annotations
 import operator
 import weakref
 from collections.abc import Callable
-from functools import cache
-from typing import Any
+from functools import cache, wraps
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -55,3 +55,34 @@ class HashOnce(BaseModel):
         value = hash(_field_values(type(self))(self.__dict__))
         _HASHES[key] = (value, weakref.ref(self, _forget(key)))
         return value
+
+
+Result = TypeVar("Result")
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def by_identity(kept: int) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+    """Memoise a function of immutable arguments on their identities (scalars on their values): for arguments
+    shared between calls (one stage's placement across an enumeration's replica counts, one row of loads across a
+    stage's layers) whose hashing would cost a good part of the call. Up to ``kept`` results, then all are
+    dropped; the arguments are kept with their result, so their ids cannot be reused while it is here. Equal but
+    distinct arguments miss, which costs only the call."""
+
+    def memoise(function: Callable[..., Result]) -> Callable[..., Result]:
+        known: dict[tuple[Any, ...], tuple[tuple[Any, ...], Result]] = {}
+
+        @wraps(function)
+        def call(*args: Any) -> Result:
+            key = tuple((type(a), a) if isinstance(a, _SCALARS) else id(a) for a in args)
+            hit = known.get(key)
+            if hit is not None and all(a is b or isinstance(a, _SCALARS) for a, b in zip(hit[0], args, strict=True)):
+                return hit[1]
+            result = function(*args)
+            if len(known) >= kept:
+                known.clear()
+            known[key] = (args, result)
+            return result
+
+        return call
+
+    return memoise

@@ -16,9 +16,16 @@ import math
 from collections.abc import Sequence
 
 from shardplan.models.errors import SpecError
+from shardplan.models.frozen import by_identity
 from shardplan.models.load_profile import ExpertLoadProfile
 from shardplan.rules.base import Diagnostic, Kind, Rule
-from shardplan.rules.expert_placement import ExpertPlacement, LayerPlacement, PlanPlacement, StagePlacement
+from shardplan.rules.expert_placement import (
+    ExpertPlacement,
+    LayerPlacement,
+    PlanPlacement,
+    Slots,
+    StagePlacement,
+)
 from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
@@ -128,23 +135,12 @@ def check_plan_placement(experts: PlanPlacement, problem: Problem, layout: Layou
     return found
 
 
-# The three EXP rules each check a plan (``_PlacementRule.check``), and enumeration checks one pair's
-# placement at every replica count, its copies sharing the stage objects: each stage (immutable) is
-# judged once. Keyed by identity, the stage kept so its id cannot be reused while it is here.
-_STAGE_CHECKS: dict[int, tuple[StagePlacement, tuple[Diagnostic, ...]]] = {}
-_STAGE_CHECKS_KEPT = 256
-
-
+@by_identity(kept=256)
 def _stage_violations(stage: StagePlacement) -> tuple[Diagnostic, ...]:
-    """``check_placement`` of one stage's placement against its profile, memoised by identity."""
-    hit = _STAGE_CHECKS.get(id(stage))
-    if hit is not None and hit[0] is stage:
-        return hit[1]
-    found = tuple(check_placement(stage.placement, stage.profile))
-    if len(_STAGE_CHECKS) >= _STAGE_CHECKS_KEPT:
-        _STAGE_CHECKS.clear()
-    _STAGE_CHECKS[id(stage)] = (stage, found)
-    return found
+    """``check_placement`` of one stage's placement against its profile. The three EXP rules each check a plan
+    (``_PlacementRule.check``), and enumeration checks one pair's placement at every replica count, its copies
+    sharing the stage objects: each stage (immutable) is judged once."""
+    return tuple(check_placement(stage.placement, stage.profile))
 
 
 def check_placement(placement: ExpertPlacement, profile: ExpertLoadProfile) -> list[Diagnostic]:
@@ -188,31 +184,16 @@ def _check_layer(placed: LayerPlacement, loads: Sequence[float], num_gpus: int, 
     return found
 
 
-Slots = tuple[tuple[tuple[int, float], ...], ...]
 SlotFaults = tuple[tuple[tuple[Rule, str], ...], float]
-# _slot_faults of the layers placed alike: under uniform routing every layer of a stage shares one slots object and
-# one row of loads (models.load_profile.uniform_profile), so they are judged once. Keyed by identity (hashing
-# 4,096 experts' slots costs a tenth of judging them), the objects kept so their ids cannot be reused.
-_SLOT_CHECKS: dict[tuple[int, int, int], tuple[Slots, tuple[float, ...], SlotFaults]] = {}
-_SLOT_CHECKS_KEPT = 256
 
 
+@by_identity(kept=256)
 def _slot_faults(gpu_experts: Slots, loads: tuple[float, ...], slots: int) -> SlotFaults:
-    key = (id(gpu_experts), id(loads), slots)
-    hit = _SLOT_CHECKS.get(key)
-    if hit is not None and hit[0] is gpu_experts and hit[1] is loads:
-        return hit[2]
-    found = _read_slots(gpu_experts, loads, slots)
-    if len(_SLOT_CHECKS) >= _SLOT_CHECKS_KEPT:
-        _SLOT_CHECKS.clear()
-    _SLOT_CHECKS[key] = (gpu_experts, loads, found)
-    return found
-
-
-def _read_slots(gpu_experts: Slots, loads: tuple[float, ...], slots: int) -> SlotFaults:
     """What is wrong with one layer's slots (each rule with its text, the layer left out) and the tokens on its
     most-loaded GPU (``LayerPlacement.max_load``), in one pass: with 4,096 experts this check was most of an
-    enumeration's time."""
+    enumeration's time. Under uniform routing every layer of a stage shares one slots object and one row of loads
+    (``models.load_profile.uniform_profile``), so they are judged once; by identity, since hashing 4,096
+    experts' slots costs a tenth of judging them."""
     faults: list[tuple[Rule, str]] = []
     num_experts = len(loads)
     share_sum = [0.0] * num_experts

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from shardplan.hardware.cluster import parse_cluster
 from shardplan.models import get_model
-from shardplan.models.frozen import _HASHES
+from shardplan.models.frozen import _HASHES, by_identity
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem, Workload
 
@@ -51,3 +51,19 @@ def test_an_instance_that_dies_leaves_no_entry() -> None:
     hash(Layout.even(8, 1, batch=3))
     gc.collect()
     assert len(_HASHES) == before
+
+
+def test_by_identity_reuses_a_result_only_for_the_same_objects():
+    calls = []
+
+    @by_identity(kept=2)
+    def total(row: tuple[float, ...], scale: int) -> float:
+        calls.append(row)
+        return sum(row) * scale
+
+    row, twin = tuple([1.0, 2.0]), tuple([1.0, 2.0])
+    assert row == twin and row is not twin
+    assert total(row, 1000) == total(row, 10**3) == 3000.0 and len(calls) == 1  # scalars match by value
+    assert total(twin, 1000) == 3000.0 and len(calls) == 2  # an equal, distinct row is another key
+    assert total(row, 1) == 3.0 and len(calls) == 3  # past kept=2: everything dropped, then this one kept
+    assert total(row, 1000) == 3000.0 and len(calls) == 4
