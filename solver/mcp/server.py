@@ -23,7 +23,6 @@ import anyio
 import anyio.to_thread
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -34,6 +33,7 @@ from shardplan.solver.cli.results import error_message, one_line
 from shardplan.solver.mcp.resources import RESOURCES
 from shardplan.solver.mcp.safety import Root, TimeLimits
 from shardplan.solver.mcp.tools import TOOLS, Session, ToolSpec
+from shardplan.solver.mcp.transport import stdio_transport
 
 log = logging.getLogger("shardplan.mcp")
 SERVER_NAME = "shardplan"
@@ -140,7 +140,7 @@ def build_server(session: Session) -> Server[Any]:
 
 
 async def _serve(server: Server[Any]) -> None:
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_transport() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -1,0 +1,124 @@
+"""``shardplan mcp`` driven with raw JSON-RPC lines on its stdin, as a client that is broken or hostile
+would send them: every line is answered, and the server serves the next one."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+REPLY_S = 120.0  # generous: a loaded CI machine imports the solver slowly
+
+
+class Wire:
+    """One ``shardplan mcp`` process, initialised, spoken to a line at a time."""
+
+    def __init__(self, root: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.cli", "mcp", "--root", str(root)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        reply = self.ask({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+        assert "result" in reply, self.diagnosis(reply)
+        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self) -> dict[str, Any]:
+        """The next line the server writes, as JSON; fails (with the server's stderr) after REPLY_S."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], REPLY_S)
+        line = self.proc.stdout.readline() if ready else b""
+        assert line, self.diagnosis(f"no reply within {REPLY_S:g} s")
+        return json.loads(line)
+
+    def ask(self, message: dict[str, Any] | bytes) -> dict[str, Any]:
+        self.send(message if isinstance(message, bytes) else json.dumps(message).encode())
+        return self.reply()
+
+    def stderr(self) -> str:
+        """What the server wrote on stderr (after it ended, or stopping it to read it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def diagnosis(self, what: Any) -> str:
+        return f"{what}; exit {self.proc.poll()}; the server's stderr:\n{self.stderr()}"
+
+    def wait(self, timeout_s: float = REPLY_S) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.proc.returncode is not None, self.diagnosis(f"still running after {timeout_s:g} s")
+        return self.proc.returncode
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def wire(tmp_path: Path):
+    server = Wire(tmp_path)
+    yield server
+    server.close()
+
+
+def ping(request_id: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}).encode()
+
+
+@pytest.mark.parametrize("line,code,request_id,says", [
+    (b"this is not json", -32700, None, "message: not JSON"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "ping"', -32700, None, "message: not JSON"),
+    (b'\xff\xfe{"jsonrpc": "2.0", "id": 3, "method": "ping"}', -32700, None, "message: not UTF-8 text"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "p\xe9ng"}', -32700, None, "message: not UTF-8 text"),
+    (b"[1, 2, 3]", -32600, None, "message: a batch"),
+    (b'[{"jsonrpc": "2.0", "id": 3, "method": "ping"}]', -32600, None, "message: a batch"),
+    (b'"ping"', -32600, None, "message: a JSON str"),
+    (b"42", -32600, None, "message: a JSON int"),
+    (b'{"jsonrpc": "2.0", "id": 3}', -32600, 3, "method:"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": [1, 2]}', -32600, 3, "params:"),
+    (b'{"jsonrpc": "2.0", "id": "x", "method": "tools/call", "params": "plan"}', -32600, "x", "params:"),
+    (b'{"jsonrpc": "1.0", "id": 3, "method": "ping"}', -32600, 3, "jsonrpc:"),
+    (b'{"jsonrpc": "2.0", "id": [3], "method": "ping"}', -32600, None, "id:"),
+])
+def test_a_line_that_is_no_message_is_answered_and_the_next_is_served(wire: Wire, line, code, request_id,
+                                                                      says) -> None:
+    reply = wire.ask(line)
+    # JSON-RPC 2.0 §5.1: a parse error or invalid request is answered with id null unless the id can be read.
+    assert reply["id"] == request_id and reply["error"]["code"] == code, wire.diagnosis(reply)
+    assert reply["error"]["message"].startswith(f"shardplan: error: {says}"), wire.diagnosis(reply)
+    assert wire.ask(ping(7)) == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+def test_a_line_past_the_limit_is_refused_unread_and_the_next_is_served(wire: Wire) -> None:
+    from shardplan.solver.mcp.transport import MAX_LINE_BYTES
+    assert wire.proc.stdin is not None
+    # Written while the server reads it (a pipe holds 64 KiB): a thread would be needed for a reply first.
+    wire.send(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "' + b"a" * MAX_LINE_BYTES + b'"}}')
+    reply = wire.reply()
+    assert reply["id"] is None and reply["error"]["code"] == -32600, wire.diagnosis(reply)
+    assert f"at most {MAX_LINE_BYTES:,} are read" in reply["error"]["message"]
+    assert wire.ask(ping(8)) == {"jsonrpc": "2.0", "id": 8, "result": {}}
+
+
+def test_a_huge_integer_id_is_echoed_and_blank_lines_are_skipped(wire: Wire) -> None:
+    wire.send(b"")
+    wire.send(b"   ")
+    assert wire.ask(ping(10**30)) == {"jsonrpc": "2.0", "id": 10**30, "result": {}}
