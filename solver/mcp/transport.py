@@ -13,7 +13,9 @@ and the server's answers are written as the SDK writes them. No tool runs here.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +29,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from shardplan.models.errors import quoted
+from shardplan.models.files import MAX_JSON_DEPTH
 from shardplan.solver.cli.results import one_line
 
 # The longest line read: an inline config is at most 1 MiB (models.files.MAX_INPUT_BYTES) and an inline
@@ -48,18 +51,131 @@ def _usable_id(data: Any) -> Any:
     return request_id if ok else None
 
 
+# --- values no JSON parser agrees on ------------------------------------------------------------
+# A message's arguments are read as strictly as an input file (models.files.parse_json): no NaN or Infinity
+# (RFC 8259 §6; Python's parser takes them, and the answer could not print them), no number past the float
+# range (1e400 is infinite) or integer past Python's 4,300 digits, no key given twice (parsers disagree on
+# which counts), and nesting bounded before the parser recurses (100,000 nested arrays raised RecursionError
+# in json.loads, and pydantic's parser refused 200 levels: both lines were dropped unanswered). Each
+# refusal names where in the message the value is, and answers the request's id when the line names one.
+MAX_MESSAGE_DEPTH = MAX_JSON_DEPTH + 3  # an input file's bound, inside the message, params and arguments
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]|[^\s\[\]{}:,"]+', re.DOTALL)
+
+
+class _Bad:
+    """A value refused while parsing, kept in place so the path to it can be found."""
+
+    def __init__(self, text: str, reason: str = "is not a JSON number (JSON numbers are finite: RFC 8259 §6)"):
+        self.text, self.reason = text, reason
+
+
+def _float(text: str) -> float | _Bad:
+    value = float(text)
+    return value if math.isfinite(value) else _Bad(text, "is past the float range (JSON numbers are finite: "
+                                                         "RFC 8259 §6)")
+
+
+def _int(text: str) -> int | _Bad:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        return _Bad(text, f"is an integer of {len(text):,} digits")
+
+
+class _Object(dict[str, Any]):
+    """A JSON object; ``repeated`` is a key it gives twice."""
+
+    repeated: str | None = None
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, Any]]) -> _Object:
+        out = cls()
+        for key, value in pairs:
+            if key in out and out.repeated is None:
+                out.repeated = key
+            out[key] = value
+        return out
+
+
+def _path_text(path: list[str | int]) -> str:
+    """``params.arguments.config.x[0][0]``, at most 12 steps shown."""
+    text = "".join(f"[{step}]" if isinstance(step, int) else f".{step if len(step) <= 40 else step[:37] + '...'}"
+                   for step in path[:12]).lstrip(".")
+    return (text or "message") + ("..." if len(path) > 12 else "")
+
+
+def first_bad(data: Any) -> tuple[list[str | int], str] | None:
+    """(the path to the first refused value in parsed ``data``, why), or None; walked without recursion."""
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, _Bad):
+            return path, f"{quoted(value.text)} {value.reason}"
+        if isinstance(value, _Object) and value.repeated is not None:
+            return path, f"repeats the key {quoted(value.repeated)} (which one counts is not clear)"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        stack.extend((path + [key], item) for key, item in reversed(list(items)))
+    return None
+
+
+def too_deep(text: str) -> tuple[list[str | int], Any] | None:
+    """(the path to the first array or object nested past ``MAX_MESSAGE_DEPTH``, the message's id when it
+    comes first), or None; brackets inside strings are not nesting. The text need not be valid JSON."""
+    stack: list[list[Any]] = []  # each open container: [its kind, the key or index inside it]
+    request_id, previous = None, ""
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            if len(stack) >= MAX_MESSAGE_DEPTH:
+                return [step for _, step in stack], request_id
+            stack.append([token, 0 if token == "[" else None])
+        elif token in "]}":
+            if stack:
+                stack.pop()
+        elif token == ",":
+            if stack and stack[-1][0] == "[":
+                stack[-1][1] += 1
+        elif stack and stack[-1][0] == "{" and previous in "{,":
+            stack[-1][1] = token[1:-1]  # a key, as written
+        elif len(stack) == 1 and stack[0][1] == "id" and previous == ":":
+            request_id = _usable_id({"id": _loads_or_none(token)})
+        previous = token
+    return None
+
+
+def _loads_or_none(token: str) -> Any:
+    try:
+        return json.loads(token)
+    except ValueError:
+        return None
+
+
+def _bad_value(path: list[str | int], reason: str, request_id: Any) -> types.JSONRPCError:
+    code = types.INVALID_PARAMS if path[:1] == ["params"] else types.INVALID_REQUEST
+    return error_reply(code, f"{_path_text(path)}: {reason}", request_id)
+
+
 def parse_line(raw: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
     """The message on one line, or the error that answers it."""
     try:
         text = raw.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         return error_reply(types.PARSE_ERROR, f"message: not UTF-8 text (byte {exc.start}: {exc.reason})")
+    deep = too_deep(text)
+    if deep is not None:
+        path, request_id = deep
+        return _bad_value(path, f"nests deeper than {MAX_MESSAGE_DEPTH} levels (arrays and objects)", request_id)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_Object.of, parse_constant=_Bad, parse_float=_float,
+                          parse_int=_int)
     except json.JSONDecodeError as exc:
         return error_reply(types.PARSE_ERROR, f"message: not JSON (column {exc.colno}: {exc.msg})")
     except (RecursionError, ValueError) as exc:  # nesting past the parser's recursion, a 4,300-digit integer
         return error_reply(types.PARSE_ERROR, f"message: not JSON ({type(exc).__name__})")
+    bad = first_bad(data)
+    if bad is not None:
+        path, reason = bad
+        return _bad_value(path, reason, _usable_id(data))
     if isinstance(data, list):
         return error_reply(types.INVALID_REQUEST, "message: a batch (JSON array); MCP takes one JSON-RPC "
                                                   "message a line")

@@ -122,3 +122,49 @@ def test_a_huge_integer_id_is_echoed_and_blank_lines_are_skipped(wire: Wire) -> 
     wire.send(b"")
     wire.send(b"   ")
     assert wire.ask(ping(10**30)) == {"jsonrpc": "2.0", "id": 10**30, "result": {}}
+
+
+def call_line(arguments: bytes, request_id: int = 5, tool: bytes = b"plan") -> bytes:
+    """A tools/call line whose arguments are given as raw JSON text (so it can hold what json.dumps would not)."""
+    return (b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+            % (request_id, tool, arguments))
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("arguments,tool,field,says", [
+    (b'{"model": "llama-3.1-8b", "isl": NaN}', b"plan", "params.arguments.isl", "'NaN' is not a JSON number"),
+    (b'{"mem_cap_gib": -Infinity}', b"plan", "params.arguments.mem_cap_gib", "'-Infinity' is not a JSON number"),
+    (b'{"config": {"hidden_size": Infinity}}', b"plan", "params.arguments.config.hidden_size",
+     "'Infinity' is not a JSON number"),
+    (b'{"time_limit": 1e400}', b"plan", "params.arguments.time_limit", "'1e400' is past the float range"),
+    (b'{"isl": 1' + b"0" * 5000 + b"}", b"plan", "params.arguments.isl", "'1000"),
+    (b'{"model": "llama-3.1-8b", "model": "deepseek-v3"}', b"plan", "params.arguments",
+     "repeats the key 'model'"),
+    (b'{"dag": {"nodes": [{"id": "a", "est_us": NaN}], "edges": []}}', b"validate_dag",
+     "params.arguments.dag.nodes[0].est_us", "'NaN' is not a JSON number"),
+    (b'{"config": {"x": ' + b"[" * DEEP + b"]" * DEEP + b"}}", b"plan",
+     "params.arguments.config.x[0][0][0][0][0][0][0][0]...", "nests deeper than 67 levels"),
+    (b'{"config": {"x": ' + b'{"a": ' * DEEP + b"1" + b"}" * DEEP + b"}}", b"plan",
+     "params.arguments.config.x.a.a.a.a.a.a.a.a...", "nests deeper than 67 levels"),
+])
+def test_a_value_no_json_parser_agrees_on_is_an_error_naming_where_it_is(wire: Wire, arguments, tool, field,
+                                                                        says) -> None:
+    reply = wire.ask(call_line(arguments, tool=tool))
+    assert reply["id"] == 5 and reply["error"]["code"] == -32602, wire.diagnosis(reply)  # JSON-RPC: invalid params
+    assert reply["error"]["message"].startswith(f"shardplan: error: {field}: {says}"), wire.diagnosis(reply)
+    assert wire.ask(ping(7)) == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+def test_nesting_within_the_bound_reaches_the_tool(wire: Wire) -> None:
+    # 64 levels inside the arguments is what an input file may hold (models.files.MAX_JSON_DEPTH).
+    reply = wire.ask(call_line(b'{"config": {"x": ' + b"[" * 62 + b"]" * 62 + b"}}"))
+    assert reply["id"] == 5 and reply["result"]["isError"], wire.diagnosis(reply)
+    assert reply["result"]["content"][0]["text"].startswith("shardplan: error: architectures: missing")
+
+
+def test_an_id_nested_too_deep_is_answered_with_id_null(wire: Wire) -> None:
+    reply = wire.ask(b'{"id": ' + b"[" * DEEP + b"]" * DEEP + b"}")
+    assert reply["id"] is None and reply["error"]["code"] == -32600, wire.diagnosis(reply)
+    assert reply["error"]["message"].startswith("shardplan: error: id[0][0]"), wire.diagnosis(reply)
