@@ -16,12 +16,15 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -216,13 +219,34 @@ def _refused_line(line: bytes) -> types.JSONRPCError:
                                               f"{MAX_LINE_BYTES:,} are read")
 
 
-class StdioTransport:
-    """stdin's lines to the server as messages, the server's messages to stdout as lines."""
+EXIT_BAD_OUTPUT = 2  # the CLI's code for an output it cannot write (solver/cli/main.py)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as the CLI
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as the CLI
 
-    def __init__(self, stdin: BinaryIO, stdout: BinaryIO):
-        self.stdin, self.stdout = stdin, stdout
+
+@dataclass
+class Ending:
+    """How serving ended: 0 when stdin closed and every request read was answered; otherwise the exit
+    code and the one line for stderr (a signal, or a stdout the client no longer reads)."""
+
+    code: int = 0
+    line: str = ""
+
+
+class StdioTransport:
+    """stdin's lines to the server as messages, the server's messages to stdout as lines.
+
+    At the end of stdin the server is told only once every request read has been answered (the SDK
+    cancels the calls still running when its read stream ends: their answers were 'Connection closed').
+    SIGTERM, SIGINT or a stdout that cannot be written end serving at once (``Ending``)."""
+
+    def __init__(self, stdin: BinaryIO, stdout: BinaryIO, scope: anyio.CancelScope):
+        self.stdin, self.stdout, self.scope = stdin, stdout, scope
         self.to_server, self.from_client = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         self.to_client, self.from_server = anyio.create_memory_object_stream[SessionMessage](0)
+        self.unanswered: set[Any] = set()  # ids of requests read and not yet answered
+        self.answered = anyio.Event()  # set when an answer was written
+        self.ending = Ending()
 
     async def read(self, replies: MemoryObjectSendStream[SessionMessage]) -> None:
         """Every line of stdin: a message to the server, anything else answered at once."""
@@ -233,41 +257,82 @@ class StdioTransport:
                 message = _refused_line(line) if line.startswith(b"\0") else parse_line(line)
                 if isinstance(message, types.JSONRPCError):
                     await replies.send(SessionMessage(message))
-                else:
-                    await self.to_server.send(SessionMessage(message))
+                    continue
+                if isinstance(message, types.JSONRPCRequest):
+                    self.unanswered.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    self.unanswered.discard((message.params or {}).get("requestId"))  # may go unanswered
+                await self.to_server.send(SessionMessage(message))
+            while self.unanswered:
+                self.answered = anyio.Event()
+                await self.answered.wait()
 
     async def write(self) -> None:
         """Every message the server (or ``read``) answers with, one line each."""
         async with self.from_server:
             async for session_message in self.from_server:
-                line = session_message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                await anyio.to_thread.run_sync(self._write_line, line.encode("utf-8"))
+                message = session_message.message
+                line = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                try:
+                    await anyio.to_thread.run_sync(self._write_line, line.encode("utf-8"))
+                except OSError as exc:  # BrokenPipeError: the client went away
+                    self.end(EXIT_BAD_OUTPUT, f"error: cannot write standard output: {exc.strerror} (the client "
+                                              "stopped reading)")
+                    return
+                if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    self.unanswered.discard(message.id)
+                    self.answered.set()
 
     def _write_line(self, data: bytes) -> None:
         self.stdout.write(data)
         self.stdout.flush()
 
+    async def watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """SIGTERM and SIGINT end serving with the CLI's exit codes and lines."""
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum == signal.SIGTERM:
+                    self.end(EXIT_TERMINATED, "terminated")
+                else:
+                    self.end(EXIT_INTERRUPTED, "interrupted")
+
+    def end(self, code: int, line: str) -> None:
+        if not self.ending.code:
+            self.ending = Ending(code, line)
+        self.scope.cancel()
+
 
 @asynccontextmanager
 async def stdio_transport() -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
-                                                   MemoryObjectSendStream[SessionMessage]]]:
-    """The server's (read, write) streams over this process's stdin and stdout, as the SDK's
-    ``stdio_server``: while serving, descriptor 0 reads the null device and 1 writes to stderr, so a
-    handler's stray print cannot break a message on the wire; both are put back at the end."""
+                                                   MemoryObjectSendStream[SessionMessage], Ending]]:
+    """The server's (read, write) streams over this process's stdin and stdout, and how serving ended (read it
+    after the block), as the SDK's ``stdio_server``: while serving, descriptor 0 reads the null device and 1
+    writes to stderr, so a handler's stray print cannot break a message on the wire; both are put back at the end."""
     sys.stdout.flush()
     wire_in, wire_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
+    stdin, stdout = os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False)
     try:
-        with os.fdopen(wire_in, "rb", closefd=False) as stdin, os.fdopen(wire_out, "wb", closefd=False) as stdout:
-            transport = StdioTransport(stdin, stdout)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(transport.read, transport.to_client.clone())
-                tg.start_soon(transport.write)
-                yield transport.from_client, transport.to_client
+        async with anyio.create_task_group() as tg:
+            transport = StdioTransport(stdin, stdout, tg.cancel_scope)
+            await tg.start(transport.watch_signals)
+            tg.start_soon(transport.read, transport.to_client.clone())
+            tg.start_soon(transport.write)
+            holder = Ending()
+            try:
+                yield transport.from_client, transport.to_client, holder
+            finally:
+                tg.cancel_scope.cancel()  # the signal watcher; reader and writer have ended with the server
+                holder.code, holder.line = transport.ending.code, transport.ending.line
     finally:
+        with suppress(OSError):  # a stdout the client closed: flushing it fails again
+            stdout.close()
+        # stdin is left open: after a signal the reading thread still waits in its readline, and closing
+        # the buffer would wait for that thread's lock (the descriptor is a duplicate, closed below).
         os.dup2(wire_in, 0)
         os.dup2(wire_out, 1)
         os.close(wire_in)

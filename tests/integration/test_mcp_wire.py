@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -168,3 +169,46 @@ def test_an_id_nested_too_deep_is_answered_with_id_null(wire: Wire) -> None:
     reply = wire.ask(b'{"id": ' + b"[" * DEEP + b"]" * DEEP + b"}")
     assert reply["id"] is None and reply["error"]["code"] == -32600, wire.diagnosis(reply)
     assert reply["error"]["message"].startswith("shardplan: error: id[0][0]"), wire.diagnosis(reply)
+
+
+# --- how serving ends ----------------------------------------------------------------------------
+BUSY_CALL = json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "plan", "arguments": {
+    "model": "deepseek-v3", "cluster": "4x8xH100", "objective": "throughput"}}}).encode()
+
+
+@pytest.mark.parametrize("signum,code,line", [(signal.SIGTERM, 143, "shardplan: terminated\n"),
+                                              (signal.SIGINT, 130, "shardplan: interrupted\n")])
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "during-a-call"])
+def test_a_signal_ends_the_server_with_the_clis_code_and_one_line(wire: Wire, signum, code, line, busy) -> None:
+    assert wire.ask(ping(1)) == {"jsonrpc": "2.0", "id": 1, "result": {}}  # serving, its handlers installed
+    if busy:
+        wire.send(BUSY_CALL)
+    wire.proc.send_signal(signum)
+    ended = wire.wait()
+    stderr = wire.stderr()
+    # 128 + the signal's number, as the CLI and shells report it (README: 130 interrupted).
+    assert (ended, stderr) == (128 + signum, line) == (code, line), f"exit {ended}; the server's stderr:\n{stderr}"
+
+
+def test_closing_stdin_answers_the_call_in_flight_then_exits_0(wire: Wire) -> None:
+    wire.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "plan", "arguments": {"model": "llama-3.1-8b", "cluster": "1xH100"}}}).encode())
+    assert wire.proc.stdin is not None
+    wire.proc.stdin.close()
+    reply = wire.reply()
+    # The SDK cancelled it when its read stream ended: {"code": -32000, "message": "Connection closed"}.
+    assert reply["id"] == 2 and reply["result"]["structuredContent"]["status"] == "optimal", wire.diagnosis(reply)
+    ended = wire.wait()
+    stderr = wire.stderr()
+    assert (ended, stderr) == (0, ""), f"exit {ended}; the server's stderr:\n{stderr}"
+
+
+def test_a_client_that_stops_reading_ends_the_server_with_2_and_one_line(wire: Wire) -> None:
+    assert wire.proc.stdout is not None
+    wire.proc.stdout.close()  # the client went away: the server's next write finds no reader
+    wire.send(ping(3))
+    ended = wire.wait()
+    stderr = wire.stderr()
+    # The CLI's code and line for an output it cannot write (exit 2, one line, no traceback).
+    assert (ended, stderr) == (2, "shardplan: error: cannot write standard output: Broken pipe (the client "
+                                  "stopped reading)\n"), f"exit {ended}; the server's stderr:\n{stderr}"
