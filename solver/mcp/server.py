@@ -33,7 +33,7 @@ from shardplan.models import ShardplanError, SolverLimitError, SpecError
 from shardplan.models.errors import quoted, spec_error_from
 from shardplan.models.files import json_text
 from shardplan.solver.cli.results import error_message, one_line
-from shardplan.solver.mcp.resources import RESOURCES
+from shardplan.solver.mcp.resources import RESOURCES, normal_uri
 from shardplan.solver.mcp.safety import Root, TimeLimits
 from shardplan.solver.mcp.tools import TOOLS, Session, ToolSpec
 from shardplan.solver.mcp.transport import Ending, stdio_transport
@@ -131,9 +131,10 @@ def build_server(session: Session) -> Server[Any]:
         return types.ListResourcesResult(resources=resource_list())
 
     async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        resource = _RESOURCES.get(str(params.uri))
-        if resource is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown resource {params.uri}; known: {', '.join(_RESOURCES)}")
+        resource = _RESOURCES.get(normal_uri(str(params.uri)))
+        if resource is None:  # the URI quoted shortened: an agent's 1 MB URI made a 1 MB error line
+            raise MCPError(types.INVALID_PARAMS, one_line(f"error: uri: unknown resource {quoted(str(params.uri))}; "
+                                                          f"known: {', '.join(_RESOURCES)}"))
         text = json_text(resource.read(), indent=2)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=resource.uri, mime_type="application/json", text=text)])

@@ -212,3 +212,27 @@ def test_a_client_that_stops_reading_ends_the_server_with_2_and_one_line(wire: W
     # The CLI's code and line for an output it cannot write (exit 2, one line, no traceback).
     assert (ended, stderr) == (2, "shardplan: error: cannot write standard output: Broken pipe (the client "
                                   "stopped reading)\n"), f"exit {ended}; the server's stderr:\n{stderr}"
+
+
+def read_resource(wire: Wire, uri: str) -> dict[str, Any]:
+    return wire.ask({"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": {"uri": uri}})
+
+
+@pytest.mark.parametrize("uri,canonical", [
+    ("shardplan://dag%2Dschema", "shardplan://dag-schema"),  # RFC 3986 §2.3: %2D is '-'
+    ("shardplan://%72%75%6C%65%73", "shardplan://rules"),
+    ("SHARDPLAN://rules", "shardplan://rules"),  # RFC 3986 §3.1: schemes are case-insensitive
+])
+def test_an_equivalent_resource_uri_reads_the_resource(wire: Wire, uri, canonical) -> None:
+    reply = read_resource(wire, uri)
+    assert "result" in reply, wire.diagnosis(reply)
+    assert reply["result"] == read_resource(wire, canonical)["result"]
+    assert reply["result"]["contents"][0]["uri"] == canonical
+
+
+def test_an_unknown_resource_is_one_short_line_naming_the_uri(wire: Wire) -> None:
+    reply = read_resource(wire, "shardplan://ru les#x?%zz/" + "a" * 100_000)
+    message = reply["error"]["message"]
+    assert reply["error"]["code"] == -32602 and message.startswith(
+        "shardplan: error: uri: unknown resource 'shardplan://ru les#x?%zz/aaa"), wire.diagnosis(reply)
+    assert len(message) < 200 and message.endswith("known: shardplan://rules, shardplan://dag-schema")
