@@ -5,9 +5,10 @@ The SDK's ``stdio_server`` decodes stdin leniently (an invalid UTF-8 byte became
 it cannot read to the server as an exception, which the server logs and drops: a client that sent
 ``this is not json``, a batch array or a request without a method waited for an answer that never came.
 Here such a line gets ``-32700`` (not JSON) or ``-32600`` (JSON, but not a JSON-RPC message) with id
-null (or the request's id when the object names a usable one), and the next line is served.
-Everything else is the SDK's: a message read here goes to the server as the SDK's ``SessionMessage``,
-and the server's answers are written as the SDK writes them. No tool runs here.
+null (or the request's id when the object names a usable one), and the next line is served. A message
+is read as strictly as an input file (NaN, a repeated key, deep nesting: ``-32602`` naming where), and
+how serving ends is the CLI's contract (``StdioTransport``, ``Ending``). A message read here goes to the
+server as the SDK's ``SessionMessage``, and its answers are written as the SDK writes them. No tool runs here.
 """
 
 from __future__ import annotations
