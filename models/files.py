@@ -173,6 +173,24 @@ def read_json(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) ->
     return parse_json(read_text(path, field, max_bytes), field, str(path))
 
 
+def reread_json(data: Any, field: str, where: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """JSON handed over already parsed (an agent's object rather than a file), written back to text and read
+    through ``parse_json`` with a file's size bound, so it is refused where a file holding it would be (NaN,
+    Infinity, nesting past ``MAX_JSON_DEPTH``, more than ``max_bytes``) and with the same messages.
+
+    >>> reread_json({"a": [1]}, "dag", "the dag")
+    {'a': [1]}
+    """
+    try:
+        text = json.dumps(data)  # NaN and Infinity are written, for parse_json to name them
+    except (TypeError, ValueError, RecursionError):
+        raise SpecError(field, f"{where} is not JSON data") from None
+    size_bytes = len(text.encode("utf-8"))
+    if size_bytes > max_bytes:
+        raise SpecError(field, f"{where} is {size_bytes:,} bytes; at most {max_bytes:,} are read")
+    return parse_json(text, field, where)
+
+
 def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
                   skip_blank_cells: bool = False) -> list[tuple[int, dict[str, str]]]:
     """A CSV file read through ``read_text`` (at most ``MAX_CSV_BYTES``): each row with its line number, as a

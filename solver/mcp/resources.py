@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from shardplan.rules.catalog import LISTED_RULES
 from shardplan.rules.dag import catalog as dag_catalog
@@ -80,3 +81,15 @@ RESOURCES: tuple[ResourceSpec, ...] = (
     ResourceSpec("shardplan://dag-schema", "dag-schema", "The execution DAG's schema: node and edge kinds, graph "
                  "and node attributes, and the DAG rules validate_dag checks.", dag_schema),
 )
+
+
+def normal_uri(uri: str) -> str:
+    """``uri`` as the catalog spells it (RFC 3986 §6.2.2): the scheme in lower case and percent-encoded octets
+    decoded, so ``SHARDPLAN://rules`` and ``shardplan://dag%2Dschema`` name the resources they are equivalent to.
+    Decoding every octet, reserved ones too, names no other resource: no catalog URI holds one.
+
+    >>> normal_uri("SHARDPLAN://dag%2Dschema")
+    'shardplan://dag-schema'
+    """
+    scheme, colon, rest = uri.partition(":")
+    return scheme.lower() + colon + unquote(rest) if colon else unquote(uri)

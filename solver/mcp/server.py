@@ -14,7 +14,10 @@ that fails in any way leaves the server serving the next.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +26,6 @@ import anyio
 import anyio.to_thread
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -31,9 +33,10 @@ from shardplan.models import ShardplanError, SolverLimitError, SpecError
 from shardplan.models.errors import quoted, spec_error_from
 from shardplan.models.files import json_text
 from shardplan.solver.cli.results import error_message, one_line
-from shardplan.solver.mcp.resources import RESOURCES
+from shardplan.solver.mcp.resources import RESOURCES, normal_uri
 from shardplan.solver.mcp.safety import Root, TimeLimits
 from shardplan.solver.mcp.tools import TOOLS, Session, ToolSpec
+from shardplan.solver.mcp.transport import Ending, stdio_transport
 
 log = logging.getLogger("shardplan.mcp")
 SERVER_NAME = "shardplan"
@@ -128,9 +131,10 @@ def build_server(session: Session) -> Server[Any]:
         return types.ListResourcesResult(resources=resource_list())
 
     async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        resource = _RESOURCES.get(str(params.uri))
-        if resource is None:
-            raise MCPError(types.INVALID_PARAMS, f"unknown resource {params.uri}; known: {', '.join(_RESOURCES)}")
+        resource = _RESOURCES.get(normal_uri(str(params.uri)))
+        if resource is None:  # the URI quoted shortened: an agent's 1 MB URI made a 1 MB error line
+            raise MCPError(types.INVALID_PARAMS, one_line(f"error: uri: unknown resource {quoted(str(params.uri))}; "
+                                                          f"known: {', '.join(_RESOURCES)}"))
         text = json_text(resource.read(), indent=2)
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=resource.uri, mime_type="application/json", text=text)])
@@ -139,11 +143,20 @@ def build_server(session: Session) -> Server[Any]:
                   on_list_resources=on_list_resources, on_read_resource=on_read_resource)
 
 
-async def _serve(server: Server[Any]) -> None:
-    async with stdio_server() as (read_stream, write_stream):
+async def _serve(server: Server[Any]) -> Ending:
+    async with stdio_transport() as (read_stream, write_stream, ending):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+    return ending
 
 
 def serve(root: str | None, limits: TimeLimits) -> None:
-    """Serve on stdin/stdout until the client closes stdin."""
-    anyio.run(_serve, build_server(Session(Root(root), limits)))
+    """Serve on stdin/stdout until the client closes stdin and every call read is answered (then return: exit
+    0). SIGTERM (143), SIGINT (130) or a stdout that cannot be written (2) end the process at once with one
+    line on stderr, the CLI's codes: a call's handler may still be searching on its thread, and no search
+    can be stopped from outside, so the process does not wait for it (its temporary outputs stay)."""
+    ending = anyio.run(_serve, build_server(Session(Root(root), limits)))
+    if ending.code:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(one_line(ending.line) + "\n")
+            sys.stderr.flush()
+        os._exit(ending.code)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from shardplan.hardware.profile import composed_profiles, profile_names
 from shardplan.hardware.profile import list_profiles as profile_registry
 from shardplan.models import InfeasibleError, ModelSpec, SolverLimitError, SpecError
+from shardplan.models.files import reread_json
 from shardplan.models.hf_config import load_config_object
 from shardplan.models.presets import find_preset, unknown_model
 from shardplan.rules.catalog import get_rule
@@ -61,6 +62,7 @@ from shardplan.solver.cli.serving import (
 from shardplan.solver.dag import build_dag
 from shardplan.solver.dag.disagg import serving_dag
 from shardplan.solver.dag.export import (
+    MAX_DAG_BYTES,
     check_writable,
     dag_from_data,
     read_json,
@@ -271,8 +273,10 @@ def _dag_of(args: DagInput, root: Root) -> tuple[str | None, nx.DiGraph]:
     if args.path is not None:
         path = root.resolve(args.path, "path")
         return path, read_json(path)
+    # Re-read as a file is (models.files): the in-process caller's NaN or 66-level nesting was taken as given.
+    data = reread_json(args.dag, "dag", "the dag", MAX_DAG_BYTES)
     try:
-        return None, dag_from_data(args.dag, "the dag")
+        return None, dag_from_data(data, "the dag")
     except SpecError as exc:  # from_json_data names the field of a file; here it is the dag argument
         raise SpecError("dag", exc.reason) from None
 
