@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from shardplan.models.derived import parameter_counts
 from shardplan.models.dtypes import DType
 from shardplan.models.errors import SpecError, printable, quoted, spec_error_from
-from shardplan.models.files import MAX_INPUT_BYTES, json_text, parse_json, read_text
+from shardplan.models.files import parse_json, read_text, reread_json
 from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
 Config = dict[str, Any]
@@ -40,18 +40,14 @@ def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:
     """A config.json handed over already parsed (an agent's JSON object rather than a file): written
     back to JSON text and read through the checks a file gets, so the same size and nesting bounds
     and the same messages apply. ``name`` defaults to its ``_shardplan_id``, else ``custom``."""
-    try:
-        text = json_text(cfg)
-    except (TypeError, ValueError, RecursionError):
-        raise SpecError("model", "the config is not a JSON object") from None
-    size_bytes = len(text.encode("utf-8"))
-    if size_bytes > MAX_INPUT_BYTES:
-        raise SpecError("model", f"the config is {size_bytes:,} bytes; at most {MAX_INPUT_BYTES:,} are read")
-    return _load_config_text(text, "the config", name, "custom")
+    return _load_config_data(reread_json(cfg, "model", "the config"), "the config", name, "custom")
 
 
 def _load_config_text(text: str, where: str, name: str | None, default_name: str) -> ModelSpec:
-    cfg = parse_json(text, "model", where)
+    return _load_config_data(parse_json(text, "model", where), where, name, default_name)
+
+
+def _load_config_data(cfg: Any, where: str, name: str | None, default_name: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise SpecError("model", f"{where} must hold a JSON object")
     model_id = cfg.get("_shardplan_id")
