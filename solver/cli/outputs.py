@@ -20,6 +20,7 @@ import re
 import shutil
 import stat
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -80,6 +81,7 @@ class OutputFiles:
         self._targets: dict[str, str] = {}  # _targets[option]: the resolved path the option names
         self._shown: dict[str, str] = {}  # _shown[option]: the path as the user typed it
         self._temps: dict[str, str] = {}  # _temps[option]: where its writer writes until commit
+        _LIVE.add(self)
 
     def add(self, option: str, path: str | Path | None, *, directory_ok: bool = False) -> None:
         """Check ``path`` for ``--option`` now, before any work; None (option not given) is skipped."""
@@ -150,7 +152,7 @@ class OutputFiles:
 
     def discard(self) -> None:
         """Remove every temporary not yet committed."""
-        for path in self._temps.values():
+        for path in list(self._temps.values()):  # a copy: discard_all may run beside the writer's thread
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -168,6 +170,17 @@ class OutputFiles:
     ) -> None:
         # On success the command commits where it chooses (before printing); whatever is left is discarded.
         self.discard()
+
+
+# Every OutputFiles not yet collected, for discard_all.
+_LIVE: weakref.WeakSet[OutputFiles] = weakref.WeakSet()
+
+
+def discard_all() -> None:
+    """Remove the temporaries of every command's outputs still in flight: for a process about to end at once
+    (the MCP server on a signal, ``os._exit``), whose calls' ``with`` blocks never reach their ``discard``."""
+    for outputs in list(_LIVE):
+        outputs.discard()
 
 
 def _mode(option: str, shown: str, target: str) -> int:

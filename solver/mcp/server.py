@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from shardplan.models import ShardplanError, SolverLimitError, SpecError
 from shardplan.models.errors import quoted, spec_error_from
 from shardplan.models.files import json_text
+from shardplan.solver.cli.outputs import discard_all
 from shardplan.solver.cli.results import error_message, one_line
 from shardplan.solver.mcp.resources import RESOURCES, normal_uri
 from shardplan.solver.mcp.safety import Root, TimeLimits
@@ -153,9 +154,11 @@ def serve(root: str | None, limits: TimeLimits) -> None:
     """Serve on stdin/stdout until the client closes stdin and every call read is answered (then return: exit
     0). SIGTERM (143), SIGINT (130) or a stdout that cannot be written (2) end the process at once with one
     line on stderr, the CLI's codes: a call's handler may still be searching on its thread, and no search
-    can be stopped from outside, so the process does not wait for it (its temporary outputs stay)."""
+    can be stopped from outside, so the process does not wait for it; its temporary outputs are removed first
+    (a file it had already renamed into place stays)."""
     ending = anyio.run(_serve, build_server(Session(Root(root), limits)))
     if ending.code:
+        discard_all()
         with contextlib.suppress(OSError):
             sys.stderr.write(one_line(ending.line) + "\n")
             sys.stderr.flush()
