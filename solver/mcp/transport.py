@@ -189,6 +189,9 @@ def parse_line(raw: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
     if data.get("id") is not None and _usable_id(data) is None:  # the SDK would take it for a notification
         shown = quoted(json.dumps(data["id"]))
         return error_reply(types.INVALID_REQUEST, f"id: must be a string or an integer, got {shown}")
+    shape = _params_problem(data)
+    if shape is not None:
+        return error_reply(types.INVALID_PARAMS, shape, _usable_id(data))
     try:
         return types.jsonrpc_message_adapter.validate_python(data, by_name=False)
     except ValidationError as exc:
@@ -196,6 +199,31 @@ def parse_line(raw: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
         where = ".".join(str(part) for part in first["loc"][1:]) or "message"  # loc[0] names the union member
         return error_reply(types.INVALID_REQUEST, f"{where}: not a JSON-RPC 2.0 message ({first['msg']})",
                            _usable_id(data))
+
+
+# The params each request this server serves needs, for _params_problem: the SDK answers a request without them
+# with -32602 'Invalid request parameters' and an empty data field, naming nothing.
+_NEEDED_PARAMS: dict[str, tuple[str, ...]] = {"tools/call": ("name",), "resources/read": ("uri",)}
+
+
+def _params_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a ``tools/call`` or ``resources/read`` request's ``params``, naming the field."""
+    method = data.get("method")
+    needed = _NEEDED_PARAMS.get(method) if isinstance(method, str) else None
+    if needed is None or "id" not in data:
+        return None
+    if "params" not in data:
+        return f"params: {method} needs an object with {', '.join(needed)}"
+    params = data["params"]
+    if not isinstance(params, dict):  # not a JSON-RPC message at all: -32600, from the message's own check
+        return None
+    for key in needed:
+        if not isinstance(params.get(key), str):
+            return f"params.{key}: must be a string, got {quoted(json.dumps(params.get(key)))}"
+    arguments = params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        return f"params.arguments: must be an object of the tool's inputs, got {quoted(json.dumps(arguments))}"
+    return None
 
 
 def read_line(stream: BinaryIO) -> bytes | None:

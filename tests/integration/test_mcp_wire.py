@@ -98,6 +98,13 @@ def ping(request_id: int) -> bytes:
     (b'{"jsonrpc": "2.0", "id": "x", "method": "tools/call", "params": "plan"}', -32600, "x", "params:"),
     (b'{"jsonrpc": "1.0", "id": 3, "method": "ping"}', -32600, 3, "jsonrpc:"),
     (b'{"jsonrpc": "2.0", "id": [3], "method": "ping"}', -32600, None, "id:"),
+    # The SDK answered these -32602 'Invalid request parameters', naming nothing.
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call"}', -32602, 3, "params: tools/call needs an object with name"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {}}', -32602, 3, "params.name: must be a string"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 5}}', -32602, 3, "params.name:"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "plan", "arguments": [1]}}', -32602, 3,
+     "params.arguments: must be an object"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}', -32602, 3, "params.uri:"),
 ])
 def test_a_line_that_is_no_message_is_answered_and_the_next_is_served(wire: Wire, line, code, request_id,
                                                                       says) -> None:
