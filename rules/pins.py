@@ -6,7 +6,7 @@ from typing import Any
 
 from shardplan.rules.base import Diagnostic, Kind, Rule
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import Problem
+from shardplan.rules.problem import Pins, Problem
 
 _SHAPE_FIELDS = ("tp", "sp", "attn_dp", "expert_tp")
 
@@ -49,7 +49,23 @@ class Pin(Rule):
         return [self.error(f"{self.field} is {got}, pinned to {self.value}")] if got != self.value else []
 
     def conflict_message(self, problem: Problem) -> str:
+        """The pin, and when the pins together ask for more GPUs than the cluster has, how many: the GPU count
+        is no rule of its own in the model, so the explanation names only the pins."""
+        need, have = pinned_gpus(problem.pins), problem.cluster.num_gpus
+        if need > have:
+            return f"{self.statement}; the pins need at least {need:,} GPUs, the cluster has {have:,}"
         return self.statement
+
+
+def pinned_gpus(pins: Pins) -> int:
+    """The fewest GPUs a layout with these pins uses: dp x stages x a stage's GPUs (tp x sp x attn_dp, and at
+    least ep x expert_tp), each degree not pinned counted as 1."""
+    def given(value: int | None) -> int:
+        return value or 1
+
+    stages = len(pins.stages) if pins.stages is not None else given(pins.pp)
+    stage_gpus = max(given(pins.tp) * given(pins.sp) * given(pins.attn_dp), given(pins.ep) * given(pins.expert_tp))
+    return given(pins.dp) * stages * stage_gpus
 
 
 def pins_of(problem: Problem) -> list[Pin]:
