@@ -42,7 +42,14 @@ from shardplan.models.errors import quoted
 from shardplan.models.files import json_text
 from shardplan.solver.cost.calibration.measures import predict
 from shardplan.solver.cost.calibration.op_terms import MOE_ROUTED_AT_BANDWIDTH, OpTerms, op_terms, read_op_points
-from shardplan.solver.cost.calibration.points import GENERATIONS, SERVING, Point, load_points, profile_name
+from shardplan.solver.cost.calibration.points import (
+    GENERATIONS,
+    SERVING,
+    Point,
+    load_points,
+    profile_name,
+    skipped_summary,
+)
 
 DIGITS = 4
 
@@ -567,7 +574,9 @@ def calibrate(
     given; only rows ``row_filter(point)`` accepts). Returns the fits, profiles rounded. With
     ``one_profile``, rows of more than one (GPU, generation) are refused before any fitting (a fit of
     every generation of a GPU takes about half a minute; the caller could only keep one)."""
-    points, _ = load_points(points_csv)
+    points, skipped = load_points(points_csv)
+    if not points:
+        raise SpecError("points", f"no usable rows in {points_csv}: {skipped_summary(skipped)}")
     if row_filter is not None:
         points = [p for p in points if row_filter(p)]
     if gpu is not None:

@@ -52,6 +52,7 @@ from typing import Any
 
 from shardplan.hardware import ClusterSpec, get_gpu
 from shardplan.models import DType, ModelSpec, SpecError, get_model
+from shardplan.models.errors import quoted
 from shardplan.models.files import read_csv_rows
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
@@ -222,6 +223,20 @@ def points_from_rows(rows: Iterable[dict[str, str]]) -> tuple[list[Point], list[
 
 def skip_counts(skipped: Iterable[Skipped]) -> Counter[str]:
     return Counter(s.reason for s in skipped)
+
+
+def skipped_summary(skipped: Iterable[Skipped]) -> str:
+    """Why rows were skipped, for one line: each reason's count, with the first row it took
+    ('2 rows skipped: no-preset 2 (row id 1, model 'NoSuchModel')')."""
+    rows = list(skipped)
+    if not rows:
+        return "the file has no data rows"
+    first: dict[str, Skipped] = {}
+    for row in rows:
+        first.setdefault(row.reason, row)
+    parts = [f"{reason} {n} (row id {quoted(first[reason].row_id, 20)}, model {quoted(first[reason].model, 40)})"
+             for reason, n in skip_counts(rows).most_common()]
+    return f"{len(rows)} row{'s' if len(rows) != 1 else ''} skipped: {'; '.join(parts)}"
 
 
 def _skip_reason(row: dict[str, str], capacity: dict[tuple[Any, ...], float]) -> str | None:

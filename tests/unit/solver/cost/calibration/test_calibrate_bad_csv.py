@@ -133,3 +133,16 @@ def test_a_column_named_twice_is_refused_naming_it(tmp_path, capsys, column):
     code, err = calibrate(tmp_path, capsys, ("\n".join(lines) + "\n").encode())
     assert code == 2 and len(err.splitlines()) == 1
     assert err.strip().endswith(f"points.csv: column '{column}' appears twice in the header")
+
+
+def test_a_csv_without_a_usable_row_says_why_each_was_skipped(tmp_path, capsys):
+    # 'points: no usable rows in points.csv' named neither a row nor a reason.
+    rows = [dict(r) for r in TINY[:2]]
+    for row in rows:
+        row["model"] = "NoSuchModel"
+    rows[1]["id"] = "R2"
+    code, err = calibrate(tmp_path, capsys, csv_text(rows).encode())
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "no usable rows in" in err and "2 rows skipped: no-preset 2 (row id " in err and "'NoSuchModel'" in err
+    code, err = calibrate(tmp_path, capsys, csv_text([]).encode())
+    assert code == 2 and err.rstrip().endswith("the file has no data rows")
