@@ -263,16 +263,21 @@ def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | N
     """Mistral-style sliding window on every layer, when the config sets one.
 
     Qwen configs carry a ``sliding_window`` value too, but it only applies with ``use_sliding_window: true``
-    (transformers' Qwen2/Qwen3 configs default it to false), and then only from layer ``max_window_layers``
-    on (default 28), as transformers' Qwen2/Qwen3 models lay their layers out.
+    (transformers' Qwen2/Qwen3 configs default it to false), and then to the layers ``layer_types`` marks
+    ``sliding_attention``, or without that list from layer ``max_window_layers`` on (default 28), as
+    transformers' Qwen2/Qwen3 configs lay their layers out.
     """
     qwen = arch.startswith("Qwen")
     if not r.has("sliding_window") or not r.bool("use_sliding_window", not qwen):
         return (), None
     window = r.int("sliding_window")
     layers = r.int("num_hidden_layers")
-    first = min(r.int("max_window_layers", default=28, minimum=0), layers) if qwen else 0
-    return tuple(range(first, layers)), window
+    if not qwen:
+        return tuple(range(layers)), window
+    typed = _typed_window_layers(r, layers)
+    windowed = typed if typed is not None else tuple(
+        range(min(r.int("max_window_layers", default=28, minimum=0), layers), layers))
+    return windowed, window if windowed else None
 
 
 def _dense(r: _Reader, name: str, arch: str, qkv_bias: bool = False) -> ModelSpec:
@@ -355,15 +360,22 @@ def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
     return ModelSpec(**common, attention=attention, intermediate_size=r.int("intermediate_size"), moe=moe)
 
 
-def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
-    layers = r.int("num_hidden_layers")
-    types = r.cfg.get("layer_types") or []
-    if types and (not isinstance(types, list) or len(types) != layers):
+def _typed_window_layers(r: _Reader, layers: int) -> tuple[int, ...] | None:
+    """The layers ``layer_types`` marks ``sliding_attention``, or None when the config does not list them."""
+    types = r.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != layers:
         raise SpecError("layer_types", f"expected {layers} entries")
     unknown = [kind for kind in types if kind not in ("sliding_attention", "full_attention")]
     if unknown:  # a misspelt kind was priced as full attention
         raise SpecError("layer_types", f"unknown kind {quoted(unknown[0])}; one of sliding_attention, full_attention")
-    window_layers = tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+    return tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+
+
+def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
+    layers = r.int("num_hidden_layers")
+    window_layers = _typed_window_layers(r, layers) or ()
     window = r.int("sliding_window") if window_layers else None
     attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})
     moe = MoE(

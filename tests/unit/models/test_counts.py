@@ -131,6 +131,11 @@ def test_a_qwen_window_applies_only_when_asked_and_from_max_window_layers_on():
     assert asked.attention.sliding_window_layers == (60, 61, 62, 63)
     default_start = load_config({**base, "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": None})
     assert default_start.attention.sliding_window_layers == tuple(range(28, 64))
+    typed = ["full_attention", "sliding_attention"] * 32
+    listed = load_config({**base, "sliding_window": 4096, "use_sliding_window": True, "layer_types": typed})
+    assert listed.attention.sliding_window_layers == tuple(range(1, 64, 2))
+    unused = load_config({**base, "sliding_window": 4096, "layer_types": typed})  # use_sliding_window not given
+    assert unused.attention.sliding_window_layers == ()
     # Mistral has no use_sliding_window: its window covers every layer (test_mistral_window_applies_to_every_layer).
 
 
