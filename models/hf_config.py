@@ -311,6 +311,10 @@ def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
     step = r.int("decoder_sparse_step", default=1)
     dense_only = set(r.int_list("mlp_only_layers"))
     moe_layers = tuple(i for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    if not moe_layers:
+        raise SpecError("decoder_sparse_step" if step > layers else "mlp_only_layers",
+                        f"leaves none of the {layers} layers a MoE layer (decoder_sparse_step {step}, "
+                        f"{len(dense_only)} mlp_only_layers)")
     moe = MoE(
         num_experts=r.first_int(("num_experts", "num_local_experts")),
         experts_per_token=r.int("num_experts_per_tok"),
@@ -345,6 +349,10 @@ def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
     first_dense = r.int("first_k_dense_replace", default=0, minimum=0)
     freq = r.int("moe_layer_freq", default=1)
     moe_layers = tuple(i for i in range(first_dense, layers) if i % freq == 0)
+    if not moe_layers:
+        raise SpecError("first_k_dense_replace" if first_dense >= layers else "moe_layer_freq",
+                        f"leaves none of the {layers} layers a MoE layer (first_k_dense_replace {first_dense}, "
+                        f"moe_layer_freq {freq})")
     shared = r.int("n_shared_experts", default=0, minimum=0)
     expert_ffn = r.int("moe_intermediate_size")
     moe = MoE(

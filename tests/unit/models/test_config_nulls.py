@@ -51,3 +51,4 @@ def test_a_null_quant_method_is_missing_not_the_method_none():
     with pytest.raises(SpecError) as err:
         load_config(_config("llama-3.1-8b", quantization_config={"quant_method": None}))
     assert err.value.field == "quantization_config.quant_method" and err.value.reason.startswith("missing")
+
