@@ -311,10 +311,8 @@ def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
     step = r.int("decoder_sparse_step", default=1)
     dense_only = set(r.int_list("mlp_only_layers"))
     moe_layers = tuple(i for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
-    if not moe_layers:
-        raise SpecError("decoder_sparse_step" if step > layers else "mlp_only_layers",
-                        f"leaves none of the {layers} layers a MoE layer (decoder_sparse_step {step}, "
-                        f"{len(dense_only)} mlp_only_layers)")
+    _require_moe_layer(moe_layers, layers, "decoder_sparse_step" if step > layers else "mlp_only_layers",
+                       f"decoder_sparse_step {step}, {len(dense_only)} mlp_only_layers")
     moe = MoE(
         num_experts=r.first_int(("num_experts", "num_local_experts")),
         experts_per_token=r.int("num_experts_per_tok"),
@@ -326,6 +324,13 @@ def _qwen3_moe(r: _Reader, name: str, arch: str) -> ModelSpec:
         **_common(r, name, arch), attention=_attention(r, *_every_layer_window(r, arch)), intermediate_size=dense_ffn,
         moe=moe,
     )
+
+
+def _require_moe_layer(moe_layers: tuple[int, ...], layers: int, field: str, settings: str) -> None:
+    """A MoE family whose layer fields leave no MoE layer is refused naming the field the config gave, not the
+    spec's ``moe.layers``, a name no config has."""
+    if not moe_layers:
+        raise SpecError(field, f"leaves none of the {layers} layers a MoE layer ({settings})")
 
 
 def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
@@ -349,10 +354,8 @@ def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
     first_dense = r.int("first_k_dense_replace", default=0, minimum=0)
     freq = r.int("moe_layer_freq", default=1)
     moe_layers = tuple(i for i in range(first_dense, layers) if i % freq == 0)
-    if not moe_layers:
-        raise SpecError("first_k_dense_replace" if first_dense >= layers else "moe_layer_freq",
-                        f"leaves none of the {layers} layers a MoE layer (first_k_dense_replace {first_dense}, "
-                        f"moe_layer_freq {freq})")
+    _require_moe_layer(moe_layers, layers, "first_k_dense_replace" if first_dense >= layers else "moe_layer_freq",
+                       f"first_k_dense_replace {first_dense}, moe_layer_freq {freq}")
     shared = r.int("n_shared_experts", default=0, minimum=0)
     expert_ffn = r.int("moe_intermediate_size")
     moe = MoE(
@@ -411,8 +414,8 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     # sliding_window_layers, a field no config has.
     if rope_flags and len(rope_flags) != layers:
         raise SpecError("no_rope_layers", f"expected {layers} entries, one per layer, got {len(rope_flags)}")
-    if any(flag not in (0, 1) for flag in rope_flags):
-        bad = next(flag for flag in rope_flags if flag not in (0, 1))
+    bad = next((flag for flag in rope_flags if flag not in (0, 1)), None)
+    if bad is not None:
         raise SpecError("no_rope_layers", f"expected 1 (RoPE, chunked) or 0 (NoPE) per layer, got {bad}")
     if not rope_flags:
         interval = r.int("no_rope_layer_interval", default=4)
