@@ -21,6 +21,7 @@ from shardplan.rules.dag.view import (
     DagRule,
     DagView,
     NodeKind,
+    is_int,
     longest_path_us,
 )
 from shardplan.rules.layout import Layout
@@ -179,7 +180,7 @@ class RanksInPlan(DagRule):
             ranks = d.get("ranks")
             if not isinstance(ranks, (list, tuple)) or not ranks:
                 continue  # DAG-022
-            bad = [g for g in ranks if not _is_gpu(g) or not 0 <= g < n_gpus]
+            bad = [g for g in ranks if not is_int(g) or not 0 <= g < n_gpus]  # JSON's true is not GPU 1
             if bad or len(set(ranks)) != len(ranks):
                 yield self.at(n, f"ranks {list(ranks)[:8]} outside the plan's GPUs 0..{n_gpus - 1} or repeated")
                 continue
@@ -304,8 +305,3 @@ class CriticalPath(DagRule):
             got = longest_path_us(view.dag, nodes)[0]
             if abs(got - want) > 0.01 * want:
                 yield self.at(None, f"replica {r} {phase}: longest path {got:.1f} us, the plan predicts {want:.1f} us")
-
-
-def _is_gpu(value: Any) -> bool:
-    """A GPU id is an integer; JSON's true is not GPU 1."""
-    return isinstance(value, int) and not isinstance(value, bool)

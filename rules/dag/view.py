@@ -91,7 +91,7 @@ def graph_schema_problems(dag: Any) -> list[str]:
     if layout is None:
         out.append("graph attribute layout is missing or not a valid layout")
     for key in ("num_gpus", "num_layers", "num_experts"):
-        if not _is_int(g.get(key)) or g[key] < 0:
+        if not is_int(g.get(key)) or g[key] < 0:
             out.append(f"graph attribute {key} is missing or not an integer >= 0")
     if out or layout is None:  # layout is None only when out already says so
         return out
@@ -120,12 +120,12 @@ def _stated_problems(g: dict[Any, Any], layout: Layout) -> list[str]:
         if not isinstance(degrees, dict) or set(degrees) - set(expected):
             out.append(f"graph attribute degrees is not an object of the degrees {', '.join(expected)}")
         else:
-            wrong = [k for k, v in degrees.items() if not _is_int(v) or v != expected[k]]
+            wrong = [k for k, v in degrees.items() if not is_int(v) or v != expected[k]]
             if wrong:
                 k = wrong[0]
                 out.append(f"graph attribute degrees.{k} is {degrees[k]!r}; the layout's is {expected[k]}")
     gpus = g.get("cluster_gpus")
-    if gpus is not None and (not _is_int(gpus) or gpus < layout.num_gpus):
+    if gpus is not None and (not is_int(gpus) or gpus < layout.num_gpus):
         out.append(f"graph attribute cluster_gpus is {gpus!r}; the layout uses {layout.num_gpus} GPUs")
     return out
 
@@ -147,15 +147,15 @@ def is_sharded(d: dict[Any, Any]) -> bool:
 
 
 def _int(value: Any, default: int) -> int:
-    return value if _is_int(value) else default
+    return value if is_int(value) else default
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _ints(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)
+    return isinstance(value, (list, tuple)) and all(is_int(x) for x in value)
 
 
 # TYPED[attribute]: what a well-formed value is; rules read only well-formed scope attributes.
@@ -164,7 +164,7 @@ TYPED = {
     "phase": lambda v: isinstance(v, str),
     "rejoin": lambda v: isinstance(v, str),
     "experts": _ints,
-    **{k: _is_int for k in ("replica", "stage", "layer", "group", "tp_rank", "sp_rank", "ep_rank", "tp", "sp",
+    **{k: is_int for k in ("replica", "stage", "layer", "group", "tp_rank", "sp_rank", "ep_rank", "tp", "sp",
                            "multiplicity", "new_tokens", "to_stage")},
 }
 
@@ -185,7 +185,7 @@ class DagView:
         self.allow = (
             frozenset(x for x in allow if isinstance(x, str)) if isinstance(allow, (list, tuple)) else frozenset()
         )
-        self.moe_layers = frozenset(x for x in moe if _is_int(x)) if isinstance(moe, (list, tuple)) else frozenset()
+        self.moe_layers = frozenset(x for x in moe if is_int(x)) if isinstance(moe, (list, tuple)) else frozenset()
         self.num_layers = _int(self.graph.get("num_layers"), 0)
         self.num_experts = _int(self.graph.get("num_experts"), 0)
         self.num_gpus = _int(self.graph.get("num_gpus"), 0)

@@ -18,6 +18,7 @@ from shardplan.models.files import json_text
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
 from shardplan.rules.dag.disagg import disagg_schema_problems, is_disagg
+from shardplan.rules.dag.view import is_int
 from shardplan.solver.dag import build_dag
 
 TUPLE_ATTRS = ("ranks", "experts", "layers")  # stored as tuples in memory, lists in JSON
@@ -295,10 +296,6 @@ def writer_for(path: str | Path) -> Callable[[nx.DiGraph, Any], None]:
     return WRITERS[ext]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float))
 
@@ -310,9 +307,9 @@ WRITTEN_NODE_ATTRS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "phase": (lambda v: v is None or isinstance(v, str), "a string"),
     "op": (lambda v: isinstance(v, str), "a string"),
     "est_us": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-    **{key: (lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v), "a list of integers")
+    **{key: (lambda v: isinstance(v, (list, tuple)) and all(is_int(x) for x in v), "a list of integers")
        for key in ("ranks", "experts", "layers")},
-    **{key: (lambda v: v is None or _is_int(v), "an integer")
+    **{key: (lambda v: v is None or is_int(v), "an integer")
        for key in ("replica", "stage", "layer", "group", "tp_rank", "sp_rank", "ep_rank", "tp", "sp",
                    "multiplicity", "new_tokens", "to_stage", "context", "sequences", "group_size")},
 }
