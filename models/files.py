@@ -191,6 +191,24 @@ def reread_json(data: Any, field: str, where: str, max_bytes: int = MAX_INPUT_BY
     return parse_json(text, field, where)
 
 
+def csv_records(text: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    r"""The header of CSV ``text`` and each later record with the file line it starts on. A quoted cell may
+    span lines, so counting records would name the wrong line for every row after one; csv's own line
+    count, read before each record, does not. Raises ``csv.Error`` as csv does.
+
+    >>> csv_records('a,b\n"two\nlines",1\n3,4\n')
+    (['a', 'b'], [(2, ['two\nlines', '1']), (4, ['3', '4'])])
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, [])
+    records = []
+    first_line = reader.line_num + 1
+    for cells in reader:
+        records.append((first_line, cells))
+        first_line = reader.line_num + 1
+    return header, records
+
+
 def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
                   skip_blank_cells: bool = False) -> list[tuple[int, dict[str, str]]]:
     """A CSV file read through ``read_text`` (at most ``MAX_CSV_BYTES``): each row with its line number, as a
@@ -199,9 +217,7 @@ def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
     skipped, and with ``skip_blank_cells`` rows whose every cell is blank too (a spreadsheet's trailing rows)."""
     text = read_text(path, field, MAX_CSV_BYTES)
     try:
-        reader = csv.reader(io.StringIO(text, newline=""))
-        header = next(reader, [])
-        lines = list(reader)
+        header, lines = csv_records(text)
     except csv.Error as exc:
         raise SpecError(field, f"{path}: not a readable CSV ({exc})") from None
     missing = [c for c in columns if c not in header]
@@ -215,7 +231,7 @@ def read_csv_rows(path: str | Path, field: str, columns: tuple[str, ...],
             raise SpecError(field, f"{path}: column {quoted(name)} appears twice in the header")
         seen.add(name)
     rows = []
-    for line, cells in enumerate(lines, start=2):
+    for line, cells in lines:
         if not cells or (skip_blank_cells and not any(cell.strip() for cell in cells)):
             continue
         if len(cells) != len(header):

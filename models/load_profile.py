@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from shardplan.models.errors import SpecError, printable, quoted, spec_error_from
-from shardplan.models.files import parse_json, read_text
+from shardplan.models.files import csv_records, parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
 MAX_PROFILE_BYTES = 16 << 20  # 4,096 experts x 1,024 layers of counts fit comfortably
@@ -229,15 +229,15 @@ def _read_json(text: str, path: Path, num_experts: int) -> tuple[dict[int, list[
 
 def _read_csv(text: str, path: Path, num_experts: int) -> dict[int, list[float]]:
     try:
-        rows = iter(list(csv.reader(text.splitlines())))
+        first, rows = csv_records(text)
     except csv.Error as exc:  # e.g. a field past csv's size limit
         raise SpecError("profile", f"{path}: not a readable CSV ({exc})") from None
-    header = [cell.strip().lower() for cell in next(rows, [])]
+    header = [cell.strip().lower() for cell in first]
     if header != ["layer", "expert", "tokens"]:
         raise SpecError("profile", f"{path}: the first line must be the header layer,expert,tokens")
     by_layer: dict[int, list[float]] = {}
     seen: set[tuple[int, int]] = set()
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         if not row or all(not cell.strip() for cell in row):
             continue
         where = f"{path.name}:{line}"

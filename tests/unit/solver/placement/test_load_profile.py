@@ -119,6 +119,9 @@ def test_csv(tmp_path):
     path.write_text("layer,expert,tokens\n3,9,5\n")
     with pytest.raises(SpecError, match="outside"):
         load_profile(path, 3, [3])
+    path.write_text('layer,expert,tokens\n3,0,"5"\n"3\n",1,1\n3,7,1\n')  # a layer cell over lines 3-4
+    with pytest.raises(SpecError, match=r"\.csv:5 expert"):
+        load_profile(path, 3, [3])
     path.write_text("layer,expert,tokens\n3,0,5\n")
     with pytest.raises(SpecError, match="missing layer 4"):
         load_profile(path, 3, [3, 4])

@@ -46,6 +46,18 @@ def test_a_short_row_is_named_by_its_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1
 
 
+def test_a_row_after_a_cell_spanning_lines_is_named_by_its_own_line(tmp_path, capsys):
+    # A quoted note over three lines moves every later row down by two lines; counting records instead of
+    # lines named the short row 'points row 3', a line of the note.
+    rows = [dict(r) for r in TINY]
+    rows[0]["notes"] = "first line\nsecond line\nthird line"
+    lines = csv_text(rows).split("\n")  # the note's cell is on lines 2-4, the second data row on line 5
+    assert lines[4].startswith(rows[1]["id"] + ",")
+    lines[4] = ",".join(lines[4].split(",")[:-3])
+    code, err = calibrate(tmp_path, capsys, "\n".join(lines).encode())
+    assert code == 2 and "points row 5:" in err and len(err.splitlines()) == 1
+
+
 def test_bytes_that_are_not_utf8_are_named_by_offset(tmp_path, capsys):
     text = csv_text(TINY).encode()
     at = text.index(b"Llama")
