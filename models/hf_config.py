@@ -144,6 +144,10 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
 
+    def absent(self, key: str) -> bool:
+        """The file does not name the field at all (a null is named: for some fields it means "none")."""
+        return key not in self.cfg
+
     def get(self, key: str, default: Any = None) -> Any:
         """The field's value; a field set to null is not given, as transformers reads it: ``default``."""
         value = self.cfg.get(key)
@@ -239,13 +243,17 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
     )
 
 
-def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None) -> Attention:
+def _attention(
+    r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None, head_dim_default: int | None = None
+) -> Attention:
+    """``head_dim_default``: the width a family's transformers config class gives a missing ``head_dim``, where
+    that is a constant rather than hidden / heads (Qwen3: 128, gpt-oss: 64)."""
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", default=heads)
     hidden = r.int("hidden_size")
-    if not r.has("head_dim") and hidden % heads:
+    if not r.has("head_dim") and head_dim_default is None and hidden % heads:
         raise SpecError("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
-    head_dim = r.int("head_dim", default=hidden // heads)
+    head_dim = r.int("head_dim", default=head_dim_default or hidden // heads)
     kind = AttentionKind.MHA if kv_heads == heads else AttentionKind.MQA if kv_heads == 1 else AttentionKind.GQA
     return Attention(
         kind=kind,
@@ -280,9 +288,14 @@ def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | N
     return windowed, window if windowed else None
 
 
+# transformers' Qwen3Config gives a missing head_dim 128, not hidden / heads: Qwen3-0.6B has 16 heads of 128 over a
+# hidden size of 1024.
+_HEAD_DIM_DEFAULT = {"Qwen3ForCausalLM": 128}
+
+
 def _dense(r: _Reader, name: str, arch: str, qkv_bias: bool = False) -> ModelSpec:
     """Llama 2/3, Mistral, Qwen2, Qwen3: one attention and one gated FFN per layer."""
-    attention = _attention(r, *_every_layer_window(r, arch))
+    attention = _attention(r, *_every_layer_window(r, arch), head_dim_default=_HEAD_DIM_DEFAULT.get(arch))
     if qkv_bias:
         attention = attention.model_copy(update={"qkv_bias": True})
     return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"))
@@ -385,10 +398,13 @@ def _typed_window_layers(r: _Reader, layers: int) -> tuple[int, ...] | None:
 
 
 def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
+    """gpt-oss: a config without ``layer_types``, ``sliding_window`` or ``head_dim`` gets transformers' GptOssConfig
+    defaults: every other layer from layer 0 windowed to 128 tokens, heads of 64 (not 2880 / 64 = 45)."""
     layers = r.int("num_hidden_layers")
-    window_layers = _typed_window_layers(r, layers) or ()
-    window = r.int("sliding_window") if window_layers else None
-    attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})
+    typed = _typed_window_layers(r, layers)
+    window_layers = typed if typed is not None else tuple(range(0, layers, 2))
+    window = r.int("sliding_window", default=128 if r.absent("sliding_window") else None) if window_layers else None
+    attention = _attention(r, window_layers, window, head_dim_default=64).model_copy(update={"qkv_bias": True})
     moe = MoE(
         num_experts=r.first_int(("num_local_experts", "num_experts")),
         experts_per_token=r.first_int(("num_experts_per_tok", "experts_per_token")),
@@ -420,7 +436,11 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     if not rope_flags:
         interval = r.int("no_rope_layer_interval", default=4)
         rope_flags = [int((i + 1) % interval != 0) for i in range(layers)]
-    chunk = r.int("attention_chunk_size") if r.has("attention_chunk_size") and rope_flags else None
+    # Absent, transformers' Llama4TextConfig chunks at 8192 tokens (as both released models do); null: no chunks.
+    if r.absent("attention_chunk_size"):
+        chunk: int | None = 8192
+    else:
+        chunk = r.int("attention_chunk_size") if r.has("attention_chunk_size") and rope_flags else None
     window_layers = tuple(i for i, flag in enumerate(rope_flags) if flag) if chunk else ()
     moe = MoE(
         num_experts=r.int("num_local_experts"),
