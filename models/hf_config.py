@@ -346,8 +346,21 @@ def _require_moe_layer(moe_layers: tuple[int, ...], layers: int, field: str, set
         raise SpecError(field, f"leaves none of the {layers} layers a MoE layer ({settings})")
 
 
+# What an absent field means to transformers' DeepseekV3Config and to DeepSeek's own configuration_deepseek.py.
+_DEEPSEEK_ABSENT = {
+    "first_k_dense_replace": "transformers makes the first 3 layers dense, DeepSeek's code none",
+    "n_shared_experts": "transformers adds 1 shared expert, DeepSeek's code none",
+    "q_lora_rank": "transformers and DeepSeek's code both compress queries to rank 1536",
+}
+
+
 def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
     """DeepSeek-V3/R1 and Kimi-K2: MLA attention, first k layers dense, then MoE every moe_layer_freq."""
+    # Every released config names these three (null where there is none); a config without one was priced as
+    # all-MoE, unshared and uncompressed, which neither reader of the file builds.
+    for field, meaning in _DEEPSEEK_ABSENT.items():
+        if r.absent(field):
+            raise SpecError(field, f"missing; name it (null for none): absent, {meaning}")
     layers = r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
     rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")

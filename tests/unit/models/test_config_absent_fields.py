@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from shardplan.models import load_config
+import pytest
+
+from shardplan.models import SpecError, load_config
 from shardplan.models.derived import kv_bytes_per_sequence, parameter_counts
 from shardplan.models.presets import CONFIG_DIR
 from tests.unit.models.nonpreset_configs import CONFIGS
@@ -44,3 +46,17 @@ def test_llama4_without_attention_chunk_size_chunks_at_8192_and_null_means_none(
     assert absent.attention.sliding_window == 8192 and len(absent.attention.sliding_window_layers) == 36
     null = load_config({**scout, "text_config": {**text, "attention_chunk_size": None}})
     assert null.attention.sliding_window is None and null.attention.sliding_window_layers == ()
+
+
+@pytest.mark.parametrize("field,said", [
+    ("first_k_dense_replace", "transformers makes the first 3 layers dense, DeepSeek's code none"),
+    ("n_shared_experts", "transformers adds 1 shared expert, DeepSeek's code none"),
+    ("q_lora_rank", "compress queries to rank 1536"),
+])
+def test_a_deepseek_config_without_a_layout_field_is_refused_naming_it(field, said):
+    # Moonlight-16B-A3B without one of them was priced all-MoE (27 instead of 26 MoE layers), without its 2 shared
+    # experts, or with uncompressed queries: no reader of the file builds that model.
+    with pytest.raises(SpecError) as err:
+        load_config(_without(CONFIGS["moonlight-16b-a3b"], field))
+    assert err.value.field == field and err.value.reason.startswith("missing; name it (null for none)")
+    assert said in err.value.reason
