@@ -100,6 +100,10 @@ _FIELD_MAX = {
 }
 
 
+# Fields of a composite (Llama 4) config.json that describe the whole checkpoint, read when text_config lacks them.
+_WHOLE_MODEL_FIELDS = ("quantization_config", "torch_dtype", "dtype")
+
+
 def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
     """Build a ``ModelSpec`` from a parsed config.json."""
     archs = cfg.get("architectures")
@@ -120,7 +124,11 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise SpecError("text_config", "Llama 4 keeps its text model under text_config; missing")
-        fields = {**text, "architectures": archs}
+        # A composite config keeps the checkpoint's number formats at its top: transformers saves
+        # quantization_config there, not in text_config, so reading text_config alone priced an FP8 or 4-bit
+        # checkpoint as bf16 (Maverick: 801 GB of weights either way).
+        outer = {key: cfg[key] for key in _WHOLE_MODEL_FIELDS if key in cfg and key not in text}
+        fields = {**text, **outer, "architectures": archs}
     else:
         fields = cfg
     try:
