@@ -64,6 +64,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
         "use_sliding_window": False, "vocab_size": 151936,
     },
+    # Qwen/Qwen3-14B shapes as registered, with the hub id, in a public model registry (hidden 5120, FFN 17408, 40
+    # layers, 40/8 heads of 128, vocab 151936); untied, as Qwen3 from 8B up ship.
+    "qwen3-14b": {
+        "architectures": ["Qwen3ForCausalLM"], "head_dim": 128, "hidden_size": 5120, "intermediate_size": 17408,
+        "max_position_embeddings": 40960, "model_type": "qwen3", "num_attention_heads": 40, "num_hidden_layers": 40,
+        "num_key_value_heads": 8, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 151936,
+    },
     # Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8 config.json (hub snapshot 003f183a), as quoted in a public
     # deployment report; the FP8 block quantisation keeps norms, routers and lm_head in bf16.
     "qwen3-coder-480b-a35b-fp8": {
@@ -121,6 +128,9 @@ PUBLISHED: list[tuple[str, float, float | None, str]] = [
     ("qwen2.5-3b", 3_085_938_688, None, "huggingface.co/api/models/Qwen/Qwen2.5-3B-Instruct safetensors.parameters"),
     # 596,042,752 (-0.66 %); non-embedding 440,355,328 against the card's 0.44B
     ("qwen3-0.6b", 0.6e9, None, "Qwen, Qwen/Qwen3-0.6B model card: 'Number of Parameters: 0.6B, Non-Embedding: 0.44B'"),
+    # 14,768,296,960 (-0.21 %); non-embedding 13,212,472,320 against the card's 13.2B
+    ("qwen3-14b", 14.8e9, None,
+     "Qwen, Qwen/Qwen3-14B model card: 'Number of Parameters: 14.8B, Non-Embedding: 13.2B', 40 layers, 40/8 heads"),
     # total 480,154,859,520 (+0.03 %), active 35,474,749,440 (+1.4 % of a round '35B', both vocabulary matrices
     # counted as Qwen does)
     ("qwen3-coder-480b-a35b-fp8", 480e9, 35e9,

@@ -91,6 +91,14 @@ def test_qwen3_0_6b_head_dim_is_twice_hidden_over_heads():
     assert abs(counts.total - counts.embedding - 0.44e9) <= 0.01e9
 
 
+def test_qwen3_14b_untied():
+    # 40 layers of 40/8 heads of 128 over 5120 (q is 5120 x 5120 here), SwiGLU 17408, two 151936 x 5120 matrices.
+    layer = _gqa_attention(5120, 40, 8, 128) + 3 * 5120 * 17408 + 2 * 5120
+    counts = parameter_counts(_spec("qwen3-14b"))
+    assert counts.total == 40 * layer + 2 * 151936 * 5120 + 5120 == 14_768_296_960
+    assert abs(counts.total - counts.embedding - counts.lm_head - 13.2e9) <= 0.1e9  # card: 13.2B non-embedding
+
+
 def test_qwen3_coder_480b_every_layer_moe_and_fp8_bytes():
     # 62 MoE layers of 160 experts (top-8) of width 2560, no shared expert, router 6144 x 160; 96/8 heads of 128.
     h = 6144
