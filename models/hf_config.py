@@ -245,6 +245,14 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         if bits is not None and (isinstance(bits, bool) or bits != 4):
             raise SpecError("quantization_config.bits",
                             f"{method} with {quoted(bits)} bits is not supported; only 4-bit {method} is priced")
+        # INT4 is priced at 4.125 bits a weight, one 16-bit scale per 128; smaller groups store more (groups of 32:
+        # 4.5 bits, 9 % more weight bytes than priced), so they are refused rather than under-priced. Larger groups
+        # and per-channel scales (-1) store less and are priced on the safe side.
+        group = quant.get("group_size")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or 0 <= group < 128):
+            raise SpecError("quantization_config.group_size",
+                            f"{method} groups of {quoted(group)} weights store more than the 4.125 bits a weight "
+                            "priced; only groups of 128 or more (or -1, per channel) are priced")
         return DType.INT4, DType.INT4
     raise SpecError(
         "quantization_config.quant_method", f"unsupported {quoted(method)}; supported: fp8, mxfp4, awq, gptq"
