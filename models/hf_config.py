@@ -100,6 +100,10 @@ _FIELD_MAX = {
 }
 
 
+# Fields of a composite (Llama 4) config.json that describe the whole checkpoint, read when text_config lacks them.
+_WHOLE_MODEL_FIELDS = ("quantization_config", "torch_dtype", "dtype")
+
+
 def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
     """Build a ``ModelSpec`` from a parsed config.json."""
     archs = cfg.get("architectures")
@@ -120,7 +124,11 @@ def load_config(cfg: Config, name: str = "custom") -> ModelSpec:
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise SpecError("text_config", "Llama 4 keeps its text model under text_config; missing")
-        fields = {**text, "architectures": archs}
+        # A composite config keeps the checkpoint's number formats at its top: transformers saves
+        # quantization_config there, not in text_config, so reading text_config alone priced an FP8 or 4-bit
+        # checkpoint as bf16 (Maverick: 801 GB of weights either way).
+        outer = {key: cfg[key] for key in _WHOLE_MODEL_FIELDS if key in cfg and key not in text}
+        fields = {**text, **outer, "architectures": archs}
     else:
         fields = cfg
     try:
@@ -143,6 +151,10 @@ class _Reader:
 
     def has(self, key: str) -> bool:
         return self.cfg.get(key) is not None
+
+    def absent(self, key: str) -> bool:
+        """The file does not name the field at all (a null is named: for some fields it means "none")."""
+        return key not in self.cfg
 
     def get(self, key: str, default: Any = None) -> Any:
         """The field's value; a field set to null is not given, as transformers reads it: ``default``."""
@@ -233,19 +245,31 @@ def _weight_dtypes(r: _Reader) -> tuple[DType, DType]:
         if bits is not None and (isinstance(bits, bool) or bits != 4):
             raise SpecError("quantization_config.bits",
                             f"{method} with {quoted(bits)} bits is not supported; only 4-bit {method} is priced")
+        # INT4 is priced at 4.125 bits a weight, one 16-bit scale per 128; smaller groups store more (groups of 32:
+        # 4.5 bits, 9 % more weight bytes than priced), so they are refused rather than under-priced. Larger groups
+        # and per-channel scales (-1) store less and are priced on the safe side.
+        group = quant.get("group_size")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int) or 0 <= group < 128):
+            raise SpecError("quantization_config.group_size",
+                            f"{method} groups of {quoted(group)} weights store more than the 4.125 bits a weight "
+                            "priced; only groups of 128 or more (or -1, per channel) are priced")
         return DType.INT4, DType.INT4
     raise SpecError(
         "quantization_config.quant_method", f"unsupported {quoted(method)}; supported: fp8, mxfp4, awq, gptq"
     )
 
 
-def _attention(r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None) -> Attention:
+def _attention(
+    r: _Reader, window_layers: tuple[int, ...] = (), window: int | None = None, head_dim_default: int | None = None
+) -> Attention:
+    """``head_dim_default``: the width a family's transformers config class gives a missing ``head_dim``, where
+    that is a constant rather than hidden / heads (Qwen3: 128, gpt-oss: 64)."""
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", default=heads)
     hidden = r.int("hidden_size")
-    if not r.has("head_dim") and hidden % heads:
+    if not r.has("head_dim") and head_dim_default is None and hidden % heads:
         raise SpecError("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {heads} heads")
-    head_dim = r.int("head_dim", default=hidden // heads)
+    head_dim = r.int("head_dim", default=head_dim_default or hidden // heads)
     kind = AttentionKind.MHA if kv_heads == heads else AttentionKind.MQA if kv_heads == 1 else AttentionKind.GQA
     return Attention(
         kind=kind,
@@ -280,9 +304,14 @@ def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | N
     return windowed, window if windowed else None
 
 
+# transformers' Qwen3Config gives a missing head_dim 128, not hidden / heads: Qwen3-0.6B has 16 heads of 128 over a
+# hidden size of 1024.
+_HEAD_DIM_DEFAULT = {"Qwen3ForCausalLM": 128}
+
+
 def _dense(r: _Reader, name: str, arch: str, qkv_bias: bool = False) -> ModelSpec:
     """Llama 2/3, Mistral, Qwen2, Qwen3: one attention and one gated FFN per layer."""
-    attention = _attention(r, *_every_layer_window(r, arch))
+    attention = _attention(r, *_every_layer_window(r, arch), head_dim_default=_HEAD_DIM_DEFAULT.get(arch))
     if qkv_bias:
         attention = attention.model_copy(update={"qkv_bias": True})
     return ModelSpec(**_common(r, name, arch), attention=attention, intermediate_size=r.int("intermediate_size"))
@@ -333,8 +362,21 @@ def _require_moe_layer(moe_layers: tuple[int, ...], layers: int, field: str, set
         raise SpecError(field, f"leaves none of the {layers} layers a MoE layer ({settings})")
 
 
+# What an absent field means to transformers' DeepseekV3Config and to DeepSeek's own configuration_deepseek.py.
+_DEEPSEEK_ABSENT = {
+    "first_k_dense_replace": "transformers makes the first 3 layers dense, DeepSeek's code none",
+    "n_shared_experts": "transformers adds 1 shared expert, DeepSeek's code none",
+    "q_lora_rank": "transformers and DeepSeek's code both compress queries to rank 1536",
+}
+
+
 def _deepseek_v3(r: _Reader, name: str, arch: str) -> ModelSpec:
     """DeepSeek-V3/R1 and Kimi-K2: MLA attention, first k layers dense, then MoE every moe_layer_freq."""
+    # Every released config names these three (null where there is none); a config without one was priced as
+    # all-MoE, unshared and uncompressed, which neither reader of the file builds.
+    for field, meaning in _DEEPSEEK_ABSENT.items():
+        if r.absent(field):
+            raise SpecError(field, f"missing; name it (null for none): absent, {meaning}")
     layers = r.int("num_hidden_layers")
     heads = r.int("num_attention_heads")
     rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
@@ -385,10 +427,13 @@ def _typed_window_layers(r: _Reader, layers: int) -> tuple[int, ...] | None:
 
 
 def _gpt_oss(r: _Reader, name: str, arch: str) -> ModelSpec:
+    """gpt-oss: a config without ``layer_types``, ``sliding_window`` or ``head_dim`` gets transformers' GptOssConfig
+    defaults: every other layer from layer 0 windowed to 128 tokens, heads of 64 (not 2880 / 64 = 45)."""
     layers = r.int("num_hidden_layers")
-    window_layers = _typed_window_layers(r, layers) or ()
-    window = r.int("sliding_window") if window_layers else None
-    attention = _attention(r, window_layers, window).model_copy(update={"qkv_bias": True})
+    typed = _typed_window_layers(r, layers)
+    window_layers = typed if typed is not None else tuple(range(0, layers, 2))
+    window = r.int("sliding_window", default=128 if r.absent("sliding_window") else None) if window_layers else None
+    attention = _attention(r, window_layers, window, head_dim_default=64).model_copy(update={"qkv_bias": True})
     moe = MoE(
         num_experts=r.first_int(("num_local_experts", "num_experts")),
         experts_per_token=r.first_int(("num_experts_per_tok", "experts_per_token")),
@@ -420,7 +465,11 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     if not rope_flags:
         interval = r.int("no_rope_layer_interval", default=4)
         rope_flags = [int((i + 1) % interval != 0) for i in range(layers)]
-    chunk = r.int("attention_chunk_size") if r.has("attention_chunk_size") and rope_flags else None
+    # Absent, transformers' Llama4TextConfig chunks at 8192 tokens (as both released models do); null: no chunks.
+    if r.absent("attention_chunk_size"):
+        chunk: int | None = 8192
+    else:
+        chunk = r.int("attention_chunk_size") if r.has("attention_chunk_size") and rope_flags else None
     window_layers = tuple(i for i, flag in enumerate(rope_flags) if flag) if chunk else ()
     moe = MoE(
         num_experts=r.int("num_local_experts"),
