@@ -66,6 +66,9 @@ class DisaggPrediction(BaseModel):
     decode: DecodeRole
     kv: KvTransfer
     waiting_ms: float = Field(description="time a prompt waits before its prefill starts")
+    request_overhead_ms: float = Field(default=0.0, description="the serving stack's fixed cost per request (the "
+                                       "engine profile's request_overhead_ms): the part of TTFT that is neither "
+                                       "waiting, prefill, KV transfer nor admission")
     admission_ms: float = Field(default=0.0, description="the decode worker's scheduler iterations between the "
                                 "request's arrival (its cache moved) and its first token: the engine's "
                                 "ttft_wait_steps decode rounds at the worker's batch; 0 at one request in flight")

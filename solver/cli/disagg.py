@@ -109,7 +109,8 @@ def print_disagg(data: dict[str, Any]) -> None:
     click.echo(f"  {data['cluster']}")
     click.echo("  " + report.pool_line("prefill", p))
     click.echo("  " + report.pool_line("decode", d))
-    click.echo(f"  TTFT {m['ttft_ms']:.1f} ms (waiting {m['waiting_ms']:.1f}, prefill {p['prefill_ms']:.1f}, "
+    click.echo(f"  TTFT {m['ttft_ms']:.1f} ms (serving stack {m['request_overhead_ms']:.1f}, "
+               f"waiting {m['waiting_ms']:.1f}, prefill {p['prefill_ms']:.1f}, "
                f"KV transfer {kv['transfer_ms'] + kv['relayout_ms']:.2f} over {kv['tier']}, "
                f"decode admission {m['admission_ms']:.1f})   "
                f"TPOT {m['tpot_ms']:.2f} ms   end-to-end {m['e2e_ms']:.0f} ms   {m['batch']} requests in flight")

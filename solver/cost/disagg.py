@@ -420,6 +420,7 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
                           capacity_rps=dc.capacity_rps(layout.decode.workers, osl)),
         kv=kv,
         waiting_ms=waiting_ns / 1e6,
+        request_overhead_ms=state.overhead_ns / 1e6,
         admission_ms=state.admission_ns / 1e6,
         throughput_rps=state.rate_rps,
         bottleneck=state.bottleneck,

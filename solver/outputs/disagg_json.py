@@ -51,6 +51,7 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "metrics": {
             **metrics_dict(m),
             "requests_per_s": _num(pred.throughput_rps),
+            "request_overhead_ms": _num(pred.request_overhead_ms),
             "waiting_ms": _num(pred.waiting_ms),
             "admission_ms": _num(pred.admission_ms),
             "bottleneck": pred.bottleneck,

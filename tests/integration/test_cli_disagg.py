@@ -4,6 +4,7 @@ and exit 2, and the colocated path untouched by the new options."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -143,3 +144,26 @@ def test_the_json_names_the_engine_and_the_profile_that_priced_it(
     assert data["engine"] == engine
     assert data["profile"] == profile_for_gpu("H100-SXM", engine).name
     assert "solve_time_s" in data and data["solve_time_s"] is None  # nothing solved, as colocated evaluate says
+
+
+@pytest.mark.parametrize("batch", [1, 64, 2000])
+def test_the_ttft_parts_printed_add_up_to_the_ttft(batch: int, capsys: pytest.CaptureFixture[str]) -> None:
+    # TTFT = e2e - (OSL - 1) x TPOT = the serving stack's fixed cost per request + waiting + prefill + KV
+    # transfer (+ re-layout) + the decode worker's admission (solver/cost/disagg.py). The human line and the
+    # JSON named every part but the serving stack (h100-sxm-vllm's request_overhead_ms, 81 ms), so what they
+    # printed summed to 81 ms short of the TTFT they printed (of its 96.6 ms TTFT at one request in flight).
+    argv = [*LLAMA_8B, "--cluster", "2x8xH100", *POOLS, "--batch", str(batch)]
+    code, data = evaluate_json(argv, capsys)
+    assert code == 0
+    m, kv = data["metrics"], data["kv_transfer"]
+    assert m["request_overhead_ms"] == profile_for_gpu("H100-SXM", "vllm").request_overhead_ms == 81.0
+    parts = (m["request_overhead_ms"], m["waiting_ms"], data["prefill"]["prefill_ms"], kv["transfer_ms"],
+             kv["relayout_ms"], m["admission_ms"])
+    assert sum(parts) == pytest.approx(m["ttft_ms"], abs=1e-3)
+    code, out, _ = run(["evaluate", *argv], capsys)
+    line = next(x for x in out.splitlines() if x.strip().startswith("TTFT"))
+    shown = re.search(r"TTFT ([\d.]+) ms \(serving stack ([\d.]+), waiting ([\d.]+), prefill ([\d.]+), "
+                      r"KV transfer ([\d.]+) over \w+, decode admission ([\d.]+)\)", line)
+    assert shown is not None, line
+    total, *pieces = (float(x) for x in shown.groups())
+    assert sum(pieces) == pytest.approx(total, abs=0.2)  # five parts, each rounded to 0.1 ms (KV to 0.01)

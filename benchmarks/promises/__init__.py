@@ -1,0 +1,1 @@
+"""Do plans keep their promises? (README.md in this folder.)"""
