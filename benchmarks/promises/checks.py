@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardplan.solver.outputs.report import pool_spec
+
 from .problems import opt, run, without
 
 # Sliding-window layers of the presets (layers, window in tokens): their cache stops at the window.
@@ -62,13 +64,10 @@ def _stages(stages: list[dict[str, Any]]) -> str:
 
 
 def _pool(pool: dict[str, Any], workers: int | None = None) -> str:
-    d = pool["degrees"]
-    parts = [f"workers={workers or pool['workers']}", f"pp={d['pp']}", f"tp={d['tp']}", f"sp={d['sp']}",
-             f"attn_dp={d['attn_dp']}"] + ([f"ep={d['ep']}"] if d["ep"] > 1 else [])
-    parts.append("stages=" + _stages(pool["stages"]))
-    if pool.get("max_batch"):  # the decode pool's batch limit solve chose (it names the bottleneck)
-        parts.append(f"batch={pool['max_batch']}")
-    return ",".join(parts)
+    """The pool as the human view prints it for ``--prefill``/``--decode`` (its batch limit included: it names the
+    bottleneck), with ``workers`` replaced and its stage boundaries pinned."""
+    spec = pool_spec({**pool, "workers": workers or pool["workers"]})
+    return f"{spec},stages={_stages(pool['stages'])}"
 
 
 def evaluate_argv(base: list[str], plan: dict[str, Any], disagg: bool) -> list[str]:
