@@ -159,7 +159,9 @@ def why_no_deployment(outcome: DisaggOutcome, rate_rps: float | None = None) -> 
     wl = pools.problem.workload
     if not pools.prefill:
         return InfeasibleError([("MEM-001", "no prefill worker layout holds its largest chunk"),
-                                ("SLA-001", f"or its lone prompt's prefill exceeds --ttft-ms {wl.ttft_ms}")]
+                                ("SLA-001", f"or its lone prompt's prefill and the serving stack's "
+                                            f"{pools.profile.request_overhead_ms:g} ms per request exceed "
+                                            f"--ttft-ms {wl.ttft_ms}")]
                                if wl.ttft_ms is not None else
                                [("MEM-001", "no prefill worker layout holds its largest chunk")])
     if not pools.decode:

@@ -109,11 +109,15 @@ class PrefillPriced:
         return self.layout.gpus_per_replica
 
     def worker(self, problem: Problem, profile: Profile) -> PrefillWorker | None:
-        """The candidate, or None when its lone prompt already passes the TTFT limit (no load makes it
-        faster)."""
+        """The candidate, or None when its lone prompt with the serving stack's fixed cost already passes the
+        TTFT limit: every TTFT carries both (``cost.disagg.steady_state``; a chunk of more prompts only
+        lengthens the pass), so no load or decode worker makes it faster. Without the stack's cost, on 8x8xB200
+        under SGLang at 500 ms (176 ms of stack), the candidates best per GPU were layouts whose lone prompt
+        took 491 ms: every deployment of them refused, the seed was sought among them only, and the search
+        ended at its work limit with no plan."""
         first = prefill_step(problem, self.layout, 1, profile)
         ttft_ns = _limit_ns(problem.workload.ttft_ms)
-        if ttft_ns is not None and first.pass_ns > ttft_ns:
+        if ttft_ns is not None and first.pass_ns + round(profile.request_overhead_ms * 1e6) > ttft_ns:
             return None
         return PrefillWorker(self.layout, self.step.chunk, self.step.pass_ns, first.pass_ns, self.capacity_units)
 
@@ -132,7 +136,8 @@ def prefill_priced(problem: Problem, profile: Profile, check: Check = None) -> l
 
 def prefill_workers(problem: Problem, profile: Profile, check: Check = None) -> list[PrefillWorker]:
     """Each prefill layout that holds its largest chunk, priced there (the rate a pool of them reaches);
-    a layout whose lone prompt already passes the TTFT limit is left out (no load makes it faster)."""
+    a layout whose lone prompt with the serving stack already passes the TTFT limit is left out (no load
+    makes it faster)."""
     workers = (priced.worker(problem, profile) for priced in prefill_priced(problem, profile, check))
     return [w for w in workers if w is not None]
 

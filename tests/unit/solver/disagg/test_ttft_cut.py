@@ -10,10 +10,12 @@ from __future__ import annotations
 import pytest
 from ortools.sat.python import cp_model
 
-from shardplan.solver.cost.disagg import decode_step, largest_chunk, prefill_step
+from shardplan.solver.cost.disagg import decode_step, engine_profile, largest_chunk, prefill_step, resolve_profile
 from shardplan.solver.disagg import brute, ttft_cut
+from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.search import fewest_gpus, target_units
+from shardplan.solver.disagg.serving import DisaggOutcome, why_no_deployment
 from shardplan.solver.disagg.ttft_cut import (
     ChoiceFloor,
     _climb,
@@ -23,8 +25,10 @@ from shardplan.solver.disagg.ttft_cut import (
     pair_cuts,
     rungs,
 )
+from shardplan.solver.disagg.workers import PrefillWorker, decode_workers, prefill_priced
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
+from tests.factory import problem
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 WITH_TTFT = [c for c in SMALL if c.get("ttft_ms") is not None]
@@ -239,9 +243,12 @@ def test_rungs_cover_one_to_sixteen_then_grow_by_a_sixteenth_to_the_top() -> Non
 
 
 # Cases and targets for ``refuses_every``: the small cases with TTFT, and the same models at a TTFT limit
-# only a lone prompt nearly meets (request overhead included), where no deployment keeps it at any rate.
-HOPELESS = [dict(model="llama-3.1-8b", cluster="2x4xH100", isl=8000, osl=300, ttft_ms=100, tpot_ms=50),
-            dict(model="llama-3.1-8b", cluster="4xH200", isl=4000, osl=200, ttft_ms=200, engine="sglang")]
+# only a lone prompt nearly meets (the serving stack's 81 and 176 ms included: the fastest lone prompts take
+# 79.5 and 35.3 ms), where no deployment keeps it at any rate.
+HOPELESS = [dict(model="llama-3.1-8b", cluster="2x4xH100", isl=8000, osl=300, ttft_ms=165, tpot_ms=50),
+            dict(model="llama-3.1-8b", cluster="4xH200", isl=4000, osl=200, ttft_ms=230, engine="sglang")]
+# The same at limits below every lone prompt with the serving stack: no prefill candidate at all.
+BELOW_STACK = [{**HOPELESS[0], "ttft_ms": 160}, {**HOPELESS[1], "ttft_ms": 211}]
 # A lone prompt keeps TTFT 300 ms here; at 20 requests/s and more the queue of OSL 2,000's requests in flight
 # cannot (the proof's utilisation term), at 0.5 it may.
 QUEUED = dict(model="llama-3.1-8b", cluster="2x4xH100", isl=8000, osl=2000, ttft_ms=300, tpot_ms=50)
@@ -270,6 +277,49 @@ def test_refuses_every_holds_where_the_request_overhead_leaves_no_queue(case) ->
     found = fewest_gpus(pools, 3.0, Deadline(None))
     assert found.plan is None and found.proven
     assert "SLA-001" in pools.refused
+
+
+@pytest.mark.parametrize("case", BELOW_STACK, ids=case_id)
+def test_no_prefill_candidate_where_every_lone_prompt_and_the_stack_pass_the_limit(case) -> None:
+    """Every TTFT carries the serving stack's cost and at least the lone prompt's pass, so a layout whose two
+    pass the limit is no candidate (before, only the pass was read and such layouts were searched, every
+    deployment of them refused); the answer is then at once, naming SLA-001 and the stack's cost."""
+    p = problem(**case, objective="throughput")
+    profile = engine_profile(p, resolve_profile(p))
+    priced = prefill_priced(p, profile)
+    lone_ms = [prefill_step(p, w.layout, 1, profile).pass_ns / 1e6 for w in priced]
+    assert priced and all(ms + profile.request_overhead_ms > case["ttft_ms"] for ms in lone_ms)
+    assert any(ms <= case["ttft_ms"] for ms in lone_ms)  # the lone prompt alone would have passed
+    pools = pools_for(case)
+    assert not pools.prefill
+    why = why_no_deployment(DisaggOutcome(fewest_gpus(pools, 3.0, Deadline(None)), pools, 0.0), 3.0)
+    assert [rule for rule, _ in why.conflicts] == ["MEM-001", "SLA-001"]
+    assert f"serving stack's {profile.request_overhead_ms:g} ms" in why.conflicts[1][1]
+
+
+def test_the_candidates_the_serving_stack_leaves_out_are_in_no_accepted_deployment() -> None:
+    """Brute force on QUEUED at 0.5 requests/s, over the candidates the lone prompt alone admits: 2 of its 25
+    prefill layouts take longer than the limit with the stack, none is in a deployment the exact check
+    accepts, and the fewest GPUs are the same without them."""
+    p = problem(**QUEUED, objective="throughput")
+    profile = engine_profile(p, resolve_profile(p))
+    limit_ns = round(QUEUED["ttft_ms"] * 1e6)
+    by_pass = [PrefillWorker(w.layout, w.step.chunk, w.step.pass_ns, first, w.capacity_units)
+               for w in prefill_priced(p, profile)
+               if (first := prefill_step(p, w.layout, 1, profile).pass_ns) <= limit_ns]
+    wider = Pools(p, profile, by_pass, decode_workers(p, profile))
+    stack_ns = round(profile.request_overhead_ms * 1e6)
+    left_out = [w for w in by_pass if w.first_pass_ns + stack_ns > limit_ns]
+    assert len(by_pass) == 25 and len(left_out) == 2
+    target = target_units(0.5)
+    accepted = [c for c in brute.choices(wider) if wider.rate(c) >= target
+                and wider.feasible_plan(c, target) is not None]
+    assert accepted and not any(wider.prefill[c.prefill] in left_out for c in accepted)
+    pools = pools_for(QUEUED)
+    assert len(pools.prefill) == 23
+    best_wider, best = brute.fewest_gpus(wider, target), brute.fewest_gpus(pools, target)
+    assert best_wider is not None and best is not None
+    assert wider.gpus(best_wider[0]) == pools.gpus(best[0])
 
 
 def test_refuses_every_reads_the_queue_not_only_the_lone_prompt() -> None:
