@@ -25,6 +25,7 @@ from shardplan.solver.cost.disagg import engine_profile, forget_worker_prices
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.prune import pruned_pools
 from shardplan.solver.disagg.search import DisaggResult, build_pools, fewest_gpus, max_throughput_from
+from shardplan.solver.disagg.workers import prefill_priced
 from shardplan.solver.enumerate import candidate_pairs
 from shardplan.solver.optimise import Deadline, NoPlan, decode, optimise, solve
 from shardplan.solver.oracle import Oracle
@@ -174,8 +175,24 @@ def why_no_deployment(outcome: DisaggOutcome, rate_rps: float | None = None) -> 
     n = pools.problem.cluster.num_gpus
     at_rate = "" if rate_rps is None else f" and sustain {rate_rps:g} requests/s"
     fits = f"no prefill pool and decode pool fit the cluster's {n:,} GPU{'s' * (n != 1)} together{at_rate}"
-    refused = sorted(pools.refused.items()) or [("DIS-001", fits)]
+    refused = sorted(pools.refused.items()) or [("DIS-001", fits), *_left_out_by_ttft(pools)]
     return InfeasibleError(refused)
+
+
+def _left_out_by_ttft(pools: Pools) -> list[tuple[str, str]]:
+    """SLA-001 when the TTFT limit left prefill layouts out (``workers.PrefillPriced.worker``): on a small
+    cluster the narrow ones go first (their lone prompt is the slowest), and the wide ones left may not fit
+    beside a decode pool, which "no pools fit the cluster" alone hides."""
+    wl = pools.problem.workload
+    if wl.ttft_ms is None:
+        return []
+    priced = prefill_priced(pools.problem, pools.profile)
+    left_out = sum(1 for w in priced if w.worker(pools.problem, pools.profile) is None)
+    if not left_out:
+        return []
+    return [("SLA-001", f"{left_out} of {len(priced)} prefill layouts are no candidates: their lone prompt's "
+                        f"prefill and the serving stack's {pools.profile.request_overhead_ms:g} ms per request "
+                        f"exceed --ttft-ms {wl.ttft_ms}")]
 
 
 def better_mode(colocated: Plan | None, disagg: DisaggPlan | None, rate_rps: float | None) -> str | None:

@@ -123,16 +123,30 @@ def test_nothing_feasible_exits_1_naming_the_rules(capsys) -> None:
 
 
 def test_a_search_cut_short_before_any_plan_says_so_rather_than_infeasible(capsys) -> None:
-    # TTFT 100 ms: every prefill candidate's lone prompt is within it, so the search runs, and refuses
-    # every deployment it proposes (the serving stack alone adds 91 ms): run to its end, it proves
-    # infeasibility (exit 1 naming SLA-001). A limit far below the candidates' pricing stops it before its
-    # first question: nothing is proven, so it says so as colocated does, not "infeasible".
+    # TTFT 110 ms: the prefill layouts whose lone prompt (from 20.4 ms) with the serving stack (81 ms) keeps
+    # it are candidates, so the search runs, and refuses every deployment it proposes (queue, transfer and
+    # admission): run to its end, it proves infeasibility (exit 1 naming SLA-001). A limit far below the
+    # candidates' pricing stops it before its first question: nothing is proven, so it says so as colocated
+    # does, not "infeasible".
     argv = ["solve", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000",
-            "--osl", "200", "--ttft-ms", "100", "--tpot-ms", "30"]
+            "--osl", "200", "--ttft-ms", "110", "--tpot-ms", "30"]
     code, out, err = run([*argv, "--json"], capsys)
     assert code == 1 and "SLA-001" in err and json.loads(out)["status"] == "infeasible"
     code, out, err = run([*argv, "--time-limit", "0.001"], capsys)
     assert code != 1 and "infeasible" not in err and "no plan found within 0.001 s" in err and out == ""
+
+
+def test_no_pair_fits_names_the_ttft_that_left_the_narrow_prefill_layouts_out(capsys) -> None:
+    # TTFT 102 ms on 4xH100: with the serving stack's 81 ms, only the 3 prefill layouts whose lone prompt of
+    # 2,000 tokens takes at most 21 ms (20.4-20.9 ms, the widest) are candidates, and none leaves a GPU for a
+    # decode pool. "No pools fit the cluster" alone blamed the cluster; the TTFT is named beside it.
+    argv = ["solve", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000",
+            "--osl", "200", "--ttft-ms", "102", "--tpot-ms", "30"]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 1
+    rules = [(c["rule"], c["message"]) for c in json.loads(out)["conflict"]]
+    assert [r for r, _ in rules] == ["DIS-001", "SLA-001"]
+    assert rules[1][1].startswith("8 of 11 prefill layouts are no candidates") and "81 ms" in rules[1][1]
 
 
 SMALL_8B = ["--model", "llama-3.1-8b", "--cluster", "4xH100", "--isl", "2000", "--osl", "200",
