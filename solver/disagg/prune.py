@@ -43,8 +43,10 @@ from shardplan.solver.disagg.walk import pair_bound, walk
 from shardplan.solver.disagg.workers import (
     Check,
     DecodeSearch,
+    DecodeWorker,
     PrefillPriced,
     PrefillWorker,
+    capped_workers,
     decode_searches,
     prefill_priced,
 )
@@ -86,9 +88,12 @@ SEED_RANKS = 3  # the seed is sought among pairs of the first few candidates of 
 SEED_WALK_DOMAINS = 3  # then by the walk on 1, 2 and 4 scale-up domains (``walked_seed``)
 
 
+Seed = tuple[int, DecodeWorker, Accepted]  # (prefill index, decode candidate, the deployment of the two)
+
+
 def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
-               refused: dict[str, str], deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
-    """(prefill index, decode index, seed) of the first pair whose ``search.seed`` keeps every rule:
+               refused: dict[str, str], deadline: Deadline | None = None) -> Seed | None:
+    """(prefill index, decode candidate, seed) of the first pair whose ``search.seed`` keeps every rule:
     the best candidates of each role first, then the other pairs of the ``SEED_RANKS`` best of each by
     ``pair_bound``; then the best deployment on a few scale-up domains (``walked_seed``), grown across the
     cluster on those pairs (``grown_seed``); None if none does. The best pair alone may have none: on
@@ -107,32 +112,35 @@ def first_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searc
         if n == 0:
             refused.update(pair.refused)
         if found is not None:
-            return i, k, found
+            return i, searches[k].worker(), found
     walked = walked_seed(problem, profile, prefill, searches, deadline)
     return None if walked is None else grown_seed(problem, profile, prefill, searches, walked, pairs, deadline)
 
 
 def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
-                deadline: Deadline | None = None) -> tuple[int, int, Accepted] | None:
+                deadline: Deadline | None = None) -> Seed | None:
     """When the best pairs have no seed (every deployment ``search.seed`` tries breaks TTFT: SGLang's
     queue at a tight limit), the best deployment on at most one scale-up domain of GPUs, then two, four
     (up to ``SEED_WALK_DOMAINS``), of the candidates that fit in it: the walk in brute force's order
     (``walk.py``) over those few candidates (cheap to price: the 1-8 GPU layouts of 512 H200s) and few
     worker counts. Any deployment that keeps every rule is a sound seed; this one is the small
-    cluster's optimum, often the large one's too (an SGLang queue grows with the pool)."""
+    cluster's optimum, often the large one's too (an SGLang queue grows with the pool). Under a TTFT limit the
+    decode layouts' capped workers are walked too (``workers.capped_workers``), as ``search.build_pools``
+    offers them."""
     n = problem.cluster.num_gpus
     budget = min(n, problem.cluster.scaleup_domain_gpus)
     for _ in range(SEED_WALK_DOMAINS):
         if deadline is not None and deadline.passed():
             return None
         kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
-        kept_d = [k for k, s in enumerate(searches) if s.gpus <= budget]
+        kept_d = [s for s in searches if s.gpus <= budget]
         if kept_p and kept_d:
-            pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[k].worker() for k in kept_d])
+            decode = [s.worker() for s in kept_d] + (capped_workers(kept_d) if problem.workload.ttft_ms else [])
+            pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
             walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
             if walked.accepted is not None:
                 c, plan = walked.accepted
-                return kept_p[c.prefill], kept_d[c.decode], Accepted(c, plan, pools.rate(c), pools.gpus(c))
+                return kept_p[c.prefill], decode[c.decode], Accepted(c, plan, pools.rate(c), pools.gpus(c))
         if budget >= n:
             return None
         budget = min(n, 2 * budget)
@@ -140,19 +148,18 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
 
 
 def grown_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
-               walked: tuple[int, int, Accepted], pairs: list[tuple[int, int]], deadline: Deadline | None = None,
-               ) -> tuple[int, int, Accepted]:
+               walked: Seed, pairs: list[tuple[int, int]], deadline: Deadline | None = None) -> Seed:
     """The walked seed grown across the cluster (``grow.py``) on the pairs ``first_seed`` tried, in their order
     (the highest pair bound first), then on the walked seed's own pair: (prefill index, decode index, seed)
     of the best deployment found, the walked one if none beats it. Only where the walk was needed: where
     the best pairs have a seed, it is already near their best per GPU."""
-    i, k, best = walked
+    i, d, best = walked
     grower = Grower(best, deadline or Deadline(None))
-    for a, b in dict.fromkeys([*pairs, (i, k)]):
-        grown = grower.grow(Pools(problem, profile, [prefill.worker(a)], [searches[b].worker()]))
+    for a, w in dict.fromkeys([*((a, searches[b].worker()) for a, b in pairs), (i, d)]):
+        grown = grower.grow(Pools(problem, profile, [prefill.worker(a)], [w]))
         if grown is not None:
-            i, k, best = a, b, grown
-    return i, k, best
+            i, d, best = a, w, grown
+    return i, d, best
 
 
 def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None = None,
@@ -163,24 +170,38 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     check = None if deadline is None else deadline.check
     prefill = PrefillJudged(problem, profile, check)
     searches = decode_searches(problem, profile, check)
+    caps = problem.workload.ttft_ms is not None  # search.build_pools' default
+
+    def every_decode() -> list[DecodeWorker]:
+        return [s.worker() for s in searches] + (capped_workers(searches) if caps else [])
+
     i = prefill.best()
     if i is None or not searches:
-        return Pools(problem, profile, prefill.all(), [s.worker() for s in searches]), None
+        return Pools(problem, profile, prefill.all(), every_decode()), None
     k = searches.index(best_decode(searches))
     refused: dict[str, str] = {}
     found = first_seed(problem, profile, prefill, searches, refused, deadline)
     if found is None:  # every candidate, and why the best pair's seed was refused (as seed(pools) records it)
-        pools = Pools(problem, profile, prefill.all(), [s.worker() for s in searches])
+        pools = Pools(problem, profile, prefill.all(), every_decode())
         pools.refused.update(refused)
         return pools, None
-    seed_p, seed_d, first = found
+    seed_p, seed_w, first = found
     floor = Fraction(first.rate_units, first.gpus)
-    best_p, best_d = per_gpu(prefill.priced[i]), decode_bound_per_gpu(searches[k])
+    best_p = per_gpu(prefill.priced[i])
+    kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
+    # A layout's capped workers carry at most what it carries at its largest batch (a worker's capacity grows
+    # with its batch, up to the parts-per-million dips ``ttft_cut.capacity_below`` names), so only the kept
+    # layouts' are read; each is kept on its own pair bound.
+    capped = [w for w in capped_workers([searches[j] for j in kept_d]) if caps
+              and pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor]
+    best_d = max([decode_bound_per_gpu(searches[k]), *(Fraction(w.capacity_units, w.gpus) for w in capped)])
     kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
               and prefill.admitted(j) is not None]
-    kept_d = [j for j, s in enumerate(searches) if _reaches(s, best_p, floor)]
-    pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], [searches[j].worker() for j in kept_d])
-    choice = Choice(kept_p.index(seed_p), kept_d.index(seed_d), first.choice.x, first.choice.y)
+    decode = [searches[j].worker() for j in kept_d] + capped
+    if seed_w not in decode:  # only where a capped worker carried more than its layout (module docstring)
+        decode.append(seed_w)
+    pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
+    choice = Choice(kept_p.index(seed_p), decode.index(seed_w), first.choice.x, first.choice.y)
     return pools, Accepted(choice, first.plan, first.rate_units, first.gpus)
 
 

@@ -61,10 +61,13 @@ class DisaggResult:
     bound_per_gpu: Fraction | None = None
 
 
-def build_pools(problem: Problem, profile: Profile, check: Check = None) -> Pools:
-    """Every prefill and decode candidate; ``check``, a deadline's, between layouts."""
-    return Pools(problem, profile, prefill_workers(problem, profile, check), decode_workers(problem, profile,
-                                                                                          check=check))
+def build_pools(problem: Problem, profile: Profile, check: Check = None, caps: bool | None = None) -> Pools:
+    """Every prefill and decode candidate; ``check``, a deadline's, between layouts. ``caps``: the decode
+    layouts also at smaller batch limits (``workers.capped_workers``); by default where a TTFT limit is
+    given, the only place one can be better."""
+    with_caps = problem.workload.ttft_ms is not None if caps is None else caps
+    return Pools(problem, profile, prefill_workers(problem, profile, check),
+                 decode_workers(problem, profile, check=check, caps=with_caps))
 
 
 def target_units(rate_rps: float) -> int:

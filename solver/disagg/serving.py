@@ -149,7 +149,8 @@ def solve_disagg(problem: Problem, rate_rps: float | None, deadline: Deadline,
         pools, first = pruned_pools(problem, profile, deadline)
         result = max_throughput_from(pools, first, deadline)
     else:
-        pools = build_pools(problem, profile, deadline.check)
+        # without the batch caps: for a rate they change nothing (workers.capped_workers), and cost work
+        pools = build_pools(problem, profile, deadline.check, caps=False)
         result = fewest_gpus(pools, rate_rps, deadline)
     return DisaggOutcome(result, pools, time.perf_counter() - started)
 

@@ -5,9 +5,9 @@ boundaries) at its largest chunk (the engine's token budget over ISL, within its
 capacity in prompts per second per worker. A **decode candidate** is a worker layout at its batch ``b``
 (the most sequences one worker holds, its ``max_batch``): the largest its memory holds whose round
 keeps the TPOT limit (the decode batch that keeps TPOT within its limit, DESIGN.md "Cost model"), and
-its capacity in requests per second per worker. A smaller batch limit is not offered: it would only
-lower the pool's capacity (a pool that needs less runs at less anyway), never its TPOT bound; the one
-thing it could buy, a lower rate and so a shorter prefill chunk for TTFT, fewer prefill workers buy too.
+its capacity in requests per second per worker. Under a TTFT limit each layout is also offered at smaller batch limits
+(``capped_workers``): a lower capacity carried by fewer requests in flight, so a shorter queue at the
+prefill pool.
 Every price is read from ``solver/cost/disagg.py``'s own
 ``prefill_step`` and ``decode_step`` (``evaluate`` on one worker), so a deployment built from these
 candidates is priced by ``evaluate_disagg`` at exactly these capacities.
@@ -253,21 +253,45 @@ def decode_searches(problem: Problem, profile: Profile, check: Check = None) -> 
     return [s for s in searches if s.qualifies]
 
 
+def batch_caps(batch: int) -> list[int]:
+    """The batch limits a decode worker of largest batch ``batch`` is also offered at under a TTFT limit
+    (``capped_workers``): each power of two below it, the largest first."""
+    return [1 << k for k in range(batch.bit_length() - 1, -1, -1) if 1 << k < batch]
+
+
+def capped_workers(searches: list[DecodeSearch]) -> list[DecodeWorker]:
+    """Each layout's candidate at each of its ``batch_caps``, in the searches' order, listed after every
+    candidate at its largest batch (so a tie in brute force's order goes to the uncapped worker).
+
+    **Why a smaller limit is offered under a TTFT limit.** The most tokens per GPU a deployment reaches is
+    judged at the rate of its slower pool at full load; the requests in flight that carry it are the rate
+    times a request's life (Little's law), and each finds a share of the others queued at the prefill pool
+    (``cost.disagg.serving_stack_ns``: the clump of a closed loop). So TTFT grows with the decode pool's
+    capacity: a limit on its batch (SGLang's ``--max-running-requests``, vLLM's ``--max-num-seqs``,
+    TensorRT-LLM's ``max_batch_size``) trades rate for TTFT where more prefill workers would cost GPUs.
+    Without it, Llama-3.1-70B FP8 on 8xH200 under SGLang at TTFT 2 s reached 217.3 tokens/s per GPU, with it
+    302.7; Llama-3.1-405B on 8x8xB200 under SGLang at TTFT 500 ms had no deployment. Without a TTFT limit a
+    capped worker is never better (the same GPUs, at most the rate), and for ``--rate`` neither (a pool
+    runs at the batch the rate needs, the same with or without the cap; the uncapped twin carries more)."""
+    return [s.worker(cap) for s in searches for cap in batch_caps(s.finish())]
+
+
 def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False,
-                   check: Check = None) -> list[DecodeWorker]:
+                   check: Check = None, caps: bool = False) -> list[DecodeWorker]:
     """Each decode layout at the largest batch its memory holds at ISL + OSL (and the engine's limit)
     whose round keeps the TPOT limit: the pool's capacity (``smaller_batches``: also at each power of two
-    below it, the faster rounds ``enumerate`` trades per-GPU throughput for). At run time a pool that needs less runs at
-    the smallest batch that sustains the rate (``evaluate_disagg``), so a smaller limit would only
-    lower the capacity."""
+    below it, the faster rounds ``enumerate`` trades per-GPU throughput for). At run time a pool that needs
+    less runs at the smallest batch that sustains the rate (``evaluate_disagg``). ``caps``: then each
+    layout at its ``batch_caps`` too, after all of those (``capped_workers``: what a TTFT limit needs)."""
     out: list[DecodeWorker] = []
-    for search in decode_searches(problem, profile, check):
+    searches = decode_searches(problem, profile, check)
+    for search in searches:
         if check is not None:
             check()
         b = search.finish()
         offered = sorted({b} | ({1 << k for k in range(b.bit_length()) if 1 << k < b} if smaller_batches else set()))
         out.extend(search.worker(batch) for batch in offered if b)
-    return out
+    return out + (capped_workers(searches) if caps else [])
 
 
 def alignment(layout: Layout, problem: Problem) -> int:
@@ -280,6 +304,7 @@ def _limit_ns(ms: float | None) -> int | None:
 
 __all__ = [
     "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
-    "alignment", "capacity_units", "decode_searches", "decode_workers", "largest_batch_steps", "prefill_priced",
+    "alignment", "batch_caps", "capacity_units", "capped_workers", "decode_searches", "decode_workers",
+    "largest_batch_steps", "prefill_priced",
     "prefill_workers", "rate_units", "worker_layouts",
 ]

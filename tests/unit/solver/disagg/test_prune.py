@@ -186,8 +186,8 @@ def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> N
         assert found is None
         return
     assert found is not None
-    i, k, seed = found
-    assert (prefill.worker(i), searches[k].worker(), seed.choice.x, seed.choice.y) == chosen(small, best)
+    i, d, seed = found
+    assert (prefill.worker(i), d, seed.choice.x, seed.choice.y) == chosen(small, best)
     assert seed.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]
 
 
@@ -244,8 +244,8 @@ def test_the_grown_seed_keeps_every_rule_and_is_at_least_the_walked_one(case) ->
     walked = walked_seed(p, profile, prefill, searches)
     found = first_seed(p, profile, prefill, searches, {})
     assert found is not None
-    i, k, seed = found
-    pair = Pools(p, profile, [prefill.worker(i)], [searches[k].worker()])
+    i, d, seed = found
+    pair = Pools(p, profile, [prefill.worker(i)], [d])
     c = Choice(0, 0, seed.choice.x, seed.choice.y)  # the seed's choice indexes the pools it was found on
     assert pair.feasible_plan(c) is not None
     assert (pair.rate(c), pair.gpus(c)) == (seed.rate_units, seed.gpus)

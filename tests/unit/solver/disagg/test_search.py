@@ -43,9 +43,10 @@ def case_id(case) -> str:
     return f"{case['model']}-{case['cluster']}-{case['isl']}-{case.get('engine', 'vllm')}-ttft{case.get('ttft_ms')}"
 
 
-def pools_for(case):
+def pools_for(case, caps: bool | None = None):
+    """The case's candidates (``caps``: ``build_pools``' decode batch caps, by default where TTFT is limited)."""
     p = problem(**case, objective="throughput")
-    return build_pools(p, resolve_profile(p))
+    return build_pools(p, resolve_profile(p), caps=caps)
 
 
 def per_gpu(pools, c) -> tuple[int, int]:
@@ -86,8 +87,9 @@ def test_a_tie_on_the_fewest_gpus_goes_to_the_most_capacity_then_both_pools_then
     here, not from brute.fewest_gpus's sort); the search returns one of the most rate at full load
     (``Pools.rate``), among those one of the most prefill plus decode capacity (workers times one
     worker's), and among those the first listed. At 12.5 requests/s the capacities differ among the
-    ties; at 10 they are equal and the pools' sum picks another than the first listed."""
-    pools = pools_for(SMALL[1])
+    ties; at 10 they are equal and the pools' sum picks another than the first listed. (The candidates of
+    ``--rate``: without the decode batch caps, which change no rate's answer, below.)"""
+    pools = pools_for(SMALL[1], caps=False)
     target = target_units(rate_rps)
     accepted = [c for c in brute.choices(pools) if pools.rate(c) >= target and pools.feasible_plan(c, target)]
     fewest = min(pools.gpus(c) for c in accepted)
