@@ -135,7 +135,8 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
         kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
         kept_d = [s for s in searches if s.gpus <= budget]
         if kept_p and kept_d:
-            decode = [s.worker() for s in kept_d] + (capped_workers(kept_d) if problem.workload.ttft_ms else [])
+            capped = capped_workers(kept_d) if problem.workload.ttft_ms is not None else []
+            decode = [s.worker() for s in kept_d] + capped
             pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
             walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
             if walked.accepted is not None:
@@ -150,7 +151,7 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
 def grown_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
                walked: Seed, pairs: list[tuple[int, int]], deadline: Deadline | None = None) -> Seed:
     """The walked seed grown across the cluster (``grow.py``) on the pairs ``first_seed`` tried, in their order
-    (the highest pair bound first), then on the walked seed's own pair: (prefill index, decode index, seed)
+    (the highest pair bound first), then on the walked seed's own pair: (prefill index, decode candidate, seed)
     of the best deployment found, the walked one if none beats it. Only where the walk was needed: where
     the best pairs have a seed, it is already near their best per GPU."""
     i, d, best = walked
@@ -198,7 +199,7 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
               and prefill.admitted(j) is not None]
     decode = [searches[j].worker() for j in kept_d] + capped
-    if seed_w not in decode:  # only where a capped worker carried more than its layout (module docstring)
+    if seed_w not in decode:  # only where a capped seed's layout was not kept: a dip as above
         decode.append(seed_w)
     pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
     choice = Choice(kept_p.index(seed_p), decode.index(seed_w), first.choice.x, first.choice.y)

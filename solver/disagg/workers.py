@@ -5,9 +5,9 @@ boundaries) at its largest chunk (the engine's token budget over ISL, within its
 capacity in prompts per second per worker. A **decode candidate** is a worker layout at its batch ``b``
 (the most sequences one worker holds, its ``max_batch``): the largest its memory holds whose round
 keeps the TPOT limit (the decode batch that keeps TPOT within its limit, DESIGN.md "Cost model"), and
-its capacity in requests per second per worker. Under a TTFT limit each layout is also offered at smaller batch limits
-(``capped_workers``): a lower capacity carried by fewer requests in flight, so a shorter queue at the
-prefill pool.
+its capacity in requests per second per worker. Under a TTFT limit each layout is also offered at smaller
+batch limits (``capped_workers``): a lower capacity carried by fewer requests in flight, so a shorter queue
+at the prefill pool.
 Every price is read from ``solver/cost/disagg.py``'s own
 ``prefill_step`` and ``decode_step`` (``evaluate`` on one worker), so a deployment built from these
 candidates is priced by ``evaluate_disagg`` at exactly these capacities.
@@ -270,7 +270,8 @@ def capped_workers(searches: list[DecodeSearch]) -> list[DecodeWorker]:
     capacity: a limit on its batch (SGLang's ``--max-running-requests``, vLLM's ``--max-num-seqs``,
     TensorRT-LLM's ``max_batch_size``) trades rate for TTFT where more prefill workers would cost GPUs.
     Without it, Llama-3.1-70B FP8 on 8xH200 under SGLang at TTFT 2 s reached 217.3 tokens/s per GPU, with it
-    302.7; Llama-3.1-405B on 8x8xB200 under SGLang at TTFT 500 ms had no deployment. Without a TTFT limit a
+    302.7; Kimi-K2 on 16x8xH100 under TensorRT-LLM at ISL 1,024, OSL 1,000 and TTFT 500 ms found no deployment
+    within the work limit, with it 32 GPUs at 70.8 (benchmarks/disagg_solve/README.md). Without a TTFT limit a
     capped worker is never better (the same GPUs, at most the rate), and for ``--rate`` neither (a pool
     runs at the batch the rate needs, the same with or without the cap; the uncapped twin carries more)."""
     return [s.worker(cap) for s in searches for cap in batch_caps(s.finish())]
