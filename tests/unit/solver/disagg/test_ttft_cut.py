@@ -315,7 +315,7 @@ def test_the_candidates_the_serving_stack_leaves_out_are_in_no_accepted_deployme
     accepted = [c for c in brute.choices(wider) if wider.rate(c) >= target
                 and wider.feasible_plan(c, target) is not None]
     assert accepted and not any(wider.prefill[c.prefill] in left_out for c in accepted)
-    pools = pools_for(QUEUED)
+    pools = pools_for(QUEUED, caps=False)  # the same decode candidates as ``wider``
     assert len(pools.prefill) == 23
     best_wider, best = brute.fewest_gpus(wider, target), brute.fewest_gpus(pools, target)
     assert best_wider is not None and best is not None

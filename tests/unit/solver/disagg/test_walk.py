@@ -60,9 +60,9 @@ def test_the_search_from_a_walk_cut_short_equals_brute_force(case, most, monkeyp
     """The CP-SAT search takes over where the walk stopped (``most`` deployments listed: 0 is the CP-SAT
     search alone, with the TTFT floor) and returns brute force's deployment. (Cut short at 3 too, this
     cost 56 s of the suite's time for a case between these two; the frontier test above keeps 3.) The two
-    8B cases on 2x4 GPUs without the decode batch caps: with them each took over a minute here, one proposal
-    per CP-SAT solve; the other TTFT cases keep them, and test_search and test_prune hold the whole search on
-    every case's capped candidates to brute force."""
+    8B cases on 2x4 GPUs run without the decode batch caps: with them each took over a minute here. The other
+    TTFT cases keep them, and test_search and test_prune hold the whole search on every case's capped
+    candidates to brute force."""
     monkeypatch.setattr(walk_module, "WALK_CHOICES", most)
     pools = pools_for(case, caps=False if case["cluster"].startswith("2x4x") else None)
     found = max_throughput(pools, Deadline(None))
