@@ -269,6 +269,12 @@ class SteadyState:
     admission_ns: int  # the decode worker's scheduler iterations before the first token (in the unloaded e2e)
 
 
+def request_overhead_ns(profile: Profile) -> int:
+    """The serving stack's fixed cost per request, ``request_overhead_ms``, in the integer nanoseconds every
+    disaggregated TTFT carries (``serving_stack_ns``); the search's floors and filters read it here too."""
+    return _ns(profile.request_overhead_ms)
+
+
 def serving_stack_ns(layout: DisaggLayout, full: PrefillStep, profile: Profile,
                      queue_share: float | None = None) -> tuple[int, int]:
     """What a request's TTFT carries beyond its own prefill, transfer and the steady state's waiting, in
@@ -286,7 +292,7 @@ def serving_stack_ns(layout: DisaggLayout, full: PrefillStep, profile: Profile,
     per_prompt_ns = full.slowest_ns / (layout.prefill.workers * full.chunk)
     share = profile.ttft_queue_share if queue_share is None else queue_share
     queue_ns = round(share * max(0, layout.concurrency - 1) * per_prompt_ns)
-    return _ns(profile.request_overhead_ms), queue_ns
+    return request_overhead_ns(profile), queue_ns
 
 
 def admission_ns(profile: Profile, round_ns: int, concurrency: int) -> int:
@@ -435,5 +441,5 @@ def evaluate_disagg(problem: Problem, layout: DisaggLayout, profile: Profile | N
     )
 
 
-__all__ = ["admission_ns", "engine_profile", "evaluate_disagg", "kv_share_bytes", "kv_transfer", "role_problem",
-           "steady_state"]
+__all__ = ["admission_ns", "engine_profile", "evaluate_disagg", "kv_share_bytes", "kv_transfer", "request_overhead_ns",
+           "role_problem", "steady_state"]

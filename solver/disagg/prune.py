@@ -48,6 +48,7 @@ from shardplan.solver.disagg.workers import (
     PrefillWorker,
     capped_workers,
     decode_searches,
+    offers_batch_caps,
     prefill_priced,
 )
 from shardplan.solver.optimise import Deadline
@@ -135,7 +136,7 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
         kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
         kept_d = [s for s in searches if s.gpus <= budget]
         if kept_p and kept_d:
-            capped = capped_workers(kept_d) if problem.workload.ttft_ms is not None else []
+            capped = capped_workers(kept_d) if offers_batch_caps(problem) else []
             decode = [s.worker() for s in kept_d] + capped
             pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
             walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
@@ -171,7 +172,7 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     check = None if deadline is None else deadline.check
     prefill = PrefillJudged(problem, profile, check)
     searches = decode_searches(problem, profile, check)
-    caps = problem.workload.ttft_ms is not None  # search.build_pools' default
+    caps = offers_batch_caps(problem)
 
     def every_decode() -> list[DecodeWorker]:
         return [s.worker() for s in searches] + (capped_workers(searches) if caps else [])

@@ -44,7 +44,13 @@ from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.walk import Walk, pair_bound, walk
-from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS, Check, decode_workers, prefill_workers
+from shardplan.solver.disagg.workers import (
+    RATE_UNITS_PER_RPS,
+    Check,
+    decode_workers,
+    offers_batch_caps,
+    prefill_workers,
+)
 from shardplan.solver.optimise import Deadline
 
 MAX_PROPOSALS = 10_000  # a bound on the loop; each proposal is new (a refused one is forbidden)
@@ -65,7 +71,7 @@ def build_pools(problem: Problem, profile: Profile, check: Check = None, caps: b
     """Every prefill and decode candidate; ``check``, a deadline's, between layouts. ``caps``: the decode
     layouts also at smaller batch limits (``workers.capped_workers``); by default where a TTFT limit is
     given, the only place one can be better."""
-    with_caps = problem.workload.ttft_ms is not None if caps is None else caps
+    with_caps = offers_batch_caps(problem) if caps is None else caps
     return Pools(problem, profile, prefill_workers(problem, profile, check),
                  decode_workers(problem, profile, check=check, caps=with_caps))
 

@@ -161,9 +161,7 @@ def why_no_deployment(outcome: DisaggOutcome, rate_rps: float | None = None) -> 
     wl = pools.problem.workload
     if not pools.prefill:
         return InfeasibleError([("MEM-001", "no prefill worker layout holds its largest chunk"),
-                                ("SLA-001", f"or its lone prompt's prefill and the serving stack's "
-                                            f"{pools.profile.request_overhead_ms:g} ms per request exceed "
-                                            f"--ttft-ms {wl.ttft_ms}")]
+                                ("SLA-001", f"or its {_stack_exceeds(pools)}")]
                                if wl.ttft_ms is not None else
                                [("MEM-001", "no prefill worker layout holds its largest chunk")])
     if not pools.decode:
@@ -191,9 +189,14 @@ def _left_out_by_ttft(pools: Pools) -> list[tuple[str, str]]:
     left_out = sum(1 for w in priced if w.worker(pools.problem, pools.profile) is None)
     if not left_out:
         return []
-    return [("SLA-001", f"{left_out} of {len(priced)} prefill layouts are no candidates: their lone prompt's "
-                        f"prefill and the serving stack's {pools.profile.request_overhead_ms:g} ms per request "
-                        f"exceed --ttft-ms {wl.ttft_ms}")]
+    return [("SLA-001", f"{left_out} of {len(priced)} prefill layouts are no candidates: their "
+                        f"{_stack_exceeds(pools)}")]
+
+
+def _stack_exceeds(pools: Pools) -> str:
+    """Why a prefill layout is no candidate under the TTFT limit (``workers.PrefillPriced.worker``), in words."""
+    return (f"lone prompt's prefill and the serving stack's {pools.profile.request_overhead_ms:g} ms per request "
+            f"exceed --ttft-ms {pools.problem.workload.ttft_ms}")
 
 
 def better_mode(colocated: Plan | None, disagg: DisaggPlan | None, rate_rps: float | None) -> str | None:

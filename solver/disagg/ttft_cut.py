@@ -58,6 +58,7 @@ from shardplan.solver.cost.disagg import (
     decode_step,
     largest_chunk,
     prefill_step,
+    request_overhead_ns,
     transfer_ns,
 )
 from shardplan.solver.cost.evaluate import NS_PER_S
@@ -138,7 +139,7 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
     if wl.ttft_ms is None or not 0 < share < 1:
         return None
     limit_ns = wl.ttft_ms * 1e6 + NS_SLACK
-    overhead_ns = round(profile.request_overhead_ms * 1e6)
+    overhead_ns = request_overhead_ns(profile)
     transfer = least_transfer_ns(problem, profile, p.layout, d.layout)
     top_chunk = min(largest_chunk(problem, profile), profile.max_batch)
     full = prefill_step(problem, p.layout, top_chunk, profile)
@@ -218,7 +219,7 @@ class ChoiceFloor:
         self.share = profile.ttft_queue_share
         self.active = wl.ttft_ms is not None and 0 < self.share < 1
         self.limit_ns = (wl.ttft_ms or 0) * 1e6 + NS_SLACK
-        self.overhead_ns = round(profile.request_overhead_ms * 1e6)
+        self.overhead_ns = request_overhead_ns(profile)
         self.top_chunk = min(largest_chunk(problem, profile), profile.max_batch)
         self._first_refused: tuple[Choice, int] | None = None  # for ``explain``
         # memos by candidate index: the same few prices are read for every worker count

@@ -33,6 +33,7 @@ from shardplan.solver.cost.disagg import (
     decode_step,
     largest_chunk,
     prefill_step,
+    request_overhead_ns,
     role_problem,
     worker_memory_limit,
 )
@@ -117,7 +118,7 @@ class PrefillPriced:
         ended at its work limit with no plan."""
         first = prefill_step(problem, self.layout, 1, profile)
         ttft_ns = _limit_ns(problem.workload.ttft_ms)
-        if ttft_ns is not None and first.pass_ns + round(profile.request_overhead_ms * 1e6) > ttft_ns:
+        if ttft_ns is not None and first.pass_ns + request_overhead_ns(profile) > ttft_ns:
             return None
         return PrefillWorker(self.layout, self.step.chunk, self.step.pass_ns, first.pass_ns, self.capacity_units)
 
@@ -259,6 +260,12 @@ def batch_caps(batch: int) -> list[int]:
     return [1 << k for k in range(batch.bit_length() - 1, -1, -1) if 1 << k < batch]
 
 
+def offers_batch_caps(problem: Problem) -> bool:
+    """Whether the decode layouts are also offered at their ``batch_caps`` (``capped_workers``): under a TTFT
+    limit, the only place a capped worker can be better."""
+    return problem.workload.ttft_ms is not None
+
+
 def capped_workers(searches: list[DecodeSearch]) -> list[DecodeWorker]:
     """Each layout's candidate at each of its ``batch_caps``, in the searches' order, listed after every
     candidate at its largest batch (so a tie in brute force's order goes to the uncapped worker).
@@ -306,6 +313,6 @@ def _limit_ns(ms: float | None) -> int | None:
 __all__ = [
     "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
     "alignment", "batch_caps", "capacity_units", "capped_workers", "decode_searches", "decode_workers",
-    "largest_batch_steps", "prefill_priced",
+    "largest_batch_steps", "offers_batch_caps", "prefill_priced",
     "prefill_workers", "rate_units", "worker_layouts",
 ]
