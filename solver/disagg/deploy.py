@@ -11,7 +11,14 @@ its placement, its integer rate, the concurrency it runs at, and its exact price
   (the deployment's own rate, or ``--rate``): more would only wait in the prefill queue, raising TTFT
   and nothing else; found by doubling and bisection (the rate grows with the requests in flight);
 - **verdict**: ``evaluate_disagg`` at that concurrency and ``check_disagg`` on it (the catalog per pool,
-  the pair's DIS- rules, the TTFT and TPOT limits): a deployment is feasible when nothing is broken.
+  the pair's DIS- rules, the TTFT and TPOT limits): a deployment is feasible when nothing is broken;
+- **served rate** (the per-GPU search's measure, ``Pools.served``): the most a deployment carries within every
+  rule. Its full rate where that keeps them; else, where only the TTFT or TPOT limit was broken, the rate at
+  the most requests in flight that keep every rule. Held below its full rate, the decode pool runs smaller
+  batches and fewer prompts queue at the prefill pool, so TTFT and TPOT fall with the requests in flight.
+  Judged only at its full rate, a deployment that keeps TTFT just below it was refused whole: on
+  Llama-3.1-405B, 8x8xB200, SGLang, TTFT 500 ms, every deployment the search proposed was refused, while
+  ``evaluate`` keeps one at 60 requests in flight.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from functools import cached_property
 
 from shardplan.hardware import Tier
 from shardplan.hardware.profile import Profile
+from shardplan.rules.base import Diagnostic
 from shardplan.rules.catalog import errors_of
 from shardplan.rules.disagg import DisaggLayout, alignment_gpus
 from shardplan.rules.disagg_plan import DisaggPlan, check_disagg
@@ -46,6 +54,11 @@ MAX_CONCURRENCY = 1 << 24
 FILL_MARGIN = 16
 
 
+# The rules that holding a deployment below its full rate can satisfy: its TTFT and TPOT fall with the
+# requests in flight; nothing else a refusal names does (placement, weights in memory).
+LOAD_RULES = frozenset({"SLA-001", "SLA-002"})
+
+
 @dataclass(frozen=True, order=True)
 class Choice:
     """Indices into the candidate lists and the worker counts."""
@@ -54,6 +67,14 @@ class Choice:
     decode: int
     x: int
     y: int
+
+
+@dataclass(frozen=True)
+class Served:
+    """A deployment at the most rate units it carries within every rule, and its plan there."""
+
+    units: int
+    plan: DisaggPlan
 
 
 class Pools:
@@ -69,6 +90,7 @@ class Pools:
         # refused[rule id]: the first message of each rule a proposed deployment broke (infeasibility's why).
         self.refused: dict[str, str] = {}
         self._kv: dict[tuple[float, float, bool, Tier], int] = {}
+        self._served: dict[Choice, Served | None] = {}
 
     @cached_property
     def decode_layouts(self) -> list[int]:
@@ -175,10 +197,7 @@ class Pools:
         if plan is None:
             self.refused.setdefault("DIS-001", "no number of requests in flight reaches the rate")
             return None
-        errors = errors_of(check_disagg(plan))
-        for d in errors:
-            self.refused.setdefault(d.rule, d.message)
-        return None if errors else plan
+        return None if self._errors(plan) else plan
 
     def checked_plan(self, c: Choice, deadline: Deadline, target_units: int | None = None) -> DisaggPlan | None:
         """``feasible_plan``, its exact check counted as work against ``deadline`` (search_base.Deadline:
@@ -187,10 +206,75 @@ class Pools:
             return self.feasible_plan(c, target_units)
 
 
+    def served(self, c: Choice) -> Served | None:
+        """The most rate units ``c`` carries within every rule (module docstring), memoised: its full rate
+        (``Pools.rate``) when ``feasible_plan`` would accept it there; else, when the full rate broke only the
+        TTFT or TPOT limit (``LOAD_RULES``), the most requests in flight below the full rate's whose plan keeps
+        every rule, at the rate they carry (rounded down); None if none does. The requests in flight are
+        bisected: TTFT and TPOT grow with them (more prompts wait in the clump at the prefill pool, both pools
+        run larger chunks and batches), so those that keep the limits are the counts up to some largest one;
+        each plan taken is checked whole."""
+        if c not in self._served:
+            self._served[c] = self._judged(c)
+        return self._served[c]
+
+    def checked_served(self, c: Choice, deadline: Deadline) -> Served | None:
+        """``served``, its work counted against ``deadline`` as ``checked_plan``'s is."""
+        with deadline.checking():
+            return self.served(c)
+
+    def _judged(self, c: Choice) -> Served | None:
+        if self.end_gpu(c) > self.problem.cluster.num_gpus:
+            return None
+        plan = self.price(c)
+        if plan is None:
+            self.refused.setdefault("DIS-001", "no number of requests in flight reaches the rate")
+            return None
+        errors = self._errors(plan)
+        if not errors:
+            return Served(self.rate(c), plan)
+        if plan.layout.concurrency <= 1 or any(d.rule not in LOAD_RULES for d in errors):
+            return None
+
+        def kept(concurrency: int) -> DisaggPlan | None:
+            plan = evaluate_disagg(self.problem, self.layout(c, concurrency), self.profile)
+            return None if errors_of(check_disagg(plan)) or rate_units(plan.prediction.throughput_rps) <= 0 else plan
+
+        best = kept(1)
+        if best is None:
+            return None
+        lo, hi = 1, plan.layout.concurrency - 1  # lo keeps every rule; the most that do are in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = kept(mid)
+            if found is not None:
+                lo, best = mid, found
+            else:
+                hi = mid - 1
+        return Served(rate_units(best.prediction.throughput_rps), best)
+
+    def _errors(self, plan: DisaggPlan) -> list[Diagnostic]:
+        """The plan's errors, the first message of each rule kept in ``refused``."""
+        errors = errors_of(check_disagg(plan))
+        for d in errors:
+            self.refused.setdefault(d.rule, d.message)
+        return errors
+
+
+def units_ahead(units0: int, gpus0: int, choice0: Choice, gpus: int, c: Choice) -> int:
+    """The fewest rate units deployment ``c`` on ``gpus`` GPUs must carry to come before ``choice0`` (``units0``
+    on ``gpus0``) in brute force's order of the per-GPU search: more rate per GPU; or as much on fewer GPUs, or
+    on as many and earlier in ``Choice``'s order (exact integers)."""
+    whole, part = divmod(units0 * gpus, gpus0)
+    if (gpus, c) < (gpus0, choice0):
+        return whole + (part > 0)  # as much per GPU is enough
+    return whole + 1
+
+
 def pools_capacity(pools: Pools, c: Choice) -> int:
     """Both pools' full rates summed, in rate units: with the deployment's rate (the smaller pool or the
     link) fixed, the more this is, the more headroom the other pool has (``--rate``'s second tie-break)."""
     return c.x * pools.prefill[c.prefill].capacity_units + c.y * pools.decode[c.decode].capacity_units
 
 
-__all__ = ["MAX_CONCURRENCY", "Choice", "Pools", "pools_capacity"]
+__all__ = ["LOAD_RULES", "MAX_CONCURRENCY", "Choice", "Pools", "Served", "pools_capacity", "units_ahead"]

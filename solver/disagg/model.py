@@ -13,6 +13,8 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
 - the decode pool starts on a multiple of its worker's alignment at or after the prefill pool's end, and
   ends inside the cluster (DIS-001 and DIS-002);
 - forbidden choices: deployments the exact check refused (``forbid``), added by the search as it goes;
+  capped choices: a deployment's rate at most what it carries within every rule (``cap_choice``,
+  ``deploy.Pools.served``);
 - TTFT cuts of a pair of candidates (``ttft_cut.py``: a rate per prefill worker no deployment keeping
   the TTFT limit passes, given the chunk and batch its pools must run at), added by the search for a
   pair once the exact check has refused one of its deployments (``cut_ttft``);
@@ -32,6 +34,7 @@ objective is set by the search (``search.py``).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from ortools.sat.python import cp_model
@@ -40,6 +43,20 @@ from shardplan.hardware import Tier
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.ttft_cut import pair_cuts
+
+
+def bounded_ratio(ratio: Fraction, most_denominator: int) -> Fraction:
+    """``ratio`` where its denominator is at most ``most_denominator``, else the least fraction of that
+    denominator above it (a looser cap, so still sound: what it no longer forbids is judged when proposed).
+
+    Why: a walk cut short leaves its frontier at a pair bound, ``1 / (1 / a + 1 / b)`` of two rates per GPU,
+    whose terms run to 10^14 and 10^8. Posted as is on 10,081 pairs (Llama-3.1-405B, 8x8xB200, SGLang, TTFT
+    500 ms), CP-SAT 9.15's presolve called the model infeasible, and so the seed optimal, while a deployment
+    of 1.33 times its rate per GPU met every constraint (with the presolve off, or that deployment fixed,
+    CP-SAT found it). Rounded up to a denominator of the cluster's GPUs, the rows stay small."""
+    if ratio.denominator <= most_denominator:
+        return ratio
+    return Fraction(math.ceil(ratio * most_denominator), most_denominator)
 
 
 class PoolModel:
@@ -153,6 +170,15 @@ class PoolModel:
 
     def forbid(self, c: Choice) -> None:
         """No deployment with exactly this choice."""
+        self.cp.add_bool_or([~lit for lit in self._choice_literals(c)])
+
+    def cap_choice(self, c: Choice, units: int) -> None:
+        """This choice's rate at most ``units`` (what it carries within every rule, or less than the rate the
+        question needed: ``deploy.Pools.served``)."""
+        self.cp.add(self.rate <= units).only_enforce_if(self._choice_literals(c))
+
+    def _choice_literals(self, c: Choice) -> list[cp_model.IntVar]:
+        """Literals all true exactly when this choice is made."""
         cp = self.cp
         lits = [self.p[c.prefill], self.d[c.decode]]
         for name, var, value in (("x", self.x, c.x), ("y", self.y, c.y)):
@@ -160,7 +186,7 @@ class PoolModel:
             cp.add(var == value).only_enforce_if(eq)
             cp.add(var != value).only_enforce_if(~eq)
             lits.append(eq)
-        cp.add_bool_or([~lit for lit in lits])
+        return lits
 
     def cut_ttft(self, prefill: int, decode: int) -> None:
         """Post the TTFT cuts of this pair of candidates (once): ``R <= x cap`` when ``R`` passes the
@@ -182,9 +208,11 @@ class PoolModel:
                 self.cp.add(self.rate <= self.x * cap).only_enforce_if([lit for lit in when if lit is not None])
 
     def cap_pair(self, prefill: int, decode: int, per_gpu: Fraction) -> None:
-        """No deployment of this pair of candidates above ``per_gpu`` rate units per GPU (the walk refused
-        every one, ``walk.py``)."""
-        self.cp.add(self.rate * per_gpu.denominator - per_gpu.numerator * self.gpus <= 0).only_enforce_if(
+        """No deployment of this pair of candidates above ``per_gpu`` rate units per GPU (none the walk
+        judged above it carries more, ``walk.py``), posted at a ratio no lower whose denominator is at most
+        the cluster's GPUs (``bounded_ratio``)."""
+        cap = bounded_ratio(per_gpu, self.pools.problem.cluster.num_gpus)
+        self.cp.add(self.rate * cap.denominator - cap.numerator * self.gpus <= 0).only_enforce_if(
             [self.p[prefill], self.d[decode]])
 
     def cut_ttft_all(self) -> None:

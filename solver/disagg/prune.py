@@ -141,8 +141,8 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
             pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
             walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
             if walked.accepted is not None:
-                c, plan = walked.accepted
-                return kept_p[c.prefill], decode[c.decode], Accepted(c, plan, pools.rate(c), pools.gpus(c))
+                c, served = walked.accepted
+                return kept_p[c.prefill], decode[c.decode], Accepted(c, served.plan, served.units, pools.gpus(c))
         if budget >= n:
             return None
         budget = min(n, 2 * budget)

@@ -40,7 +40,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
-from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
+from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity, units_ahead
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.walk import Walk, pair_bound, walk
@@ -101,14 +101,20 @@ class Asked:
 
 def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.CpModel], deadline: Deadline,
                     target: int | None = None, screen: Callable[[], cp_model.CpModel] | None = None,
-                    cut_ttft: bool = False, floor: ChoiceFloor | None = None, most: int = MAX_PROPOSALS) -> Asked:
+                    cut_ttft: bool = False, floor: ChoiceFloor | None = None, most: int = MAX_PROPOSALS,
+                    need: Callable[[Choice], int] | None = None) -> Asked:
     """Solve ``question()`` (the model with the question's constraints and objective), judge its
     deployment (``floor``'s TTFT floor first, if given, then exactly), forbid it if refused and ask
     again, until one is accepted or none is left. ``screen()``, if given, is the question without its
     objective, asked first each time: CP-SAT proves it has no solution far sooner than it proves an
     objective has none (on 512 GPUs 13 ms against 1.2 s), and the last question of a search is that
     proof. ``cut_ttft``: a refused deployment also posts its pair's TTFT cuts (``PoolModel.cut_ttft``).
-    ``most``: the proposals after which it stops, not proven."""
+    ``most``: the proposals after which it stops, not proven.
+
+    The judgement: at ``target`` rate units (``--rate``) or, without one, at the choice's full rate; with
+    ``need`` (the per-GPU search), at the rate it carries within every rule (``Pools.served``), accepted when
+    that is at least ``need(choice)``, else capped there (``PoolModel.cap_choice``; below ``need`` where the
+    floor refused it at ``need``)."""
     for proposals in range(1, most + 1):
         if deadline.passed():
             return Asked(None, False, proposals - 1)
@@ -121,16 +127,46 @@ def _first_accepted(m: PoolModel, pools: Pools, question: Callable[[], cp_model.
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Asked(None, status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), proposals)
         c = m.read(solver)
-        refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
-        plan = None
-        if not refused:  # an exact check is work, a floor's verdict is not
-            plan = pools.checked_plan(c, deadline, target)
-        if plan is not None:
-            return Asked(Accepted(c, plan, pools.rate(c), pools.gpus(c)), True, proposals)
-        m.forbid(c)
+        if need is not None:
+            accepted = _served_enough(m, pools, c, need(c), deadline, floor)
+        else:
+            accepted = _at_rate(m, pools, c, target, deadline, floor)
+        if accepted is not None:
+            return Asked(accepted, True, proposals)
         if cut_ttft:
             m.cut_ttft(c.prefill, c.decode)
     return Asked(None, False, most)
+
+
+def _at_rate(m: PoolModel, pools: Pools, c: Choice, target: int | None, deadline: Deadline,
+             floor: ChoiceFloor | None) -> Accepted | None:
+    """``c`` accepted at ``target`` (its full rate if None), or forbidden."""
+    refused = floor is not None and floor.refuses(c, pools.rate(c) if target is None else target)
+    plan = None
+    if not refused:  # an exact check is work, a floor's verdict is not
+        plan = pools.checked_plan(c, deadline, target)
+    if plan is not None:
+        return Accepted(c, plan, pools.rate(c), pools.gpus(c))
+    m.forbid(c)
+    return None
+
+
+def _served_enough(m: PoolModel, pools: Pools, c: Choice, need: int, deadline: Deadline,
+                   floor: ChoiceFloor | None) -> Accepted | None:
+    """``c`` accepted at the rate it carries within every rule when that is at least ``need`` rate units;
+    else its rate capped at what it carries (forbidden if nothing), or below ``need`` where the TTFT floor
+    refuses it at ``need`` (then it carries less)."""
+    if floor is not None and floor.refuses(c, need):
+        m.cap_choice(c, need - 1)
+        return None
+    served = pools.checked_served(c, deadline)
+    if served is None:
+        m.forbid(c)
+        return None
+    if served.units >= need:
+        return Accepted(c, served.plan, served.units, pools.gpus(c))
+    m.cap_choice(c, served.units)
+    return None
 
 
 # Pairs of candidates up to which every pair's TTFT cuts are posted at once; beyond, a pair's cuts
@@ -267,12 +303,13 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     # A walk that ended at an accepted deployment judged every one ahead of it in brute force's order, so
     # no tie comes before it; the tie question would only meet deployments the walk refused whose rate
     # the model may lower to an equal rate per GPU (one solve each: 162 at TTFT 2,500 ms on 8xH200).
-    first_in_order = walked.accepted is not None
+    first_in_order = walked.complete and walked.accepted is not None
     proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
         asked = _first_accepted(m, pools, partial(_better_than, m, r0, g0), deadline,
-                                screen=partial(_any_better, m, r0, g0), cut_ttft=True, floor=floor)
+                                screen=partial(_any_better, m, r0, g0), cut_ttft=True, floor=floor,
+                                need=_ahead_of(pools, best))
         proposals += asked.proposals
         if asked.accepted is None:
             break
@@ -281,7 +318,7 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     proven = asked.complete and (best is None or per_gpu_terms(m, best.rate_units, best.gpus)[2])
     while proven and best is not None and not first_in_order:  # ties toward fewer GPUs, then brute force's order
         fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
-                                floor=floor)
+                                floor=floor, need=_ahead_of(pools, best))
         proposals += fewer.proposals
         if fewer.accepted is None:
             break
@@ -290,6 +327,13 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
         floor.explain()
         return DisaggResult(None, None, proven, proposals)
     return DisaggResult(best.plan, best.choice, proven, proposals, None if proven else per_gpu_bound(pools, best))
+
+
+def _ahead_of(pools: Pools, best: Accepted | None) -> Callable[[Choice], int]:
+    """The rate units a choice must carry to come before ``best`` in brute force's order (any, with none)."""
+    if best is None:
+        return lambda c: 1
+    return lambda c: units_ahead(best.rate_units, best.gpus, best.choice, pools.gpus(c), c)
 
 
 def per_gpu_bound(pools: Pools, best: Accepted) -> Fraction:
@@ -303,21 +347,25 @@ def per_gpu_bound(pools: Pools, best: Accepted) -> Fraction:
 
 
 def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:
-    """Post what the walk refused into the model (each listed pair capped at the frontier's rate per
-    GPU, the refused deployments at exactly that rate forbidden one by one, for the tie question), and
-    return its accepted deployment, if any: brute force's answer, which the CP-SAT search then proves."""
+    """Post what the walk judged into the model (each listed pair capped at the frontier's rate per GPU,
+    the deployments judged at exactly that rate capped one by one at what they carry, for the tie
+    question), and return the best deployment it found, if any: brute force's answer when the walk is
+    complete, which the CP-SAT search then proves."""
     if walked.frontier is not None:
         # Where the row rate x den - num x gpus could pass 64 bits, the cap is posted at a ratio no lower
         # (``per_gpu_terms``): it then forbids fewer deployments, each of those left judged when proposed.
         num, den, _ = per_gpu_terms(m, walked.frontier.numerator, walked.frontier.denominator)
         for i, k in walked.expanded:
             m.cap_pair(i, k, Fraction(num, den))
-        for c in walked.refused_at_frontier:
-            m.forbid(c)
+        for c, cap in walked.capped_at_frontier:
+            if cap is None:
+                m.forbid(c)
+            else:
+                m.cap_choice(c, cap)
     if walked.accepted is None:
         return None
-    c, plan = walked.accepted
-    return Accepted(c, plan, pools.rate(c), pools.gpus(c))
+    c, served = walked.accepted
+    return Accepted(c, served.plan, served.units, pools.gpus(c))
 
 
 def _fewest(m: PoolModel) -> cp_model.CpModel:

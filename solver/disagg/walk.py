@@ -27,8 +27,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.deploy import Choice, Pools, Served, units_ahead
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.search_base import NODE_WORK
@@ -51,21 +50,24 @@ def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
 class Walk:
     """What the walk found and judged (module docstring)."""
 
-    accepted: tuple[Choice, DisaggPlan] | None = None
-    complete: bool = False  # it stopped at ``accepted``, or listed every deployment that can beat the seed
+    accepted: tuple[Choice, Served] | None = None  # the best it found
+    complete: bool = False  # ``accepted`` is brute force's answer, or nothing can beat the seed
     frontier: Fraction | None = None  # None: nothing judged
     expanded: list[tuple[int, int]] = field(default_factory=list)  # pairs whose deployments were listed
-    refused_at_frontier: list[Choice] = field(default_factory=list)
+    # Deployments judged at exactly the frontier's full rate per GPU, each with the most rate units it may
+    # carry (less than it needed; None: nothing keeps every rule).
+    capped_at_frontier: list[tuple[Choice, int | None]] = field(default_factory=list)
     checks: int = 0  # deployments the exact check judged
 
 
 def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | None = None,
          floor: ChoiceFloor | None = None, most_gpus: int | None = None) -> Walk:
-    """Judge the deployments of at least ``floor_per_gpu`` rate units per GPU (the seed's; 0 with no
-    seed: every deployment with a rate) in brute force's order until one is accepted, listing at most
-    ``most`` (``WALK_CHOICES``); ``floor``: the TTFT floor to ask first (these pools' own by default).
-    ``most_gpus``: only deployments on at most that many GPUs (a seed's walk, ``prune.walked_seed``);
-    the frontier then holds for those only."""
+    """Judge the deployments of at least ``floor_per_gpu`` rate units per GPU at full load (the seed's; 0
+    with no seed: every deployment with a rate) in brute force's order, each at the rate it carries within
+    every rule (``Pools.served``), until none left can come before the best found, listing at most ``most``
+    (``WALK_CHOICES``); ``floor``: the TTFT floor to ask first (these pools' own by default). ``most_gpus``:
+    only deployments on at most that many GPUs (a seed's walk, ``prune.walked_seed``); the frontier then
+    holds for those only."""
     most = WALK_CHOICES if most is None else most
     judge = floor if floor is not None else ChoiceFloor(pools)
     out = Walk()
@@ -80,10 +82,13 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     while heap:
         if deadline.passed():
             return out
-        key, kind, entry = heapq.heappop(heap)
+        key, kind, entry = heap[0]
         ratio = -key
+        if out.accepted is not None and not _may_beat(pools, out.accepted, ratio, kind, entry):
+            break
+        heapq.heappop(heap)
         if out.frontier is None or ratio != out.frontier:
-            out.frontier, out.refused_at_frontier = ratio, []
+            out.frontier, out.capped_at_frontier = ratio, []
         if kind == 0:
             i, k = entry
             found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
@@ -97,18 +102,46 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
             continue
         c = Choice(*entry[1:])
         deadline.spend(NODE_WORK)  # each judged deployment is work, an exact check more (search_base.Deadline)
-        if not judge.refuses(c, pools.rate(c)):
+        need = _need(pools, out.accepted, floor_per_gpu, c)
+        served = None
+        if not judge.refuses(c, need):
             out.checks += 1
-            plan = pools.checked_plan(c, deadline)
-            if plan is not None:
-                out.accepted, out.complete = (c, plan), True
-                return out
-        out.refused_at_frontier.append(c)
-    out.complete = True  # every deployment that can beat the seed was refused
+            served = pools.checked_served(c, deadline)
+            if served is not None and served.units >= need:
+                out.accepted = (c, served)
+                continue
+        out.capped_at_frontier.append((c, need - 1 if served is None else served.units))
+    out.complete = True  # nothing left can come before the best found, or every deployment was refused
+    if out.accepted is not None:
+        best, served = out.accepted
+        out.frontier, out.capped_at_frontier = Fraction(served.units, pools.gpus(best)), []
+        return out
     out.frontier = floor_per_gpu
-    out.refused_at_frontier = [c for c in out.refused_at_frontier if Fraction(pools.rate(c), pools.gpus(c))
-                               == floor_per_gpu]
+    out.capped_at_frontier = [(c, cap) for c, cap in out.capped_at_frontier
+                              if Fraction(pools.rate(c), pools.gpus(c)) == floor_per_gpu]
     return out
+
+
+def _need(pools: Pools, best: tuple[Choice, Served] | None, floor_per_gpu: Fraction, c: Choice) -> int:
+    """The fewest rate units ``c`` must carry to be the walk's best: to come before ``best`` in brute force's
+    order, or with nothing found yet to reach ``floor_per_gpu`` (at least one)."""
+    gpus = pools.gpus(c)
+    if best is None:
+        return max(1, math.ceil(floor_per_gpu * gpus))
+    b, served = best
+    return units_ahead(served.units, pools.gpus(b), b, gpus, c)
+
+
+def _may_beat(pools: Pools, best: tuple[Choice, Served], ratio: Fraction, kind: int, entry: tuple[int, ...]) -> bool:
+    """Whether the heap's top (a pair at its bound, or a deployment at its full rate per GPU) may still hold a
+    deployment that comes before ``best``: a served rate is at most the full one, so one at a lower full rate
+    per GPU, or at an equal one on as many GPUs or more and later, cannot."""
+    b, served = best
+    best_ratio = Fraction(served.units, pools.gpus(b))
+    if ratio != best_ratio or kind == 0:
+        return ratio > best_ratio or kind == 0 and ratio == best_ratio
+    gpus, *rest = entry
+    return (gpus, Choice(*rest)) < (pools.gpus(b), b)
 
 
 def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,

@@ -85,8 +85,16 @@ def _summary(engine: str, plan: DisaggPlan) -> str:
 
 def _common_notes(plan: DisaggPlan) -> list[str]:
     kv = plan.prediction.kv
-    return [f"the plan priced each prompt's KV cache ({kv.bytes_per_prompt / 1e6:.0f} MB) over {kv.tier}; "
-            "the engine's transfer library picks the transport (NVLink, RDMA) itself"]
+    notes = [f"the plan priced each prompt's KV cache ({kv.bytes_per_prompt / 1e6:.0f} MB) over {kv.tier}; "
+             "the engine's transfer library picks the transport (NVLink, RDMA) itself"]
+    wl = plan.problem.workload
+    if plan.prediction.bottleneck == "concurrency" and (wl.ttft_ms is not None or wl.tpot_ms is not None):
+        # A deployment held below its pools' full rate keeps its limits only at the requests in flight priced
+        # (``solver.disagg.deploy.Pools.served``): more would queue at the prefill pool and batch larger.
+        notes.append(f"the limits hold at up to {plan.layout.concurrency} requests in flight "
+                     f"({plan.prediction.throughput_rps:.2f} requests/s), below the pools' full rate: cap the "
+                     "requests admitted at the gateway or client")
+    return notes
 
 
 def _merge(engine: str, plan: DisaggPlan, parts: list[Emitted], launches: list[Launch], notes: list[str],

@@ -4,8 +4,6 @@ they are, that they change no ``--rate`` answer, and that they reach deployments
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import pytest
 
 from shardplan.solver.disagg import brute
@@ -57,20 +55,24 @@ def test_the_caps_change_no_rate_s_answer(case, rate_rps) -> None:
     assert (best is None) == (b.plan is None)
 
 
-def test_a_capped_decode_batch_keeps_a_ttft_no_largest_batch_keeps() -> None:
+def test_below_its_full_rate_a_deployment_keeps_a_ttft_none_keeps_at_it() -> None:
     """Llama-3.1-8B on 4xH200 under SGLang at TTFT 500 ms: at every decode worker's largest batch the requests
-    in flight that carry its rate queue past the limit (brute force: no deployment), while a capped decode
-    worker carries fewer and keeps it; the search returns brute force's best of those."""
+    in flight that carry a deployment's full rate queue past the limit (no deployment is accepted there), while
+    a capped decode worker carries fewer and keeps it at its full rate. Held below its full rate
+    (``Pools.served``), an uncapped deployment keeps it too, at fewer requests in flight than its full rate
+    needs, and the search returns brute force's best over both."""
     case = SGL_TIGHT[2]
-    assert brute.best_throughput(pools_for(case, caps=False)) is None
+    plain = pools_for(case, caps=False)
+    assert all(plain.feasible_plan(c) is None for c in brute.choices(plain) if plain.rate(c) > 0)
     pools = pools_for(case)
+    capped = [c for c in brute.choices(pools) if c.decode >= len(plain.decode) and pools.rate(c) > 0]
+    assert any(pools.feasible_plan(c) is not None for c in capped)
     best = brute.best_throughput(pools)
     assert best is not None
     found = max_throughput(pools, Deadline(None))
-    assert found.plan is not None and found.proven
-    assert Fraction(pools.rate(found.choice), pools.gpus(found.choice)) == Fraction(pools.rate(best[0]),
-                                                                                      pools.gpus(best[0]))
-    w = pools.decode[found.choice.decode]
-    plain = {d.layout: d.batch for d in pools_for(case, caps=False).decode}
-    assert w.batch < plain[w.layout]
+    assert found.plan is not None and found.proven and found.choice == best[0]
+    served = pools.served(found.choice)
+    assert served is not None and served.units < pools.rate(found.choice)
+    assert served.plan.layout.concurrency < pools.concurrency_for(found.choice, pools.rate(found.choice))
+    assert found.plan.prediction.bottleneck == "concurrency"
     assert found.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]

@@ -30,11 +30,16 @@ def test_the_bound_of_a_search_cut_short_holds_brute_force_s_optimum(case) -> No
     assert result.result.choice is not None and not result.result.proven
     pools, bound = result.pools, result.result.bound_per_gpu
     assert bound is not None
-    own = Fraction(pools.rate(result.result.choice), pools.gpus(result.result.choice))
+    def served_per_gpu(pools, c) -> Fraction:  # what a deployment carries within every rule, per GPU
+        served = pools.served(c)
+        assert served is not None
+        return Fraction(served.units, pools.gpus(c))
+
+    own = served_per_gpu(pools, result.result.choice)
     full = build_pools(p, resolve_profile(p))
     best = brute.best_throughput(full)
     assert best is not None
-    assert own <= Fraction(full.rate(best[0]), full.gpus(best[0])) <= bound
+    assert own <= served_per_gpu(full, best[0]) <= bound
 
 
 @pytest.mark.parametrize("case", CUT, ids=case_id)

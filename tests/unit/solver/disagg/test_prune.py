@@ -180,14 +180,13 @@ def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> N
     budget = min(p.cluster.num_gpus, p.cluster.scaleup_domain_gpus)
     small = Pools(p, profile, [w for w in full.prefill if w.gpus <= budget],
                   [w for w in full.decode if w.gpus <= budget])
-    within = [c for c in brute.choices(small) if small.rate(c) > 0 and small.gpus(c) <= budget]
-    best = next((c for c in sorted(within, key=small.per_gpu_key) if small.feasible_plan(c) is not None), None)
+    best = brute.best_throughput(small, most_gpus=budget)
     if best is None:
         assert found is None
         return
     assert found is not None
     i, d, seed = found
-    assert (prefill.worker(i), d, seed.choice.x, seed.choice.y) == chosen(small, best)
+    assert (prefill.worker(i), d, seed.choice.x, seed.choice.y) == chosen(small, best[0])
     assert seed.plan.prediction.metrics.ttft_ms <= case["ttft_ms"]
 
 
@@ -247,14 +246,14 @@ def test_the_grown_seed_keeps_every_rule_and_is_at_least_the_walked_one(case) ->
     i, d, seed = found
     pair = Pools(p, profile, [prefill.worker(i)], [d])
     c = Choice(0, 0, seed.choice.x, seed.choice.y)  # the seed's choice indexes the pools it was found on
-    assert pair.feasible_plan(c) is not None
-    assert (pair.rate(c), pair.gpus(c)) == (seed.rate_units, seed.gpus)
+    served = pair.served(c)
+    assert served is not None and (served.units, pair.gpus(c)) == (seed.rate_units, seed.gpus)
     if walked is not None:
         assert Fraction(seed.rate_units, seed.gpus) >= Fraction(walked[2].rate_units, walked[2].gpus)
     full = build_pools(p, profile)
     best = brute.best_throughput(full)
-    assert best is not None and Fraction(seed.rate_units, seed.gpus) <= Fraction(full.rate(best[0]),
-                                                                                full.gpus(best[0]))
+    top = full.served(best[0]) if best is not None else None
+    assert top is not None and Fraction(seed.rate_units, seed.gpus) <= Fraction(top.units, full.gpus(best[0]))
 
 
 def test_the_8xh200_answer_is_not_the_optimum_of_the_open_512_gpu_sglang_case() -> None:
@@ -296,5 +295,6 @@ def test_the_grown_seed_of_the_512_gpu_sglang_case_beats_the_known_53_gpu_deploy
     p = problem(model="llama-3.1-70b", cluster="64x8xH200", isl=4000, osl=500, ttft_ms=2000, tpot_ms=50,
                 engine="sglang", weights_dtype="fp8", objective="throughput")
     pools, first = pruned_pools(p, resolve_profile(p))
-    assert first is not None and pools.feasible_plan(first.choice) is not None
+    assert first is not None and (served := pools.served(first.choice)) is not None
+    assert served.units == first.rate_units
     assert Fraction(first.rate_units, first.gpus) > Fraction(28_006_245, 53)

@@ -118,9 +118,18 @@ def test_a_returned_deployment_is_what_evaluate_says_and_keeps_every_rule(case) 
     m = plan.prediction.metrics
     # Little's law: requests in flight = rate x end-to-end.
     assert plan.layout.concurrency == pytest.approx(plan.prediction.throughput_rps * m.e2e_ms / 1e3, rel=1e-9)
-    # The rate is the slowest pool's full capacity (the search's integer rate, to a micro-request/s).
+    # The rate is the slowest pool's full capacity (the search's integer rate, to a micro-request/s), or below
+    # it the most the requests in flight carry within the limits (``Pools.served``).
     c = found.choice
-    assert plan.prediction.throughput_rps * 1e6 == pytest.approx(pools.rate(c), abs=c.x + c.y + 1)
+    served = pools.served(c)
+    assert served is not None and served.plan == plan
+    if served.units == pools.rate(c):
+        assert plan.prediction.throughput_rps * 1e6 == pytest.approx(pools.rate(c), abs=c.x + c.y + 1)
+    else:
+        assert served.units < pools.rate(c) and plan.prediction.bottleneck == "concurrency"
+        assert served.units == int(plan.prediction.throughput_rps * 1e6)
+        one_more = evaluate_disagg(plan.problem, pools.layout(c, plan.layout.concurrency + 1))
+        assert errors_of(check_disagg(one_more)) != []  # the most requests in flight that keep every rule
 
 
 def test_a_deployment_at_its_concurrency_needs_every_request_in_flight() -> None:

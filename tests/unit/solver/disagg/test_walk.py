@@ -1,5 +1,6 @@
 """The walk in brute force's order (``solver/disagg/walk.py``) against brute force, what it leaves the
-CP-SAT search held to the exact check (every deployment of a listed pair above the frontier refused),
+CP-SAT search held to the exact check (no deployment of a listed pair above the frontier carries more than
+the frontier within every rule),
 and the search from a walk cut short (its frontier posted as ``PoolModel.cap_pair``) still equal to
 brute force."""
 
@@ -12,7 +13,7 @@ from ortools.sat.python import cp_model
 
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg import walk as walk_module
-from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.model import PoolModel, bounded_ratio
 from shardplan.solver.disagg.search import max_throughput
 from shardplan.solver.disagg.walk import walk
 from shardplan.solver.encode import new_solver
@@ -33,14 +34,15 @@ def test_the_walk_accepts_brute_force_s_answer(case) -> None:
     best = brute.best_throughput(pools)
     assert walked.complete
     assert (walked.accepted and walked.accepted[0]) == (best and best[0])
-    assert walked.accepted is None or walked.accepted[1].prediction == best[1].prediction
+    assert walked.accepted is None or walked.accepted[1].plan.prediction == best[1].prediction
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("most", [0, 3, 40])
 def test_a_walk_cut_short_leaves_only_refused_deployments_above_its_frontier(case, most) -> None:
-    """Every deployment of a listed pair strictly above the frontier is refused by the exact check, and so
-    is each one it names at the frontier (what ``PoolModel.cap_pair`` and ``forbid`` then post)."""
+    """No deployment of a listed pair strictly above the frontier carries more than the frontier per GPU
+    within every rule (``Pools.served``), and each one it names at the frontier carries at most its cap, or
+    nothing where the cap is None (what ``PoolModel.cap_pair``, ``cap_choice`` and ``forbid`` then post)."""
     pools = pools_for(case)
     walked = walk(pools, Fraction(0), Deadline(None), most=most)
     if walked.frontier is None:
@@ -49,9 +51,12 @@ def test_a_walk_cut_short_leaves_only_refused_deployments_above_its_frontier(cas
     listed = set(walked.expanded)
     for c in brute.choices(pools):
         if (c.prefill, c.decode) in listed and pools.rate(c) > 0 and per_gpu(pools, c) > walked.frontier:
-            assert pools.feasible_plan(c) is None, c
-    for c in walked.refused_at_frontier:
-        assert per_gpu(pools, c) == walked.frontier and pools.feasible_plan(c) is None
+            served = pools.served(c)
+            assert served is None or Fraction(served.units, pools.gpus(c)) <= walked.frontier, c
+    for c, cap in walked.capped_at_frontier:
+        served = pools.served(c)
+        assert per_gpu(pools, c) == walked.frontier
+        assert served is None if cap is None else served is None or served.units <= cap
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -73,11 +78,14 @@ def test_the_search_from_a_walk_cut_short_equals_brute_force(case, most, monkeyp
 
 def test_a_pair_s_cap_forbids_exactly_the_deployments_above_it() -> None:
     """A choice pinned in the model at its own rate, its pair capped at a rate per GPU: feasible exactly
-    when its rate per GPU is at most the cap (hand-picked caps: a choice's own, and just below it)."""
+    when its rate per GPU is at most the cap (hand-picked caps: a choice's own; one rate unit per GPU below
+    it; a millionth of a unit below it, which ``bounded_ratio`` posts at the choice's own, the cluster
+    having 4 GPUs)."""
     pools = pools_for(SMALL[0])
     choices = [c for c in brute.choices(pools) if pools.rate(c) > 0][::7]
     for c in choices:
-        for cap, allowed in ((per_gpu(pools, c), True), (per_gpu(pools, c) - Fraction(1, 10**6), False)):
+        own = per_gpu(pools, c)
+        for cap, allowed in ((own, True), (own - 1, False), (own - Fraction(1, 10**6), True)):
             m = PoolModel(pools)
             m.cap_pair(c.prefill, c.decode, cap)
             cp = m.cp.clone()
@@ -88,13 +96,20 @@ def test_a_pair_s_cap_forbids_exactly_the_deployments_above_it() -> None:
             assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == allowed, (c, cap)
 
 
+def test_a_ratio_is_posted_at_the_least_fraction_of_a_bounded_denominator_no_lower() -> None:
+    """``bounded_ratio``: kept where its denominator is small enough, else rounded up (by hand: 1000/3 is
+    333.33..., so with a denominator of at most 2 the least no lower is 667/2)."""
+    assert bounded_ratio(Fraction(1000, 3), 4) == Fraction(1000, 3)
+    assert bounded_ratio(Fraction(1000, 3), 2) == Fraction(667, 2)
+    assert bounded_ratio(Fraction(10**14 + 1, 10**8), 64) == Fraction(64 * 10**6 + 1, 64)
+
+
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_a_walk_within_a_gpu_budget_accepts_brute_force_s_answer_on_that_budget(case) -> None:
-    """``most_gpus`` (the seed's walk, ``prune.walked_seed``): the first deployment brute force's order
-    accepts among those on at most 4 GPUs."""
+    """``most_gpus`` (the seed's walk, ``prune.walked_seed``): brute force's answer among the deployments on at
+    most 4 GPUs."""
     pools = pools_for(case)
     walked = walk(pools, Fraction(0), Deadline(None), most_gpus=4)
-    within = [c for c in brute.choices(pools) if pools.rate(c) > 0 and pools.gpus(c) <= 4]
-    best = next((c for c in sorted(within, key=pools.per_gpu_key) if pools.feasible_plan(c) is not None), None)
+    best = brute.best_throughput(pools, most_gpus=4)
     assert walked.complete
-    assert (walked.accepted and walked.accepted[0]) == best
+    assert (walked.accepted and walked.accepted[0]) == (best and best[0])

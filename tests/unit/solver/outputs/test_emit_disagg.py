@@ -150,3 +150,21 @@ def test_pools_do_not_share_gpus_on_one_node() -> None:
 def test_unknown_engine_is_bad_input() -> None:
     with pytest.raises(ValueError, match="unknown engine"):
         emit_disagg(plan("llama"), "tgi")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_plan_held_below_its_full_rate_says_to_cap_the_requests_admitted(engine: str) -> None:
+    """Llama-3.1-70B's pools at 32 requests in flight carry less than their full rate (the concurrency sets it):
+    with a TTFT limit the limits hold only up to those 32, which the notes say; with no limit, or at the full
+    rate, nothing is said."""
+    below = plan("llama")
+    assert below.prediction.bottleneck == "concurrency"
+    limited = below.problem.model_copy(update={"workload": below.problem.workload.model_copy(
+        update={"ttft_ms": 2000.0})})
+    held = evaluate_disagg(limited, below.layout)
+    note = "the limits hold at up to 32 requests in flight"
+    assert any(n.startswith(note) for n in emit_disagg(held, engine).notes)
+    assert not any(n.startswith(note) for n in emit_disagg(below, engine).notes)  # no limit
+    full = evaluate_disagg(limited, below.layout.model_copy(update={"concurrency": 4096}))
+    assert full.prediction.bottleneck != "concurrency"
+    assert not any("requests in flight" in n for n in emit_disagg(full, engine).notes)
