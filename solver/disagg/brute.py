@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.solver.disagg.deploy import Choice, Pools, Served, pools_capacity, units_ahead
+from shardplan.solver.disagg.deploy import Choice, Pools, best_served, pools_capacity
 
 
 def choices(pools: Pools) -> Iterator[Choice]:
@@ -26,15 +26,8 @@ def best_throughput(pools: Pools, most_gpus: int | None = None) -> tuple[Choice,
     fewest GPUs on a tie, then the first listed; ``most_gpus``: among those on at most that many GPUs. Judged
     in order of full rate per GPU, until no deployment left can carry enough to come first (a served rate is
     at most the full one)."""
-    best: tuple[Choice, Served] | None = None
     listed = (c for c in choices(pools) if pools.rate(c) > 0 and (most_gpus is None or pools.gpus(c) <= most_gpus))
-    for c in sorted(listed, key=pools.per_gpu_key):
-        need = 1 if best is None else units_ahead(best[1].units, pools.gpus(best[0]), best[0], pools.gpus(c), c)
-        if pools.rate(c) < need:
-            break  # every later one has as little rate per GPU at full load, or as much on as many GPUs or more
-        served = pools.served(c)
-        if served is not None and served.units >= need:
-            best = (c, served)
+    best = best_served(pools, sorted(listed, key=pools.per_gpu_key))
     return None if best is None else (best[0], best[1].plan)
 
 

@@ -23,6 +23,7 @@ its placement, its integer rate, the concurrency it runs at, and its exact price
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -271,10 +272,41 @@ def units_ahead(units0: int, gpus0: int, choice0: Choice, gpus: int, c: Choice) 
     return whole + 1
 
 
+class Stopped(Exception):
+    """``best_served`` gave up: its ``stop`` said so."""
+
+
+def best_served(pools: Pools, ordered: Iterable[Choice], served: Callable[[Choice], Served | None] | None = None,
+                refuses: Callable[[Choice, int], bool] | None = None,
+                stop: Callable[[], bool] | None = None) -> tuple[Choice, Served] | None:
+    """The choice of ``ordered`` (sorted by ``Pools.per_gpu_key``, ties in ``Choice``'s order) of the most rate
+    units per GPU it carries within every rule, the fewest GPUs on a tie, then the first: judged in order
+    until none left can come first (a served rate is at most the full one). ``served``: ``Pools.served`` by
+    default; ``refuses(c, need)``: True where ``c`` cannot carry ``need`` (a TTFT floor), which spares the
+    judgement; ``stop()``: checked before each, raising ``Stopped`` when it says so."""
+    judge = served or pools.served
+    best: tuple[Choice, Served] | None = None
+    for c in ordered:
+        if stop is not None and stop():
+            raise Stopped
+        need = 1 if best is None else units_ahead(best[1].units, pools.gpus(best[0]), best[0], pools.gpus(c), c)
+        if pools.rate(c) < need:
+            break  # every later one has as little rate per GPU at full load, or as much on as many GPUs or more
+        if refuses is not None and refuses(c, need):
+            continue
+        found = judge(c)
+        if found is not None and found.units >= need:
+            best = (c, found)
+    return best
+
+
 def pools_capacity(pools: Pools, c: Choice) -> int:
     """Both pools' full rates summed, in rate units: with the deployment's rate (the smaller pool or the
     link) fixed, the more this is, the more headroom the other pool has (``--rate``'s second tie-break)."""
     return c.x * pools.prefill[c.prefill].capacity_units + c.y * pools.decode[c.decode].capacity_units
 
 
-__all__ = ["LOAD_RULES", "MAX_CONCURRENCY", "Choice", "Pools", "Served", "pools_capacity", "units_ahead"]
+__all__ = [
+    "LOAD_RULES", "MAX_CONCURRENCY", "Choice", "Pools", "Served", "Stopped", "best_served", "pools_capacity",
+    "units_ahead",
+]

@@ -1,6 +1,7 @@
 """``enumerate --serving disagg``: one deployment per (prefill candidate, decode candidate), the pair's
-best worker counts per GPU (brute force over x and y, the fewest GPUs on a tie, the first that keeps
-every rule), streamed as found, and the Pareto frontier of tokens/s per GPU against tokens/s per user.
+best worker counts per GPU (brute force over x and y at what each carries within every rule, the fewest
+GPUs on a tie, then the first listed), streamed as found, and the Pareto frontier of tokens/s per GPU
+against tokens/s per user.
 
 Decode candidates here include each layout's power-of-two batches below its largest (a smaller batch is
 a faster round: more tokens/s per user, fewer per GPU). A pair's search is small (x and y up to the
@@ -12,12 +13,14 @@ the iteration says whether it stopped early).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.disagg import engine_profile, forget_worker_prices
-from shardplan.solver.disagg.deploy import Choice, Pools
+from shardplan.solver.disagg.deploy import Choice, Pools, Stopped, best_served
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.workers import decode_workers, prefill_workers
 from shardplan.solver.enumerate import Frontier
 from shardplan.solver.optimise import Deadline
@@ -55,6 +58,7 @@ class DisaggEnumeration:
             self.pools, self.cut_short = Pools(problem, profile, [], []), True
         else:
             self.cut_short = False
+        self.floor = ChoiceFloor(self.pools)
         self.partial = True
         self.count = 0
         self.frontier = Frontier()
@@ -75,18 +79,21 @@ class DisaggEnumeration:
         self.partial = self.cut_short or self.deadline.passed()  # the last pair's search may have been cut
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
-        """The pair's first deployment in per-GPU order that keeps every rule (None also when the time
-        limit passes first: ``__iter__`` then stops, the enumeration partial). Listing and ordering the
-        pair's choices is work too (``CHOICE_WORK`` each)."""
-        choices = pair_choices(self.pools, i, k)
+        """The pair's deployment of the most rate per GPU it carries within every rule (``Pools.served``),
+        the fewest GPUs on a tie, then the first listed: judged in order of full rate per GPU, the TTFT floor
+        first (``ttft_cut.ChoiceFloor``), until none left can come first, as ``brute.best_throughput``. None
+        also when the time limit passes first: ``__iter__`` then stops, the enumeration partial. Listing and
+        ordering the pair's choices is work too (``CHOICE_WORK`` each)."""
+        pools = self.pools
+        choices = pair_choices(pools, i, k)
         self.deadline.spend(CHOICE_WORK * len(choices))
-        for c in sorted(choices, key=self.pools.per_gpu_key):
-            if self.deadline.passed():
-                return None
-            plan = self.pools.checked_plan(c, self.deadline)
-            if plan is not None:
-                return plan
-        return None
+        try:
+            best = best_served(pools, sorted(choices, key=pools.per_gpu_key),
+                               partial(pools.checked_served, deadline=self.deadline), self.floor.refuses,
+                               self.deadline.passed)
+        except Stopped:
+            return None
+        return None if best is None else best[1].plan
 
 
 __all__ = ["PAIR_CHOICES", "DisaggEnumeration", "pair_choices"]

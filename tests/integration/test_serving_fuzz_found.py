@@ -120,11 +120,13 @@ def test_an_enumeration_the_time_limit_stops_before_any_deployment_is_not_infeas
     deployment and said "infeasible" (exit 1): nothing was proven. It is the time limit's line (exit 2),
     as for colocated enumerate."""
     # 95 ms: the prefill layouts whose lone prompt (from 9.9 ms) with the serving stack (81 ms) keeps it are
-    # candidates, so there is a search to cut (at 50 ms none is, and the answer is infeasible at once)
+    # candidates, so there is a search to cut (at 50 ms none is, and the answer is infeasible at once). Since
+    # a deployment may be held below its full rate (``Pools.served``) the first pairs have one at a single
+    # request in flight, found within 0.5 s; 0.05 s stops the enumeration while it prices the candidates.
     code, _, err = run(["enumerate", "--serving", "disagg", "--model", "llama-3.1-8b", "--cluster", "2x8xH100",
-                        "--ttft-ms", "95", "--limit", "3", "--time-limit", "0.5"], capsys)
+                        "--ttft-ms", "95", "--limit", "3", "--time-limit", "0.05"], capsys)
     assert code == 2
-    assert err.strip().splitlines() == ["shardplan: error: time-limit: no deployment found within 0.5 s"]
+    assert err.strip().splitlines() == ["shardplan: error: time-limit: no deployment found within 0.05 s"]
 
 
 def pools_of(cluster: str) -> Pools:
