@@ -126,13 +126,16 @@ def unproven_disagg(outcome: DisaggOutcome) -> dict[str, Any]:
     """A feasible deployment's distance from optimal, as colocated's ``unproven``: ``bound`` the most
     tokens/s per GPU any deployment reaches (``search.per_gpu_bound``; null for --rate, whose bound on GPUs is
     not kept), ``gap`` = (bound - objective) / objective, the objective the deployment's rate per GPU as the
-    search counts it (``Pools.rate``, the steady state's at least); an optimal deployment has neither."""
+    search counts it (``Pools.served``: its full rate, ``Pools.rate``, or below it the rate its requests in
+    flight carry, the steady state's at least); an optimal deployment has neither."""
     result, pools = outcome.result, outcome.pools
     if result.proven or result.choice is None:
         return {}
     if result.bound_per_gpu is None:
         return {"bound": None, "gap": None}
-    value = Fraction(pools.rate(result.choice), pools.gpus(result.choice))
+    served = pools.served(result.choice)  # memoised: the search judged it
+    assert served is not None, "a returned deployment keeps every rule"
+    value = Fraction(served.units, pools.gpus(result.choice))
     tokens_per_unit = pools.problem.workload.osl / RATE_UNITS_PER_RPS
     return {"bound": round(float(result.bound_per_gpu) * tokens_per_unit, 3),
             "gap": round(float((result.bound_per_gpu - value) / value), 6)}

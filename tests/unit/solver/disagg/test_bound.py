@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import pytest
 
+from shardplan.solver.cli.serving import unproven_disagg
 from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.search import build_pools
@@ -46,3 +47,13 @@ def test_the_bound_of_a_search_cut_short_holds_brute_force_s_optimum(case) -> No
 def test_a_proven_answer_carries_no_bound(case) -> None:
     result = solve_disagg(problem(**case, objective="throughput"), None, Deadline(None))
     assert result.result.proven and result.result.bound_per_gpu is None
+
+
+@pytest.mark.parametrize("case", CUT, ids=case_id)
+def test_the_gap_is_read_from_the_plan_s_own_rate(case) -> None:
+    """``gap`` = bound / the plan's tokens/s per GPU - 1, the plan's rate being what it carries (below its full
+    rate where the search held it there: the gap once read the full rate, so it was too small)."""
+    result = solve_disagg(problem(**case, objective="throughput"), None, Deadline(None, WORK))
+    shown = unproven_disagg(result)
+    per_gpu = result.result.plan.prediction.metrics.output_tokens_per_s_per_gpu
+    assert shown["gap"] == pytest.approx(shown["bound"] / per_gpu - 1, rel=1e-4)
