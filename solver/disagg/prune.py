@@ -122,31 +122,37 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
                 deadline: Deadline | None = None) -> Seed | None:
     """When the best pairs have no seed (every deployment ``search.seed`` tries breaks TTFT: SGLang's
     queue at a tight limit), the best deployment on at most one scale-up domain of GPUs, then two, four
-    (up to ``SEED_WALK_DOMAINS``), of the candidates that fit in it: the walk in brute force's order
-    (``walk.py``) over those few candidates (cheap to price: the 1-8 GPU layouts of 512 H200s) and few
-    worker counts. Any deployment that keeps every rule is a sound seed; this one is the small
-    cluster's optimum, often the large one's too (an SGLang queue grows with the pool). Under a TTFT limit the
+    (up to ``SEED_WALK_DOMAINS``; each walk asked only for one better per GPU than the last found), of the
+    candidates that fit in it: the walk in brute force's order (``walk.py``) over those few candidates (cheap
+    to price: the 1-8 GPU layouts of 512 H200s) and few worker counts. Any deployment that keeps every rule is
+    a sound seed; this one is the small clusters' optimum, often the large one's too (an SGLang queue grows
+    with the pool). The larger budgets are walked even when a smaller one found a deployment: on Llama-3.1-405B,
+    8x8xB200, SGLang, TTFT 500 ms, two domains give 51.9 tokens/s/GPU and four 72.5 (3 prefill and 1 decode
+    worker of tp=8, held below their full rate), which the search then did not better. Under a TTFT limit the
     decode layouts' capped workers are walked too (``workers.capped_workers``), as ``search.build_pools``
     offers them."""
     n = problem.cluster.num_gpus
     budget = min(n, problem.cluster.scaleup_domain_gpus)
+    best: Seed | None = None
     for _ in range(SEED_WALK_DOMAINS):
         if deadline is not None and deadline.passed():
-            return None
+            return best
         kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
         kept_d = [s for s in searches if s.gpus <= budget]
         if kept_p and kept_d:
             capped = capped_workers(kept_d) if offers_batch_caps(problem) else []
             decode = [s.worker() for s in kept_d] + capped
             pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
-            walked = walk(pools, Fraction(0), deadline or Deadline(None), most_gpus=budget)
+            floor = Fraction(0) if best is None else Fraction(best[2].rate_units, best[2].gpus)
+            walked = walk(pools, floor, deadline or Deadline(None), most_gpus=budget)
             if walked.accepted is not None:
                 c, served = walked.accepted
-                return kept_p[c.prefill], decode[c.decode], Accepted(c, served.plan, served.units, pools.gpus(c))
+                if Fraction(served.units, pools.gpus(c)) > floor:
+                    best = kept_p[c.prefill], decode[c.decode], Accepted(c, served.plan, served.units, pools.gpus(c))
         if budget >= n:
-            return None
+            break
         budget = min(n, 2 * budget)
-    return None
+    return best
 
 
 def grown_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],

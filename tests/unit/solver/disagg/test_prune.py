@@ -11,6 +11,7 @@ import pytest
 from shardplan.rules.layout import Layout
 from shardplan.solver.cost.disagg import largest_chunk, prefill_step, resolve_profile
 from shardplan.solver.disagg import brute
+from shardplan.solver.disagg import prune as prune_module
 from shardplan.solver.disagg.deploy import Choice, Pools
 from shardplan.solver.disagg.grow import Grower
 from shardplan.solver.disagg.prune import (
@@ -298,3 +299,24 @@ def test_the_grown_seed_of_the_512_gpu_sglang_case_beats_the_known_53_gpu_deploy
     assert first is not None and (served := pools.served(first.choice)) is not None
     assert served.units == first.rate_units
     assert Fraction(first.rate_units, first.gpus) > Fraction(28_006_245, 53)
+
+
+def test_the_walked_seed_is_the_best_of_every_budget_it_walks(monkeypatch) -> None:
+    """Llama-3.1-405B on 8x8xB200 under SGLang, ISL 1,024, OSL 1,000, TTFT 500 ms (the open 405B question of
+    benchmarks/disagg_solve/README.md): the walk on two scale-up domains finds a deployment, and the walk on
+    four one better per GPU, on more than two domains' GPUs; ``walked_seed`` returns it, at what it carries
+    within every rule (``Pools.served`` of its pair gives the same rate)."""
+    p = problem(model="llama-3.1-405b", cluster="8x8xB200", isl=1024, osl=1000, ttft_ms=500, engine="sglang",
+                objective="throughput")
+    profile = resolve_profile(p)
+    prefill, searches = PrefillJudged(p, profile), decode_searches(p, profile)
+    monkeypatch.setattr(prune_module, "SEED_WALK_DOMAINS", 2)
+    two = walked_seed(p, profile, prefill, searches)
+    monkeypatch.setattr(prune_module, "SEED_WALK_DOMAINS", 3)
+    found = walked_seed(p, profile, prefill, searches)
+    assert two is not None and found is not None
+    i, d, seed = found
+    assert seed.gpus > 2 * p.cluster.scaleup_domain_gpus >= two[2].gpus
+    assert Fraction(seed.rate_units, seed.gpus) > Fraction(two[2].rate_units, two[2].gpus)
+    served = Pools(p, profile, [prefill.worker(i)], [d]).served(Choice(0, 0, seed.choice.x, seed.choice.y))
+    assert served is not None and served.units == seed.rate_units
