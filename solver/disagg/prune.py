@@ -127,10 +127,10 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
     to price: the 1-8 GPU layouts of 512 H200s) and few worker counts. Any deployment that keeps every rule is
     a sound seed; this one is the small clusters' optimum, often the large one's too (an SGLang queue grows
     with the pool). The larger budgets are walked even when a smaller one found a deployment: on Llama-3.1-405B,
-    8x8xB200, SGLang, TTFT 500 ms, two domains give 51.9 tokens/s/GPU and four 72.5 (3 prefill and 1 decode
-    worker of tp=8, held below their full rate), which the search then did not better. Under a TTFT limit the
-    decode layouts' capped workers are walked too (``workers.capped_workers``), as ``search.build_pools``
-    offers them."""
+    8x8xB200, SGLang, TTFT 500 ms, two domains give 51.9 tokens/s/GPU and four 72.5 (3 prefill workers of
+    tp=2, sp=4 and a decode worker of tp=8, held below their full rate), which the search then did not better.
+    Under a TTFT limit the decode layouts' capped workers are walked too (``workers.capped_workers``), as
+    ``search.build_pools`` offers them."""
     n = problem.cluster.num_gpus
     budget = min(n, problem.cluster.scaleup_domain_gpus)
     best: Seed | None = None
