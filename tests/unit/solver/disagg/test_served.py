@@ -1,9 +1,9 @@
 """``Pools.served``: a deployment held below its full rate, against every number of requests in flight up to its
-full rate's (brute force over the concurrency). The bisection's premise, that the counts keeping the limits are
-those up to some largest one, holds only roughly: TTFT wiggles by a few ms where the steady state's decode batch
-steps, so past the first refused count some larger ones keep the limits again. What holds, and is held here:
-the count found keeps every rule, carries at least every count before the first refused one, and at most the
-best count of all."""
+full rate's (brute force over the concurrency): the most it carries within every rule. The counts that keep the
+limits are not those up to some largest one (TTFT wiggles by a few ms where the steady state's decode batch
+steps: past the first refused count larger ones keep them again, which a bisection on the plans missed, up to
+18 % of the rate); the TTFT floor it bisects instead grows with the count, and the scan below its best finds
+the most."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from shardplan.solver.disagg.workers import rate_units
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 
-@pytest.mark.parametrize("case", [SMALL[1], SGL_TIGHT[2]], ids=case_id)
+@pytest.mark.parametrize("case", [SMALL[1], SGL_TIGHT[0], SGL_TIGHT[2]], ids=case_id)
 def test_served_is_the_most_any_number_of_requests_in_flight_carries_within_every_rule(case) -> None:
     pools = pools_for(case, caps=False)
     checked = held = 0
+    shortfall = 0.0
     for c in [c for c in brute.choices(pools) if pools.rate(c) > 0][::3]:
         served = pools.served(c)
         full = pools.concurrency_for(c, pools.rate(c))
@@ -40,14 +41,11 @@ def test_served_is_the_most_any_number_of_requests_in_flight_carries_within_ever
         if any(d.rule not in LOAD_RULES for d in errors) or not kept:
             assert served is None
             continue
-        counts = {n for _, n in kept}
-        if 1 not in counts:  # the bisection starts from one request in flight
-            assert served is None
-            continue
         held += 1
-        first_refused = next(n for n in range(1, full + 1) if n not in counts)
-        prefix = [units for units, n in kept if n < first_refused]
-        assert served is not None and not errors_of(check_disagg(served.plan))
-        assert served.plan.layout.concurrency < full
-        assert max(prefix) <= served.units <= max(units for units, _ in kept)
+        units, most = max(kept, key=lambda k: k[1])  # the most requests in flight that keep every rule
+        assert served is not None and (served.units, served.plan.layout.concurrency) == (units, most)
+        shortfall = max(shortfall, max(u for u, _ in kept) / units - 1)
+    # The rate is not strictly monotone in the count (the decode batch limit steps with it: 0.108 % at worst
+    # here), so the most requests in flight may carry a hair less than a smaller count.
+    assert shortfall < 0.01
     assert checked and held  # the case has deployments held below their full rate
