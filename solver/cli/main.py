@@ -384,7 +384,9 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limi
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
     With --serving disagg|auto or --rate: tokens/s per GPU (or the fewest GPUs for the rate) over
-    colocated layouts, disaggregated prefill and decode pools, or both.
+    colocated layouts, disaggregated prefill and decode pools, or both. Under --ttft-ms/--tpot-ms a
+    disaggregated deployment may run below its pools' full rate, at the most requests in flight that
+    keep the limits ("set by concurrency"): admit no more than its plan says.
     Exit 0 with a plan, 1 infeasible (the conflicting rules named), 2 bad input.
 
     \b
