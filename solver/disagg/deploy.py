@@ -56,10 +56,11 @@ MAX_CONCURRENCY = 1 << 24
 FILL_MARGIN = 16
 
 
-# A plan's TTFT is its floor (``Pools._most_within_floor``) plus the waiting past the unloaded end-to-end, which
-# a count of requests in flight has where the rate its count carries sits just below a step of the decode
-# batch; the most counts below the floor's best that are read for one that keeps the limits (on five of the
-# tests' cases, 1,475 deployments held below their full rate: the first read for 1,228, at most the twelfth).
+# A plan's TTFT is its floor (``Pools._most_within_floor``) plus any waiting past the unloaded end-to-end,
+# which a count of requests in flight has where the rate it carries sits just below a step of the decode batch.
+# From the most counts within the floor, at most this many plans are read downwards for the first that keeps
+# every rule (on five of the tests' cases, 1,475 deployments held below their full rate: the first plan read
+# was it for 1,228, the twelfth at worst).
 HELD_SCAN = 64
 LIMIT_SLACK_NS = 2.0  # the floor read against the limits with the slack of the exact check's rounding
 
@@ -214,7 +215,6 @@ class Pools:
         with deadline.checking():
             return self.feasible_plan(c, target_units)
 
-
     def served(self, c: Choice) -> Served | None:
         """What ``c`` carries within every rule (module docstring), in rate units, memoised: its full rate
         (``Pools.rate``) when ``feasible_plan`` would accept it there; else, when the full rate broke only the
@@ -236,6 +236,7 @@ class Pools:
             return self.served(c)
 
     def _judged(self, c: Choice) -> Served | None:
+        """``served`` of a choice not yet judged (the refusals at its full rate kept in ``refused``)."""
         if self.end_gpu(c) > self.problem.cluster.num_gpus:
             return None
         plan = self.price(c)
@@ -259,7 +260,8 @@ class Pools:
         does not): the floor is TTFT less the waiting past the unloaded end-to-end (the serving stack, the
         clump's queue, the pass, the transfer and the admission: ``SteadyState``), which grows with the
         requests in flight (the queue with them, the pass and round with the chunk and batch the rate needs,
-        and the rate with them), so a bisection finds it exactly; TPOT, the round, grows likewise."""
+        and the rate with them: the premise the TTFT cuts rest on, ``ttft_cut.py``), so a bisection finds it
+        exactly; TPOT, the round, grows likewise. The slack only lets a count through to the exact check."""
         wl = self.problem.workload
         kv = kv_transfer(self.problem, self.layout(c, 1), self.profile)
         ttft_ns = None if wl.ttft_ms is None else wl.ttft_ms * 1e6 + LIMIT_SLACK_NS

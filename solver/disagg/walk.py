@@ -1,8 +1,10 @@
 """The per-GPU search's first pass: the deployments that can beat the seed, listed lazily in brute
-force's order (most rate per GPU, then fewest GPUs, then ``brute.choices``' order) and judged in that
-order (the TTFT floor first, ``ttft_cut.ChoiceFloor``; the exact check only for what it does not
-refuse) until one is accepted: then that one is brute force's answer. The CP-SAT search
-(``search.max_throughput_from``) then proves it, told what the walk refused.
+force's order of full rate per GPU (most rate per GPU, then fewest GPUs, then ``brute.choices``' order)
+and judged in that order at what each carries within every rule (``deploy.Pools.served``; the TTFT floor
+first, ``ttft_cut.ChoiceFloor``, at the rate it would need; the exact check only for what it does not
+refuse), until no deployment left can come before the best found (a served rate is at most the full
+one): then that one is brute force's answer. The CP-SAT search (``search.max_throughput_from``) then
+proves it, told what the walk judged.
 
 **Why.** Where TTFT binds for every deployment better per GPU than the answer (SGLang's profile at a
 tight limit), the CP-SAT search proposed and refused them one at a time, a CP-SAT solve each (about
@@ -14,10 +16,10 @@ rate per GPU; when it comes to the top its deployments that can still beat the s
 the heap at their own keys. So every deployment comes off the heap in brute force's order, and a pair
 whose bound is below the seed's rate per GPU is never listed.
 
-**What it leaves the CP-SAT search** (``Walk``): ``frontier``, a rate per GPU such that every
-deployment of an ``expanded`` pair strictly above it was refused (the answer's, when one was
-accepted), and the refused deployments at exactly that rate per GPU. Stopped early (``most`` choices
-listed, or the deadline) it leaves what it had judged, and the CP-SAT search goes on from the seed.
+**What it leaves the CP-SAT search** (``Walk``): ``frontier``, a rate per GPU that no deployment of an
+``expanded`` pair carries more than (the answer's, when the walk is complete), and the deployments judged
+at exactly that full rate per GPU with what each carries. Stopped early (``most`` choices listed, or the
+deadline) it leaves what it had judged and the best it found, and the CP-SAT search goes on from there.
 """
 
 from __future__ import annotations
@@ -103,14 +105,15 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         c = Choice(*entry[1:])
         deadline.spend(NODE_WORK)  # each judged deployment is work, an exact check more (search_base.Deadline)
         need = _need(pools, out.accepted, floor_per_gpu, c)
-        served = None
-        if not judge.refuses(c, need):
-            out.checks += 1
-            served = pools.checked_served(c, deadline)
-            if served is not None and served.units >= need:
-                out.accepted = (c, served)
-                continue
-        out.capped_at_frontier.append((c, need - 1 if served is None else served.units))
+        if judge.refuses(c, need):  # it carries less than the need
+            out.capped_at_frontier.append((c, need - 1))
+            continue
+        out.checks += 1
+        served = pools.checked_served(c, deadline)
+        if served is not None and served.units >= need:
+            out.accepted = (c, served)
+            continue
+        out.capped_at_frontier.append((c, None if served is None else served.units))
     out.complete = True  # nothing left can come before the best found, or every deployment was refused
     if out.accepted is not None:
         best, served = out.accepted
