@@ -668,11 +668,14 @@ MODE_NAMES = {"colocated": "colocated", "disagg": "disaggregated"}
 
 
 def pools_brief(data: dict[str, Any]) -> str:
-    """A disaggregated plan's pools in one line: ``prefill 2x(tp=4) decode 1x(tp=2,attn_dp=4)``."""
+    """A disaggregated plan's pools in one line: ``prefill 2x(tp=4) decode 1x(tp=2,attn_dp=4,batch=64)``, a
+    pool's batch limit where it has one (an enumeration lists a decode layout at several: without it, two such
+    rows held at the same requests in flight read the same)."""
     def one(pool: dict[str, Any]) -> str:
         deg = pool["degrees"]
         shape = ",".join(f"{k}={deg[k]}" for k in ("pp", "tp", "sp", "attn_dp") if deg[k] != 1) or "1 GPU"
-        return f"{pool['workers']}x({shape})"
+        limit = f",batch={pool['max_batch']}" if pool.get("max_batch") else ""
+        return f"{pool['workers']}x({shape}{limit})"
 
     return f"prefill {one(data['prefill'])} decode {one(data['decode'])}"
 

@@ -14,6 +14,7 @@ from shardplan.solver.outputs.report import (
     enumeration_report,
     metric_text,
     plan_report,
+    pools_brief,
     runner_up,
 )
 
@@ -108,3 +109,16 @@ def test_metric_text(value, expected):
     m = {"ttft_ms": value, "tpot_ms": 1.0, "decode_step_ms": 1.0, "e2e_ms": 1.0, "output_tokens_per_s": 1.0,
          "output_tokens_per_s_per_gpu": 1.0, "output_tokens_per_s_per_user": 1000.0, "batch": 1}
     assert metric_text(m)["ttft"] == expected
+
+
+def test_a_disaggregated_plan_s_pools_in_one_line_name_a_batch_limit_where_one_is_set() -> None:
+    """Two decode candidates of one layout at different batch limits, held at the same requests in flight, give
+    rows that differ only there: the line names the limit (hand-written pools)."""
+    def pool(workers: int, max_batch: int | None, **degrees: int) -> dict[str, object]:
+        return {"workers": workers, "max_batch": max_batch,
+                "degrees": {"pp": 1, "tp": 1, "sp": 1, "attn_dp": 1, **degrees}}
+
+    plan = {"prefill": pool(1, None, sp=4), "decode": pool(2, 64, tp=2)}
+    assert pools_brief(plan) == "prefill 1x(sp=4) decode 2x(tp=2,batch=64)"
+    plan["decode"] = pool(1, None)
+    assert pools_brief(plan) == "prefill 1x(sp=4) decode 1x(1 GPU)"
