@@ -1,15 +1,18 @@
 """The disaggregated search: the CP-SAT pool model (``model.py``) asked for better deployments until
-none exists, each proposal judged exactly (``deploy.Pools.feasible_plan``).
+none exists, each proposal judged exactly (``deploy.Pools.served`` for tokens/s per GPU: what it carries
+within every rule, below its full rate where only TTFT or TPOT broke there; ``feasible_plan`` at the rate
+asked for ``--rate``).
 
 - **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): first the walk
   (``walk.py``): the deployments that can beat the seed in brute force's order, each refused by the
-  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until one is accepted (brute force's answer);
-  what it refused is posted in the model, and the search below proves the answer (one screen, no tie
-  question: nothing comes before it). Cut short, the search below goes on from there. The ratio is
-  maximised as ``optimise`` maximises its own (Dinkelbach's parametric form): with the incumbent's rate ``R0`` on
-  ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact integer arithmetic),
-  maximising that difference; a proposal that breaks a limit or a rule is forbidden and the model
-  solved again; when the model has no better deployment the incumbent is optimal. The model carries
+  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until none left can come before the best found
+  (brute force's answer); what it judged is posted in the model, and the search below proves the answer
+  (one screen, no tie question: nothing comes before it). Cut short, the search below goes on from there.
+  The ratio is maximised as ``optimise`` maximises its own (Dinkelbach's parametric form): with the
+  incumbent's rate ``R0`` on ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact
+  integer arithmetic), maximising that difference; a proposal that carries less than that is capped at what
+  it carries (forbidden if nothing) and the model solved again; when the model has no better deployment the
+  incumbent is optimal. The model carries
   each pair's TTFT cuts (``ttft_cut.py``: only deployments the exact check refuses), and each question
   is screened without its objective first (``_screened``), which settles the last one, the proof. Ties (an equal
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
