@@ -201,13 +201,19 @@ class Pools:
     def feasible_plan(self, c: Choice, target_units: int | None = None) -> DisaggPlan | None:
         """The priced plan when it breaks nothing (placement first: pools past the cluster are not
         priced), else None."""
+        plan, errors = self._verdict(c, target_units)
+        return None if errors else plan
+
+    def _verdict(self, c: Choice, target_units: int | None = None) -> tuple[DisaggPlan | None, list[Diagnostic]]:
+        """The plan priced at ``target_units`` (its own rate by default) and its errors, each rule's first kept
+        in ``refused``; no plan when the pools pass the cluster or no concurrency reaches the rate."""
         if self.end_gpu(c) > self.problem.cluster.num_gpus:
-            return None
+            return None, []
         plan = self.price(c, target_units)
         if plan is None:
             self.refused.setdefault("DIS-001", "no number of requests in flight reaches the rate")
-            return None
-        return None if self._errors(plan) else plan
+            return None, []
+        return plan, self._errors(plan)
 
     def checked_plan(self, c: Choice, deadline: Deadline, target_units: int | None = None) -> DisaggPlan | None:
         """``feasible_plan``, its exact check counted as work against ``deadline`` (search_base.Deadline:
@@ -237,13 +243,9 @@ class Pools:
 
     def _judged(self, c: Choice) -> Served | None:
         """``served`` of a choice not yet judged (the refusals at its full rate kept in ``refused``)."""
-        if self.end_gpu(c) > self.problem.cluster.num_gpus:
-            return None
-        plan = self.price(c)
+        plan, errors = self._verdict(c)
         if plan is None:
-            self.refused.setdefault("DIS-001", "no number of requests in flight reaches the rate")
             return None
-        errors = self._errors(plan)
         if not errors:
             return Served(self.rate(c), plan)
         if plan.layout.concurrency <= 1 or any(d.rule not in LOAD_RULES for d in errors):

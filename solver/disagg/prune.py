@@ -50,6 +50,7 @@ from shardplan.solver.disagg.workers import (
     decode_searches,
     offers_batch_caps,
     prefill_priced,
+    with_batch_caps,
 )
 from shardplan.solver.optimise import Deadline
 
@@ -140,8 +141,7 @@ def walked_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, sear
         kept_p = [j for j, w in enumerate(prefill.priced) if w.gpus <= budget and prefill.admitted(j) is not None]
         kept_d = [s for s in searches if s.gpus <= budget]
         if kept_p and kept_d:
-            capped = capped_workers(kept_d) if offers_batch_caps(problem) else []
-            decode = [s.worker() for s in kept_d] + capped
+            decode = with_batch_caps(problem, kept_d)
             pools = Pools(problem, profile, [prefill.worker(j) for j in kept_p], decode)
             floor = Fraction(0) if best is None else Fraction(best[2].rate_units, best[2].gpus)
             walked = walk(pools, floor, deadline or Deadline(None), most_gpus=budget)
@@ -179,18 +179,14 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     prefill = PrefillJudged(problem, profile, check)
     searches = decode_searches(problem, profile, check)
     caps = offers_batch_caps(problem)
-
-    def every_decode() -> list[DecodeWorker]:
-        return [s.worker() for s in searches] + (capped_workers(searches) if caps else [])
-
     i = prefill.best()
     if i is None or not searches:
-        return Pools(problem, profile, prefill.all(), every_decode()), None
+        return Pools(problem, profile, prefill.all(), with_batch_caps(problem, searches)), None
     k = searches.index(best_decode(searches))
     refused: dict[str, str] = {}
     found = first_seed(problem, profile, prefill, searches, refused, deadline)
     if found is None:  # every candidate, and why the best pair's seed was refused (as seed(pools) records it)
-        pools = Pools(problem, profile, prefill.all(), every_decode())
+        pools = Pools(problem, profile, prefill.all(), with_batch_caps(problem, searches))
         pools.refused.update(refused)
         return pools, None
     seed_p, seed_w, first = found

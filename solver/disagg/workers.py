@@ -266,21 +266,27 @@ def offers_batch_caps(problem: Problem) -> bool:
     return problem.workload.ttft_ms is not None
 
 
+def with_batch_caps(problem: Problem, searches: list[DecodeSearch]) -> list[DecodeWorker]:
+    """Each layout's candidate at its largest batch, then, where ``offers_batch_caps``, its ``capped_workers``."""
+    return [s.worker() for s in searches] + (capped_workers(searches) if offers_batch_caps(problem) else [])
+
+
 def capped_workers(searches: list[DecodeSearch]) -> list[DecodeWorker]:
     """Each layout's candidate at each of its ``batch_caps``, in the searches' order, listed after every
     candidate at its largest batch (so a tie in brute force's order goes to the uncapped worker).
 
-    **Why a smaller limit is offered under a TTFT limit.** The most tokens per GPU a deployment reaches is
-    judged at the rate of its slower pool at full load; the requests in flight that carry it are the rate
-    times a request's life (Little's law), and each finds a share of the others queued at the prefill pool
-    (``cost.disagg.serving_stack_ns``: the clump of a closed loop). So TTFT grows with the decode pool's
-    capacity: a limit on its batch (SGLang's ``--max-running-requests``, vLLM's ``--max-num-seqs``,
-    TensorRT-LLM's ``max_batch_size``) trades rate for TTFT where more prefill workers would cost GPUs.
-    Without it, Llama-3.1-70B FP8 on 8xH200 under SGLang at TTFT 2 s reached 217.3 tokens/s per GPU, with it
-    302.7; Kimi-K2 on 16x8xH100 under TensorRT-LLM at ISL 1,024, OSL 1,000 and TTFT 500 ms found no deployment
-    within the work limit, with it 32 GPUs at 70.8 (benchmarks/disagg_solve/README.md). Without a TTFT limit a
-    capped worker is never better (the same GPUs, at most the rate), and for ``--rate`` neither (a pool
-    runs at the batch the rate needs, the same with or without the cap; the uncapped twin carries more)."""
+    **Why a smaller limit is offered under a TTFT limit.** The requests in flight that carry a deployment's
+    rate are the rate times a request's life (Little's law), and each finds a share of the others queued at
+    the prefill pool (``cost.disagg.serving_stack_ns``: the clump of a closed loop). So TTFT grows with the
+    decode pool's capacity: a limit on its batch (SGLang's ``--max-running-requests``, vLLM's
+    ``--max-num-seqs``, TensorRT-LLM's ``max_batch_size``) trades rate for TTFT where more prefill workers would
+    cost GPUs. When deployments were judged at their full rate only, Llama-3.1-70B FP8 on 8xH200 under SGLang
+    at TTFT 2 s reached 217.3 tokens/s per GPU without the caps and 302.7 with them. Since a deployment is also
+    judged below its full rate (``deploy.Pools.served``: fewer requests in flight, a finer dial, 392.6 there)
+    a capped worker is rarely the answer; it still is where the limit, not the requests admitted, must hold
+    the batch down. Without a TTFT limit a capped worker is never better (the same GPUs, at most the rate), and
+    for ``--rate`` neither (a pool runs at the batch the rate needs, the same with or without the cap; the
+    uncapped twin carries more)."""
     return [s.worker(cap) for s in searches for cap in batch_caps(s.finish())]
 
 
@@ -297,7 +303,7 @@ def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = F
         if check is not None:
             check()
         b = search.finish()
-        offered = sorted({b} | ({1 << k for k in range(b.bit_length()) if 1 << k < b} if smaller_batches else set()))
+        offered = sorted({b, *(batch_caps(b) if smaller_batches else [])})
         out.extend(search.worker(batch) for batch in offered if b)
     return out + (capped_workers(searches) if caps else [])
 
@@ -314,5 +320,5 @@ __all__ = [
     "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
     "alignment", "batch_caps", "capacity_units", "capped_workers", "decode_searches", "decode_workers",
     "largest_batch_steps", "offers_batch_caps", "prefill_priced",
-    "prefill_workers", "rate_units", "worker_layouts",
+    "prefill_workers", "rate_units", "with_batch_caps", "worker_layouts",
 ]
