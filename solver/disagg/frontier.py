@@ -4,7 +4,9 @@ GPUs on a tie, then the first listed), streamed as found, and the Pareto frontie
 against tokens/s per user.
 
 Decode candidates here include each layout's power-of-two batches below its largest (a smaller batch is
-a faster round: more tokens/s per user, fewer per GPU). A pair's search is small (x and y up to the
+a faster round: more tokens/s per user, fewer per GPU). Where a TTFT limit holds a deployment below the
+requests those limits admit, several of them give the same deployment at the same load; it is listed once,
+at the first (smallest) limit (``row_key``). A pair's search is small (x and y up to the
 cluster over the workers' GPUs), so this is a plain enumeration, bounded like the colocated one
 (``limit``, ``time_limit_s``, ``work_limit``: its exact checks, ``Deadline.checking``; ``partial`` after
 the iteration says whether it stopped early).
@@ -44,6 +46,16 @@ def pair_choices(pools: Pools, i: int, k: int) -> list[Choice]:
     return pools.keeping_up(i, k, PAIR_CHOICES)
 
 
+def row_key(plan: DisaggPlan) -> str:
+    """Everything a plan says but its decode pool's batch limit: two pairs' plans equal in it are one deployment
+    whose limit changes nothing it predicts (a decode layout listed at several limits, all held to the same
+    requests in flight)."""
+    layout = plan.layout
+    unlimited = layout.model_copy(update={"decode": layout.decode.model_copy(update={"max_batch": None})})
+    p = plan.prediction
+    return f"{unlimited.model_dump_json()} {p.metrics.model_dump_json()} {p.throughput_rps!r} {p.bottleneck}"
+
+
 class DisaggEnumeration:
     def __init__(self, problem: Problem, limit: int | None = None, time_limit_s: float | None = None,
                  work_limit: float | None = None):
@@ -65,12 +77,14 @@ class DisaggEnumeration:
 
     def __iter__(self) -> Iterator[DisaggPlan]:
         pools = self.pools
+        listed: set[str] = set()
         for i in range(len(pools.prefill)):
             for k in range(len(pools.decode)):
                 if self.deadline.passed() or (self.limit is not None and self.count >= self.limit):
                     return
                 plan = self._best_of_pair(i, k)
-                if plan is not None:
+                if plan is not None and row_key(plan) not in listed:
+                    listed.add(row_key(plan))
                     m = plan.prediction.metrics
                     # Frontier keeps the least first value and the most second: per user negated.
                     self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
@@ -96,4 +110,4 @@ class DisaggEnumeration:
         return None if best is None else best[1].plan
 
 
-__all__ = ["PAIR_CHOICES", "DisaggEnumeration", "pair_choices"]
+__all__ = ["PAIR_CHOICES", "DisaggEnumeration", "pair_choices", "row_key"]

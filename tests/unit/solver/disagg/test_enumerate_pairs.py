@@ -1,11 +1,13 @@
 """``enumerate --serving disagg`` (``frontier.DisaggEnumeration``): each pair's deployment is brute force's best
 of that pair alone, at what each deployment carries within every rule (``Pools.served``), the TTFT floor the
-enumeration asks first refusing none of it."""
+enumeration asks first refusing none of it; a deployment that only a decode batch limit tells from an earlier
+row is listed once."""
 
 from __future__ import annotations
 
 import pytest
 
+from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.deploy import Pools
 from shardplan.solver.disagg.frontier import DisaggEnumeration
@@ -20,13 +22,26 @@ def test_each_pair_s_deployment_is_brute_force_s_best_of_the_pair(case) -> None:
     force's per pair, there some of them held below their full rate."""
     enumeration = DisaggEnumeration(problem(**case, objective="throughput"))
     pools = enumeration.pools
-    expected = []
+    every_pair = []
     for p in pools.prefill:
         for d in pools.decode:
             best = brute.best_throughput(Pools(pools.problem, pools.profile, [p], [d]))
             if best is not None:
-                expected.append(best[1])
+                every_pair.append(best[1])
+    expected = [plan for n, plan in enumerate(every_pair)
+                if not any(_same_but_batch_limit(plan, earlier) for earlier in every_pair[:n])]
     found = list(enumeration)
     assert not enumeration.partial and found == expected
     if case is SGL_TIGHT[2]:
         assert any(plan.prediction.bottleneck == "concurrency" for plan in expected)
+        assert len(expected) < len(every_pair)  # the case has such rows to fold
+
+
+def _same_but_batch_limit(a: DisaggPlan, b: DisaggPlan) -> bool:
+    """Field by field: the same pools, workers, requests in flight and predicted figures, the decode pool's batch
+    limit aside."""
+    pa, pb = a.prediction, b.prediction
+    da, db = (plan.layout.decode.model_copy(update={"max_batch": 1}) for plan in (a, b))
+    return (a.layout.prefill == b.layout.prefill and a.layout.concurrency == b.layout.concurrency and da == db
+            and pa.metrics == pb.metrics and pa.throughput_rps == pb.throughput_rps
+            and pa.bottleneck == pb.bottleneck)
