@@ -19,7 +19,8 @@ linear sum), the rate ``R`` in rate units, and the decode pool's aligned start. 
   the TTFT limit passes, given the chunk and batch its pools must run at), added by the search for a
   pair once the exact check has refused one of its deployments (``cut_ttft``);
 - a pair's cap on rate per GPU (``cap_pair``): the walk in brute force's order (``walk.py``) refused
-  every deployment of the pair above it.
+  every deployment of the pair above it; and each prefill candidate's cap on what one worker feeds within
+  the TTFT limit (``cap_feed``), on which the walk's order rests.
 
 ``order`` ranks choices as brute force lists them (prefill candidate, decode candidate, x, y): the search's
 last question asks for the first among the equally good (``search.py``).
@@ -42,7 +43,7 @@ from ortools.sat.python import cp_model
 from shardplan.hardware import Tier
 from shardplan.rules.disagg import alignment_gpus
 from shardplan.solver.disagg.deploy import Choice, Pools
-from shardplan.solver.disagg.ttft_cut import pair_cuts
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor, pair_cuts
 
 
 def bounded_ratio(ratio: Fraction, most_denominator: int) -> Fraction:
@@ -206,6 +207,15 @@ class PoolModel:
                     continue
                 when = pair + [self._above("x", prefill, chunk_floor), self._above("y", decode, batch_floor)]
                 self.cp.add(self.rate <= self.x * cap).only_enforce_if([lit for lit in when if lit is not None])
+
+    def cap_feed(self, floor: ChoiceFloor) -> None:
+        """Each prefill candidate's workers feed at most ``floor.worker_cap_units`` rate units each within the TTFT
+        limit: ``R <= x cap`` whenever the candidate is chosen (one row each). The walk's pair bounds rest on it
+        (``walk.held_pair_bound``), so the model then knows what made the walk skip a pair."""
+        for i, chosen in enumerate(self.p):
+            cap = floor.worker_cap_units(i)
+            if cap is not None and cap < self.pools.prefill[i].capacity_units:
+                self.cp.add(self.rate <= self.x * max(cap, 0)).only_enforce_if(chosen)
 
     def cap_pair(self, prefill: int, decode: int, per_gpu: Fraction) -> None:
         """No deployment of this pair of candidates above ``per_gpu`` rate units per GPU (none the walk

@@ -4,10 +4,11 @@ within every rule, below its full rate where only TTFT or TPOT broke there; ``fe
 asked for ``--rate``).
 
 - **throughput** (tokens/s per GPU; OSL is fixed, so requests/s per GPU): first the walk
-  (``walk.py``): the deployments that can beat the seed in brute force's order, each refused by the
-  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until none left can come before the best found
-  (brute force's answer); what it judged is posted in the model, and the search below proves the answer
-  (one screen, no tie question: nothing comes before it). Cut short, the search below goes on from there.
+  (``walk.py``): the deployments that can beat the seed, in order of a bound on what each carries within
+  every rule (a pair's bound caps what a prefill worker feeds within the TTFT limit), each refused by the
+  TTFT floor (``ttft_cut.ChoiceFloor``) or judged exactly, until none left can come before the best found:
+  brute force's answer, proven by those bounds, and returned. Cut short, what it judged and the bounds it
+  rests on (``PoolModel.cap_feed``) are posted in the model, and the search below goes on from there.
   The ratio is maximised as ``optimise`` maximises its own (Dinkelbach's parametric form): with the
   incumbent's rate ``R0`` on ``G0`` GPUs, ask for ``R x G0 - R0 x G >= 1`` (strictly better per GPU, exact
   integer arithmetic), maximising that difference; a proposal that carries less than that is capped at what
@@ -46,7 +47,7 @@ from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity, units_ahead
 from shardplan.solver.disagg.model import PoolModel
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
-from shardplan.solver.disagg.walk import Walk, pair_bound, walk
+from shardplan.solver.disagg.walk import Walk, fed_per_gpu, pair_bound, walk
 from shardplan.solver.disagg.workers import (
     RATE_UNITS_PER_RPS,
     Check,
@@ -297,16 +298,21 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     if best is not None and deadline.passed():  # the seed is what the limit leaves: no model to build
         # (5 s on 8,192 GPUs, past --time-limit 5)
         return DisaggResult(best.plan, best.choice, False, 0, per_gpu_bound(pools, best))
+    floor = ChoiceFloor(pools)
+    walked = walk(pools, Fraction(best.rate_units, best.gpus) if best else Fraction(0), deadline, floor=floor)
+    if walked.complete and walked.accepted is not None:
+        # It judged, at what each carries, every deployment whose bound could come first: brute force's answer,
+        # proven by the bounds the walk rests on. (The model, asked after it, had to rediscover pair by pair
+        # what the TTFT limit leaves a prefill worker: on Llama-3.1-405B, 8x8xB200, SGLang, TTFT 500 ms, it had
+        # not proven the walk's answer after 5 minutes.)
+        c, served = walked.accepted
+        return DisaggResult(served.plan, c, True, walked.checks)
     m = PoolModel(pools)
     if len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
-    floor = ChoiceFloor(pools)
-    walked = walk(pools, Fraction(best.rate_units, best.gpus) if best else Fraction(0), deadline, floor=floor)
+    m.cap_feed(floor)
     best = _told(m, pools, walked) or best
-    # A walk that ended at an accepted deployment judged every one ahead of it in brute force's order, so
-    # no tie comes before it; the tie question would only meet deployments the walk refused whose rate
-    # the model may lower to an equal rate per GPU (one solve each: 162 at TTFT 2,500 ms on 8xH200).
-    first_in_order = walked.complete and walked.accepted is not None
+    first_in_order = False
     proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
@@ -329,7 +335,8 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
     if best is None:
         floor.explain()
         return DisaggResult(None, None, proven, proposals)
-    return DisaggResult(best.plan, best.choice, proven, proposals, None if proven else per_gpu_bound(pools, best))
+    bound = None if proven else per_gpu_bound(pools, best, floor)
+    return DisaggResult(best.plan, best.choice, proven, proposals, bound)
 
 
 def _ahead_of(pools: Pools, best: Accepted | None) -> Callable[[Choice], int]:
@@ -339,12 +346,17 @@ def _ahead_of(pools: Pools, best: Accepted | None) -> Callable[[Choice], int]:
     return lambda c: units_ahead(best.rate_units, best.gpus, best.choice, pools.gpus(c), c)
 
 
-def per_gpu_bound(pools: Pools, best: Accepted) -> Fraction:
+def per_gpu_bound(pools: Pools, best: Accepted, floor: ChoiceFloor | None = None) -> Fraction:
     """The most rate units per GPU any deployment of these pools reaches, and at least ``best``'s: the pair
-    bound (``walk.pair_bound``, rules and limits aside) of the prefill and the decode candidate of the most
-    capacity per GPU each, as the bound grows with both. On pools ``prune.pruned_pools`` left it bounds every
-    deployment of the cluster too: a candidate it dropped has a pair bound below its seed, at most ``best``."""
-    prefill = max(Fraction(p.capacity_units, p.gpus) for p in pools.prefill)
+    bound (``walk.pair_bound``, the other rules aside) of the prefill and the decode candidate of the most
+    per GPU each, as the bound grows with both; with ``floor``, a prefill worker's rate is at most what it
+    feeds within the TTFT limit (``walk.fed_per_gpu``; one evaluate per decode candidate if not yet read).
+    On pools ``prune.pruned_pools`` left it bounds every deployment of the cluster too: a candidate it dropped
+    has a pair bound below its seed, at most ``best``."""
+    if floor is None:
+        prefill = max(Fraction(p.capacity_units, p.gpus) for p in pools.prefill)
+    else:
+        prefill = max(fed_per_gpu(pools, floor, i) for i in range(len(pools.prefill)))
     decode = max(Fraction(d.capacity_units, d.gpus) for d in pools.decode)
     return max(pair_bound(prefill, decode), Fraction(best.rate_units, best.gpus))
 
@@ -352,8 +364,8 @@ def per_gpu_bound(pools: Pools, best: Accepted) -> Fraction:
 def _told(m: PoolModel, pools: Pools, walked: Walk) -> Accepted | None:
     """Post what the walk judged into the model (each listed pair capped at the frontier's rate per GPU,
     the deployments judged at exactly that rate capped one by one at what they carry, for the tie
-    question), and return the best deployment it found, if any: brute force's answer when the walk is
-    complete, which the CP-SAT search then proves."""
+    question), and return the best deployment it found, if any (the walk was cut short: the CP-SAT search
+    goes on from it)."""
     if walked.frontier is not None:
         # Where the row rate x den - num x gpus could pass 64 bits, the cap is posted at a ratio no lower
         # (``per_gpu_terms``): it then forbids fewer deployments, each of those left judged when proposed.

@@ -154,20 +154,24 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
     caps: list[list[int | None]] = []
     for h in chunks:
         pass_ns = prefill_step(problem, p.layout, h, profile).pass_ns
-        spare_ns = limit_ns - overhead_ns - pass_ns - transfer  # L'
-        row: list[int | None] = []
-        for round_ns in rounds_ns:
-            if spare_ns < 0:
-                row.append(-1)  # no rate keeps the limit at this chunk
-                continue
-            e2e_floor_ns = overhead_ns + pass_ns + transfer + (wl.osl - 1) * round_ns
-            v_max = most_utilisation(spare_ns, e2e_floor_ns, share, s1_ns)
-            if wl.osl > 1:
-                v_max = _with_admission(v_max, admission_ns(profile, round_ns, 2), spare_ns, e2e_floor_ns, share,
-                                        s1_ns)
-            row.append(_units_above(v_max * NS_PER_S / s1_ns) + 1)
-        caps.append(row)
+        caps.append([cut_units(profile, wl.osl, limit_ns - overhead_ns - pass_ns - transfer,
+                               overhead_ns + pass_ns + transfer, round_ns, s1_ns) for round_ns in rounds_ns])
     return PairCuts(chunk_floor, batch_floor, caps)
+
+
+def cut_units(profile: Profile, osl: int, spare_ns: float, before_decode_ns: float, round_ns: int,
+              s1_ns: float) -> int:
+    """One cell of ``pair_cuts``: the most rate units per prefill worker (``x T``'s ``T``, module docstring) at
+    ``L'`` = ``spare_ns`` and the e2e floor's part before the decode rounds (overhead, pass and transfer), the
+    round and one worker's time per prompt at its largest chunk given; -1 when no rate keeps the limit."""
+    if spare_ns < 0:
+        return -1
+    e2e_floor_ns = before_decode_ns + (osl - 1) * round_ns
+    v_max = most_utilisation(spare_ns, e2e_floor_ns, profile.ttft_queue_share, s1_ns)
+    if osl > 1:
+        v_max = _with_admission(v_max, admission_ns(profile, round_ns, 2), spare_ns, e2e_floor_ns,
+                                profile.ttft_queue_share, s1_ns)
+    return _units_above(v_max * NS_PER_S / s1_ns) + 1
 
 
 ADMISSION_SLACK = 1e-6  # relative: the rates compared are floats from integer nanoseconds
@@ -227,6 +231,7 @@ class ChoiceFloor:
         self._round: dict[tuple[int, int], int] = {}  # _round[(k, b)]: candidate k's round at batch b
         self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
+        self._least_round_ns: int | None = None  # the least round at batch 1 of any decode candidate
 
     def refuses(self, c: Choice, target_units: int) -> bool:
         """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
@@ -296,6 +301,29 @@ class ChoiceFloor:
         per_prompt_ns = full.slowest_ns / (x * full.chunk)  # the pool's, as serving_stack_ns prices it
         v_max = most_utilisation(spare_ns, e2e_floor_ns, self.share, per_prompt_ns)
         return spare_ns < 0 or rps * per_prompt_ns / NS_PER_S > v_max * (1 + slack)
+
+    def worker_cap_units(self, i: int, k: int | None = None) -> int | None:
+        """The most rate units one worker of prefill candidate ``i`` feeds in any steady state that keeps the
+        TTFT limit with decode candidate ``k`` (None: any), at its full rate or held below it: ``pair_cuts``'
+        cell of one prompt per step and batch one, the cut whose conditions every rate meets, read with no
+        transfer and the round at batch one of ``k`` (None: the least of any decode candidate, as
+        ``refuses_every`` reads it); each only loosens it. None when the problem has no limit or no queue; -1
+        when no rate keeps it."""
+        if not self.active:
+            return None
+        osl = self.pools.problem.workload.osl
+        if osl == 1:
+            round_ns = 0
+        elif k is not None:
+            round_ns = self._round_at(k, 1)
+        else:
+            if self._least_round_ns is None:
+                self._least_round_ns = min(self._round_at(d, 1) for d in range(len(self.pools.decode)))
+            round_ns = self._least_round_ns
+        full = self._step(i, self.top_chunk)
+        pass_ns = self._step(i, 1).pass_ns
+        return cut_units(self.pools.profile, osl, self.limit_ns - self.overhead_ns - pass_ns,
+                         self.overhead_ns + pass_ns, round_ns, full.slowest_ns / full.chunk)
 
     @property
     def has_refused(self) -> bool:
@@ -372,6 +400,6 @@ def _climb(top: int, least_after: Callable[[int], float]) -> int:
 
 
 __all__ = [
-    "ChoiceFloor", "PairCuts", "batch_levels", "capacity_below", "chunk_levels", "least_transfer_ns",
+    "ChoiceFloor", "PairCuts", "batch_levels", "capacity_below", "chunk_levels", "cut_units", "least_transfer_ns",
     "most_utilisation", "pair_cuts", "rungs",
 ]

@@ -1,24 +1,26 @@
-"""The per-GPU search's first pass: the deployments that can beat the seed, listed lazily in brute
-force's order of full rate per GPU (most rate per GPU, then fewest GPUs, then ``brute.choices``' order)
-and judged in that order at what each carries within every rule (``deploy.Pools.served``; the TTFT floor
-first, ``ttft_cut.ChoiceFloor``, at the rate it would need; the exact check only for what it does not
-refuse), until no deployment left can come before the best found (a served rate is at most the full
-one): then that one is brute force's answer. The CP-SAT search (``search.max_throughput_from``) then
-proves it, told what the walk judged.
+"""The per-GPU search's first pass: the deployments that can beat the seed, listed lazily in order of a
+bound on what each carries (below: its full rate per GPU, or its pair's bound if lower; then fewest GPUs,
+then ``brute.choices``' order) and judged in that order at what each carries within every rule
+(``deploy.Pools.served``; the TTFT floor first, ``ttft_cut.ChoiceFloor``, at the rate it would need; the
+exact check only for what it does not refuse), until no deployment left can come before the best found
+(what it carries is at most its key): then that one is brute force's answer, proven by those bounds
+(``search.max_throughput_from`` returns it). Cut short, it tells the CP-SAT search what it judged.
 
 **Why.** Where TTFT binds for every deployment better per GPU than the answer (SGLang's profile at a
 tight limit), the CP-SAT search proposed and refused them one at a time, a CP-SAT solve each (about
 0.1 s); the walk judges each in well under a millisecond when the floor refuses it.
 
 **The order, lazily.** Each pair of candidates (prefill i, decode k) enters a heap at its bound on rate
-per GPU (``pair_bound``: no deployment of the pair does better), ahead of any deployment of an equal
-rate per GPU; when it comes to the top its deployments that can still beat the seed are listed into
-the heap at their own keys. So every deployment comes off the heap in brute force's order, and a pair
-whose bound is below the seed's rate per GPU is never listed.
+per GPU within every rule (``held_pair_bound``: no deployment of the pair carries more, the TTFT limit
+capping what a prefill worker feeds), ahead of any deployment of an equal rate per GPU; when it comes to
+the top its deployments that can still beat the seed are listed into the heap, each at its full rate per
+GPU or the pair's bound if lower. So the keys popped never rise, each is at least what every deployment
+left carries, deployments of equal keys come off in brute force's order, and a pair whose bound is below
+the seed's rate per GPU is never listed (under SGLang's queue share at a tight TTFT limit, most pairs).
 
 **What it leaves the CP-SAT search** (``Walk``): ``frontier``, a rate per GPU that no deployment of an
 ``expanded`` pair carries more than (the answer's, when the walk is complete), and the deployments judged
-at exactly that full rate per GPU with what each carries. Stopped early (``most`` choices listed, or the
+at exactly that key with what each carries. Stopped early (``most`` choices listed, or the
 deadline) it leaves what it had judged and the best it found, and the CP-SAT search goes on from there.
 """
 
@@ -39,6 +41,23 @@ from shardplan.solver.search_base import NODE_WORK
 WALK_CHOICES = 1 << 15
 
 
+def fed_per_gpu(pools: Pools, floor: ChoiceFloor, i: int, k: int | None = None) -> Fraction:
+    """Rate units per GPU a worker of prefill candidate ``i`` feeds at most within every rule, with decode
+    candidate ``k`` (None: any): its capacity, or less where the TTFT limit caps it
+    (``ChoiceFloor.worker_cap_units``; 0: no rate keeps the limit)."""
+    p = pools.prefill[i]
+    cap = floor.worker_cap_units(i, k)
+    return Fraction(p.capacity_units if cap is None else min(p.capacity_units, max(cap, 0)), p.gpus)
+
+
+def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
+    """``pair_bound`` with the prefill worker's rate at most what it feeds with this decode candidate
+    (``fed_per_gpu``): no deployment of the pair carries more rate units per GPU within every rule, at its full
+    rate or held below it (0: none)."""
+    d = pools.decode[k]
+    return pair_bound(fed_per_gpu(pools, floor, i, k), Fraction(d.capacity_units, d.gpus))
+
+
 def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
     """The most rate units per GPU a deployment of workers of these rates per GPU reaches (exact): with
     rate ``R <= min(x a, y b)`` on ``x g + y h`` GPUs, ``x >= R / a`` and ``y >= R / b`` give ``R / G <=
@@ -56,8 +75,8 @@ class Walk:
     complete: bool = False  # ``accepted`` is brute force's answer, or nothing can beat the seed
     frontier: Fraction | None = None  # None: nothing judged
     expanded: list[tuple[int, int]] = field(default_factory=list)  # pairs whose deployments were listed
-    # Deployments judged at exactly the frontier's full rate per GPU, each with the most rate units it may
-    # carry (less than it needed; None: nothing keeps every rule).
+    # Deployments judged at exactly the frontier's key (their full rate per GPU, or their pair's bound), each
+    # with the most rate units it may carry (less than it needed; None: nothing keeps every rule).
     capped_at_frontier: list[tuple[Choice, int | None]] = field(default_factory=list)
     checks: int = 0  # deployments the exact check judged
 
@@ -74,9 +93,9 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     judge = floor if floor is not None else ChoiceFloor(pools)
     out = Walk()
     heap: list[tuple[Fraction, int, tuple[int, ...]]] = []
-    for i, p in enumerate(pools.prefill):
-        for k, d in enumerate(pools.decode):
-            bound = pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
+    for i in range(len(pools.prefill)):
+        for k in range(len(pools.decode)):
+            bound = held_pair_bound(pools, judge, i, k)
             if bound > 0 and bound >= floor_per_gpu:
                 heap.append((-bound, 0, (i, k)))  # 0: ahead of the deployments of an equal rate per GPU
     heapq.heapify(heap)
@@ -97,8 +116,8 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
             if found is None:  # too many to list: the rest is CP-SAT's
                 return out
             listed += len(found)
-            for c in found:
-                heapq.heappush(heap, (-Fraction(pools.rate(c), pools.gpus(c)), 1,
+            for c in found:  # each at most the pair's bound, so the keys popped never rise (the frontier's premise)
+                heapq.heappush(heap, (-min(Fraction(pools.rate(c), pools.gpus(c)), ratio), 1,
                                       (pools.gpus(c), c.prefill, c.decode, c.x, c.y)))
             out.expanded.append((i, k))
             continue
@@ -119,9 +138,9 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         best, served = out.accepted
         out.frontier, out.capped_at_frontier = Fraction(served.units, pools.gpus(best)), []
         return out
+    # every deployment left judged at its key, the last popped: at the floor's, those stay capped there
+    out.capped_at_frontier = out.capped_at_frontier if out.frontier == floor_per_gpu else []
     out.frontier = floor_per_gpu
-    out.capped_at_frontier = [(c, cap) for c, cap in out.capped_at_frontier
-                              if Fraction(pools.rate(c), pools.gpus(c)) == floor_per_gpu]
     return out
 
 
@@ -136,9 +155,9 @@ def _need(pools: Pools, best: tuple[Choice, Served] | None, floor_per_gpu: Fract
 
 
 def _may_beat(pools: Pools, best: tuple[Choice, Served], ratio: Fraction, kind: int, entry: tuple[int, ...]) -> bool:
-    """Whether the heap's top (a pair at its bound, or a deployment at its full rate per GPU) may still hold a
-    deployment that comes before ``best``: a served rate is at most the full one, so one at a lower full rate
-    per GPU, or at an equal one on as many GPUs or more and later, cannot."""
+    """Whether the heap's top (a pair at its bound, or a deployment at its key) may still hold a deployment that
+    comes before ``best``: what a deployment carries is at most its key, so one at a lower key, or at an equal
+    one on as many GPUs or more and later, cannot."""
     b, served = best
     best_ratio = Fraction(served.units, pools.gpus(b))
     if ratio != best_ratio or kind == 0:
