@@ -36,6 +36,7 @@ from shardplan.solver.cli.inputs import (
     layout_from_pins,
     print_notes,
 )
+from shardplan.solver.cli.once import OnceGroup
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.pools import refuse_pools
 from shardplan.solver.cli.results import (
@@ -150,7 +151,7 @@ def problem_args(kw: dict[str, Any]) -> ProblemArgs:
     return ProblemArgs(pins=pins, **{k: kw.pop(k) for k in list(kw) if k in ProblemArgs.__dataclass_fields__})
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OnceGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="shardplan")
 def cli() -> None:
     """Plan how to run an LLM for inference on a GPU cluster.

@@ -16,6 +16,7 @@ from shardplan.models.errors import SpecError, printable
 from shardplan.models.files import json_text
 from shardplan.rules.dag.check import check_dag, rule_ids
 from shardplan.rules.dag.fix import Change, fix_dag
+from shardplan.solver.cli.once import OnceCommand
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
 from shardplan.solver.cli.results import validation_dict
 
@@ -34,7 +35,7 @@ def _named_out() -> Iterator[None]:
         raise SpecError("out", exc.reason) from None
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
 @click.option("--fix", is_flag=True,

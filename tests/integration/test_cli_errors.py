@@ -76,6 +76,10 @@ CASES = [
     ("enumerate-nan-work-limit", ["enumerate", "--work-limit", "nan"], BAD_INPUT, "work-limit"),
     ("zero-enumerate-limit", ["enumerate", "--limit", "0"], BAD_INPUT, "limit"),
     ("unknown-option", ["solve", "--frobnicate"], BAD_INPUT, "No such option"),
+    # an option given twice: click kept the last value (tp 8 planned, exit 0); test_repeated_options.py has more
+    ("repeated-option", ["solve", "--tp", "4", "--tp", "8"], BAD_INPUT, "tp: given 2 times"),
+    ("repeated-flag-pair", ["solve", *LLAMA_8B, "--runner-up", "--no-runner-up", "--report", "{tmp}/plan.html"],
+     BAD_INPUT, "runner-up: given 2 times"),
     ("unknown-command", ["plan-it"], BAD_INPUT, "No such command"),
     ("no-command", [], BAD_INPUT, "command: none given; one of calibrate,"),  # was the whole --help on one line
     ("empty-rule-id", ["rules", "", "--json"], BAD_INPUT, "unknown rule ''"),  # printed GPU-001, exit 0
