@@ -59,3 +59,10 @@ def test_a_list_naming_a_dag_node_is_still_read_as_networkx_reads_it(tmp_path):
     nodes[0]["id"] = [1, 2]  # a tuple node to networkx: read, then judged by the DAG rules
     code, _, _ = _run(tmp_path, ["validate", "{dir}/d.json"], {"d.json": json.dumps(data).encode()})
     assert code in (0, 1)
+
+
+# "--fix needs --out FIXED.json" and "--out needs --fix" named no field.
+@pytest.mark.parametrize(("flags", "field"), [(["--fix"], "fix"), (["--out", "{dir}/fixed.json"], "out")])
+def test_validate_fix_and_out_each_without_the_other_name_the_flag(tmp_path, flags, field):
+    code, line, written = _run(tmp_path, ["validate", "{dir}/d.json", *flags], {"d.json": b"{}"})
+    assert code == 2 and written == [] and line.startswith(f"shardplan: error: {field}: ")
