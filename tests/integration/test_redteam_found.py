@@ -66,3 +66,13 @@ def test_a_list_naming_a_dag_node_is_still_read_as_networkx_reads_it(tmp_path):
 def test_validate_fix_and_out_each_without_the_other_name_the_flag(tmp_path, flags, field):
     code, line, written = _run(tmp_path, ["validate", "{dir}/d.json", *flags], {"d.json": b"{}"})
     assert code == 2 and written == [] and line.startswith(f"shardplan: error: {field}: ")
+
+
+# click's "Got unexpected extra argument (x)" named no field.
+@pytest.mark.parametrize("argv", [["solve", "--model", "llama-3.1-8b", "stray"], ["rules", "TP-001", "TP-002"],
+                                  ["profiles", "x"], ["models", "--json", "x"]])
+def test_a_stray_word_after_a_command_names_it_as_an_argument(tmp_path, argv):
+    code, line, _ = _run(tmp_path, argv)
+    assert code == 2
+    assert line.startswith("shardplan: error: argument: unexpected extra argument (")
+    assert f"for shardplan {argv[0]} (see shardplan {argv[0]} --help)" in line
