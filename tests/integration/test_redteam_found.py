@@ -3,12 +3,13 @@ now exit 2 with one line naming the field, and nothing written."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.fuzz.cases import Case
+from tests.fuzz.cases import Case, preset_config
 from tests.fuzz.harness import problems, run_in_process
 
 
@@ -76,3 +77,38 @@ def test_a_stray_word_after_a_command_names_it_as_an_argument(tmp_path, argv):
     assert code == 2
     assert line.startswith("shardplan: error: argument: unexpected extra argument (")
     assert f"for shardplan {argv[0]} (see shardplan {argv[0]} --help)" in line
+
+
+# A Llama 4 moe_layers list or interleave step that leaves no MoE layer, repeats one or points past the last was
+# named ``moe.layers``, a field no config has.
+def _llama4(**text_fields: object) -> bytes:
+    cfg = copy.deepcopy(preset_config("llama-4-scout"))
+    text = cfg["text_config"]
+    assert isinstance(text, dict)
+    for key, value in text_fields.items():
+        if value is None:
+            text.pop(key, None)
+        else:
+            text[key] = value
+    return json.dumps(cfg).encode()
+
+
+@pytest.mark.parametrize(("fields", "named", "says"), [
+    ({"moe_layers": []}, "moe_layers", "leaves none of the 48 layers a MoE layer"),
+    ({"moe_layers": [0, 100]}, "moe_layers", "below 48"),
+    ({"moe_layers": [3, 1]}, "moe_layers", "ascending, distinct"),
+    ({"moe_layers": [1, 1]}, "moe_layers", "ascending, distinct"),
+    ({"moe_layers": None, "interleave_moe_layer_step": 1000}, "interleave_moe_layer_step",
+     "leaves none of the 48 layers a MoE layer"),
+])
+def test_llama4_moe_layers_that_leave_no_valid_moe_layer_name_the_config_field(tmp_path, fields, named, says):
+    code, line, _ = _run(tmp_path, ["evaluate", "--model", "{dir}/c.json", "--cluster", "8xH100"],
+                         {"c.json": _llama4(**fields)})
+    assert code == 2 and line.startswith(f"shardplan: error: {named}: ") and says in line
+
+
+def test_llama4_presets_still_load():
+    from shardplan.models import get_model
+
+    for alias in ("llama-4-scout", "llama-4-maverick"):
+        assert get_model(alias).moe is not None
