@@ -112,3 +112,32 @@ def test_llama4_presets_still_load():
 
     for alias in ("llama-4-scout", "llama-4-maverick"):
         assert get_model(alias).moe is not None
+
+
+# A config of hidden size 1 (valid: every field in range) priced with a profile file of no fixed costs (valid: each
+# overhead may be 0) made every step 0 ns, and each rate divided by it: ZeroDivisionError, exit 3, in evaluate, the
+# solver's batch search, the --rate bounds and the disaggregated pools.
+def _tiny_files() -> dict[str, bytes]:
+    cfg = {key: value for key, value in preset_config("llama-3.1-8b").items() if not key.startswith("_shardplan")}
+    cfg.update(num_hidden_layers=1, hidden_size=1, num_attention_heads=1, num_key_value_heads=1, head_dim=1,
+               vocab_size=1, intermediate_size=1, max_position_embeddings=16)
+    profile = json.loads((Path(__file__).parents[2] / "hardware" / "profiles" / "h100-sxm-vllm.json").read_text())
+    profile.update({field: 0 for field in (
+        "layer_overhead_us", "step_overhead_us", "request_overhead_ms", "attention_fixed_us", "moe_fixed_us",
+        "moe_routed_token_ns", "ttft_queue_share", "ttft_wait_steps")})
+    return {"c.json": json.dumps(cfg).encode(), "p.json": json.dumps(profile).encode()}
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--json"],
+    ["solve", "--objective", "throughput", "--json"],
+    ["solve", "--serving", "auto", "--rate", "100", "--json", "--time-limit", "20"],
+    ["evaluate", "--serving", "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--json"],
+])
+def test_a_step_of_next_to_no_work_and_no_fixed_cost_is_priced_not_divided_by(tmp_path, argv):
+    common = ["--model", "{dir}/c.json", "--profile", "{dir}/p.json", "--cluster", "8xH100", "--isl", "1", "--osl", "2"]
+    case = Case(argv[0], [*argv, *common], _tiny_files())
+    outcome = run_in_process(case, tmp_path)
+    assert problems(outcome, case) == [] and outcome.code == 0, outcome.stderr
+    result = json.loads(outcome.stdout)
+    assert result["status"] in ("evaluated", "optimal", "feasible")
