@@ -448,9 +448,15 @@ def _llama4(r: _Reader, name: str, arch: str) -> ModelSpec:
     layers = r.int("num_hidden_layers")
     if r.has("moe_layers"):
         moe_layers = tuple(r.int_list("moe_layers"))
+        # Checked here, naming the config's field: the spec's own check named ``moe.layers``, which no config has.
+        if list(moe_layers) != sorted(set(moe_layers)) or any(i >= layers for i in moe_layers):
+            raise SpecError("moe_layers", f"expected ascending, distinct layer indices below {layers}, got "
+                                          f"{quoted(list(moe_layers))}")
+        _require_moe_layer(moe_layers, layers, "moe_layers", "moe_layers []")
     else:
         step = r.int("interleave_moe_layer_step", default=1)
         moe_layers = tuple(range(step - 1, layers, step))
+        _require_moe_layer(moe_layers, layers, "interleave_moe_layer_step", f"interleave_moe_layer_step {step}")
     expert_ffn = r.int("intermediate_size")
     # no_rope_layers[i] == 1 marks a RoPE layer, which attends within chunks of attention_chunk_size;
     # absent, transformers makes every no_rope_layer_interval-th layer (default 4th) a global NoPE layer.

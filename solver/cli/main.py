@@ -743,7 +743,7 @@ def _run(args: list[str], notes: list[str]) -> None:
         fail(f"error: command: none given; one of {', '.join(sorted(cli.commands))} (shardplan --help says "
              "what each does)", EXIT_BAD_INPUT)
     except click.ClickException as exc:  # UsageError, BadParameter, a missing file argument, ...
-        fail(f"error: {exc.format_message()}", EXIT_BAD_INPUT)
+        fail(f"error: {_click_message(exc)}", EXIT_BAD_INPUT)
     except ShardplanError as exc:  # SpecError, InfeasibleError and the rest of ours
         fail(error_message(exc), EXIT_INFEASIBLE if isinstance(exc, InfeasibleError) else EXIT_BAD_INPUT)
     except BrokenPipeError:
@@ -765,6 +765,19 @@ def _run(args: list[str], notes: list[str]) -> None:
         if _caused_by_ctrl_c(exc):
             _fail_interrupted(exc)
         _internal_error(exc)
+
+
+_EXTRA_ARGUMENTS = "Got unexpected extra argument"  # click's words for words no parameter takes
+
+
+def _click_message(exc: click.ClickException) -> str:
+    """click's message, with a field named where click names none: "Got unexpected extra argument (x)" (a
+    stray word, e.g. a value with a space left unquoted) becomes "argument: unexpected extra argument (x) ..."."""
+    message = exc.format_message()
+    if isinstance(exc, click.UsageError) and message.startswith(_EXTRA_ARGUMENTS) and exc.ctx is not None:
+        command = exc.ctx.command_path
+        return f"argument: {message[len('Got '):]} for {command} (see {command} --help)"
+    return message
 
 
 def _fail_interrupted(exc: BaseException) -> None:

@@ -44,10 +44,12 @@ def _named_out() -> Iterator[None]:
               help="where --fix writes the repaired DAG (.json, .graphml, .dot, .mmd)")
 def validate(file: str, as_json: bool, fix: bool, out: str | None) -> None:
     """Check an execution DAG (node-link JSON) against the DAG rules; --fix repairs what it safely can."""
+    # Each names its flag as the field ("out: ..."), the one line every bad input gets; a bare "--out needs
+    # --fix" named none.
     if out and not fix:
-        raise click.UsageError("--out needs --fix")
+        raise SpecError("out", "is where --fix writes the repaired DAG; give --fix too")
     if fix and not out:
-        raise click.UsageError("--fix needs --out FIXED.json")
+        raise SpecError("fix", "writes the repaired DAG to --out FIXED.json; give --out too")
     # Lazily on purpose: reading and writing DAGs needs networkx (about 0.2 s of CPU to import), and
     # the command line registers this command on every start.
     from shardplan.solver.dag.export import check_writable, read_json, write_graph, writer_for

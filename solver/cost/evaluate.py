@@ -274,7 +274,10 @@ def _priced_table(ctx: CostContext, step: Step, kinds: list[LayerKind], load_fac
         layer_ops_s=layer_ops_s,
         first_ns=round(sum(first_ops_s.values()) * NS_PER_S),
         first_ops_s=first_ops_s,
-        last_ns=round(sum(last_ops_s.values()) * NS_PER_S),
+        # At least 1 ns: every step ends at the last stage (logits, sampling), so no step is priced at zero time. A
+        # config of hidden size 1 with a profile file of no fixed costs priced every step at 0 ns, and each rate
+        # (tokens/s, requests/s) divided by it: ZeroDivisionError, exit 3. Any real step takes microseconds.
+        last_ns=max(1, round(sum(last_ops_s.values()) * NS_PER_S)),
         last_ops_s=last_ops_s,
     )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import networkx as nx
 
-from shardplan.models.errors import SpecError
+from shardplan.models.errors import SpecError, quoted
 from shardplan.models.files import json_text
 from shardplan.models.files import read_json as read_json_file
 from shardplan.rules.dag.catalog import graph_schema_problems
@@ -55,11 +55,16 @@ def from_json_data(data: Any) -> nx.DiGraph:
         for i, item in enumerate(data[what]):
             if not isinstance(item, dict):
                 raise SpecError("file", f"{what}[{i}]: expected an object of attributes")
+    for i, node in enumerate(data["nodes"]):
+        _check_node_name(_as_tuples(node.get("id")), f"nodes[{i}].id")
+    for i, edge in enumerate(data["edges"]):
+        for end in ("source", "target"):
+            value = edge.get(end)
+            _check_node_name(tuple(value) if isinstance(value, list) else value, f"edges[{i}].{end}")
     try:
-        try:
-            g = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
-        except TypeError:  # networkx < 3.4
-            g = nx.node_link_graph(data, directed=True, multigraph=False, link="edges")
+        # networkx >= 3.4 (pyproject) takes ``edges=``. A retry with the older ``link=`` on TypeError answered an
+        # object as a node id with "unexpected keyword argument 'link'" instead of what was wrong.
+        g = nx.node_link_graph(data, directed=True, multigraph=False, edges="edges")
     except (KeyError, TypeError, ValueError, nx.NetworkXError) as exc:
         raise SpecError("file", f"not a node-link graph ({type(exc).__name__}: {exc})") from None
     for _, d in g.nodes(data=True):
@@ -67,6 +72,20 @@ def from_json_data(data: Any) -> nx.DiGraph:
             if isinstance(d.get(key), list):
                 d[key] = tuple(d[key])
     return g
+
+
+def _as_tuples(value: Any) -> Any:
+    """A node id as networkx's node_link_graph reads it: lists, nested ones too, become tuples."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _check_node_name(value: Any, where: str) -> None:
+    """A node's id, or an edge's end, as networkx reads it (lists become tuples): one a dict can be used as. An
+    object (``{"a": 1}``) cannot, and networkx's TypeError said nothing of where it was."""
+    try:
+        hash(value)
+    except TypeError:
+        raise SpecError("file", f"{where}: {quoted(value)} cannot name a node; use a string or an integer") from None
 
 
 def write_json(dag: nx.DiGraph, path: str | Path) -> None:

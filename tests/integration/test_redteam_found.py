@@ -1,0 +1,143 @@
+"""Bad inputs a red-team pass (2026-11-29) found answered with a line that named no field, or the wrong one. Each is
+now exit 2 with one line naming the field, and nothing written."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz.cases import Case, preset_config
+from tests.fuzz.harness import problems, run_in_process
+
+
+def _run(tmp_path: Path, argv: list[str], files: dict[str, bytes] | None = None) -> tuple[int, str, list[str]]:
+    """(exit code, the one stderr line, files written) of an in-process run; the fuzz harness's judgement
+    (one line naming a field on exit 2, nothing written on error) must pass."""
+    case = Case(argv[0], argv, files or {})
+    outcome = run_in_process(case, tmp_path)
+    assert problems(outcome, case) == []
+    return outcome.code, outcome.stderr.strip(), outcome.written
+
+
+def _dag(tmp_path: Path) -> dict[str, object]:
+    code, _, _ = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", "--tp", "2",
+                                 "--no-runner-up", "--dag", "{dir}/plan.json"])
+    assert code == 0
+    data: dict[str, object] = json.loads((tmp_path / "plan.json").read_text())
+    (tmp_path / "plan.json").unlink()
+    return data
+
+
+# An object as a DAG node id or edge end: networkx's TypeError, retried with networkx < 3.4's keyword, said
+# "unexpected keyword argument 'link'".
+@pytest.mark.parametrize(("where", "value", "named"), [
+    ("node", {"a": 1}, "nodes[0].id"),
+    ("node", [1, {"a": 1}], "nodes[0].id"),
+    ("source", {"a": 1}, "edges[0].source"),
+    ("target", [{"a": 1}], "edges[0].target"),
+])
+def test_an_object_naming_a_dag_node_is_bad_input_naming_where(tmp_path, where, value, named):
+    data = _dag(tmp_path)
+    nodes, edges = data["nodes"], data["edges"]
+    assert isinstance(nodes, list) and isinstance(edges, list)
+    if where == "node":
+        nodes[0]["id"] = value
+    else:
+        edges[0][where] = value
+    code, line, written = _run(tmp_path, ["validate", "{dir}/d.json", "--fix", "--out", "{dir}/fixed.json"],
+                               {"d.json": json.dumps(data).encode()})
+    assert code == 2 and written == []
+    assert line.startswith(f"shardplan: error: file: {named}: ") and "cannot name a node" in line
+
+
+def test_a_list_naming_a_dag_node_is_still_read_as_networkx_reads_it(tmp_path):
+    data = _dag(tmp_path)
+    nodes = data["nodes"]
+    assert isinstance(nodes, list)
+    nodes[0]["id"] = [1, 2]  # a tuple node to networkx: read, then judged by the DAG rules
+    code, _, _ = _run(tmp_path, ["validate", "{dir}/d.json"], {"d.json": json.dumps(data).encode()})
+    assert code in (0, 1)
+
+
+# "--fix needs --out FIXED.json" and "--out needs --fix" named no field.
+@pytest.mark.parametrize(("flags", "field"), [(["--fix"], "fix"), (["--out", "{dir}/fixed.json"], "out")])
+def test_validate_fix_and_out_each_without_the_other_name_the_flag(tmp_path, flags, field):
+    code, line, written = _run(tmp_path, ["validate", "{dir}/d.json", *flags], {"d.json": b"{}"})
+    assert code == 2 and written == [] and line.startswith(f"shardplan: error: {field}: ")
+
+
+# click's "Got unexpected extra argument (x)" named no field.
+@pytest.mark.parametrize("argv", [["solve", "--model", "llama-3.1-8b", "stray"], ["rules", "TP-001", "TP-002"],
+                                  ["profiles", "x"], ["models", "--json", "x"]])
+def test_a_stray_word_after_a_command_names_it_as_an_argument(tmp_path, argv):
+    code, line, _ = _run(tmp_path, argv)
+    assert code == 2
+    assert line.startswith("shardplan: error: argument: unexpected extra argument (")
+    assert f"for shardplan {argv[0]} (see shardplan {argv[0]} --help)" in line
+
+
+# A Llama 4 moe_layers list or interleave step that leaves no MoE layer, repeats one or points past the last was
+# named ``moe.layers``, a field no config has.
+def _llama4(**text_fields: object) -> bytes:
+    cfg = copy.deepcopy(preset_config("llama-4-scout"))
+    text = cfg["text_config"]
+    assert isinstance(text, dict)
+    for key, value in text_fields.items():
+        if value is None:
+            text.pop(key, None)
+        else:
+            text[key] = value
+    return json.dumps(cfg).encode()
+
+
+@pytest.mark.parametrize(("fields", "named", "says"), [
+    ({"moe_layers": []}, "moe_layers", "leaves none of the 48 layers a MoE layer"),
+    ({"moe_layers": [0, 100]}, "moe_layers", "below 48"),
+    ({"moe_layers": [3, 1]}, "moe_layers", "ascending, distinct"),
+    ({"moe_layers": [1, 1]}, "moe_layers", "ascending, distinct"),
+    ({"moe_layers": None, "interleave_moe_layer_step": 1000}, "interleave_moe_layer_step",
+     "leaves none of the 48 layers a MoE layer"),
+])
+def test_llama4_moe_layers_that_leave_no_valid_moe_layer_name_the_config_field(tmp_path, fields, named, says):
+    code, line, _ = _run(tmp_path, ["evaluate", "--model", "{dir}/c.json", "--cluster", "8xH100"],
+                         {"c.json": _llama4(**fields)})
+    assert code == 2 and line.startswith(f"shardplan: error: {named}: ") and says in line
+
+
+def test_llama4_presets_still_load():
+    from shardplan.models import get_model
+
+    for alias in ("llama-4-scout", "llama-4-maverick"):
+        assert get_model(alias).moe is not None
+
+
+# A config of hidden size 1 (valid: every field in range) priced with a profile file of no fixed costs (valid: each
+# overhead may be 0) made every step 0 ns, and each rate divided by it: ZeroDivisionError, exit 3, in evaluate, the
+# solver's batch search, the --rate bounds and the disaggregated pools.
+def _tiny_files() -> dict[str, bytes]:
+    cfg = {key: value for key, value in preset_config("llama-3.1-8b").items() if not key.startswith("_shardplan")}
+    cfg.update(num_hidden_layers=1, hidden_size=1, num_attention_heads=1, num_key_value_heads=1, head_dim=1,
+               vocab_size=1, intermediate_size=1, max_position_embeddings=16)
+    profile = json.loads((Path(__file__).parents[2] / "hardware" / "profiles" / "h100-sxm-vllm.json").read_text())
+    profile.update({field: 0 for field in (
+        "layer_overhead_us", "step_overhead_us", "request_overhead_ms", "attention_fixed_us", "moe_fixed_us",
+        "moe_routed_token_ns", "ttft_queue_share", "ttft_wait_steps")})
+    return {"c.json": json.dumps(cfg).encode(), "p.json": json.dumps(profile).encode()}
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "--json"],
+    ["solve", "--objective", "throughput", "--json"],
+    ["solve", "--serving", "auto", "--rate", "100", "--json", "--time-limit", "20"],
+    ["evaluate", "--serving", "disagg", "--prefill", "workers=1", "--decode", "workers=1", "--json"],
+])
+def test_a_step_of_next_to_no_work_and_no_fixed_cost_is_priced_not_divided_by(tmp_path, argv):
+    common = ["--model", "{dir}/c.json", "--profile", "{dir}/p.json", "--cluster", "8xH100", "--isl", "1", "--osl", "2"]
+    case = Case(argv[0], [*argv, *common], _tiny_files())
+    outcome = run_in_process(case, tmp_path)
+    assert problems(outcome, case) == [] and outcome.code == 0, outcome.stderr
+    result = json.loads(outcome.stdout)
+    assert result["status"] in ("evaluated", "optimal", "feasible")
