@@ -312,7 +312,6 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
         m.cut_ttft_all()  # few pairs (a pruned search): every pair's TTFT cuts before the first question
     m.cap_feed(floor)
     best = _told(m, pools, walked) or best
-    first_in_order = False
     proposals = walked.checks
     while True:
         r0, g0 = (best.rate_units, best.gpus) if best else (0, 1)
@@ -322,10 +321,10 @@ def max_throughput_from(pools: Pools, best: Accepted | None, deadline: Deadline)
         proposals += asked.proposals
         if asked.accepted is None:
             break
-        best, first_in_order = asked.accepted, False
+        best = asked.accepted
     # a per-GPU question scaled to fit 64 bits may have missed a deployment between the two ratios
     proven = asked.complete and (best is None or per_gpu_terms(m, best.rate_units, best.gpus)[2])
-    while proven and best is not None and not first_in_order:  # ties toward fewer GPUs, then brute force's order
+    while proven and best is not None:  # ties toward fewer GPUs, then brute force's order
         fewer = _first_accepted(m, pools, partial(_as_good_and_earlier, m, best), deadline, cut_ttft=True,
                                 floor=floor, need=_ahead_of(pools, best))
         proposals += fewer.proposals
