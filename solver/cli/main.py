@@ -63,6 +63,9 @@ EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_INTERNAL = 1, 2, 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what `timeout`, CI runners and service managers send
 MAX_JOBS = 256
+# calibrate's default --time-limit: its work grows with the rows, and a CSV within the size limit (MAX_CSV_BYTES)
+# holds about a hundred times the repository's, which fit in about 2 minutes; a script must not wait for hours.
+CALIBRATE_TIME_LIMIT_S = 600.0
 MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 # The runner-up's work without --time-limit (search_base.Deadline): a multiple of the plan's, as the
 # wall-clock max(5 s, 3 x the plan's search) it replaces was; 5 units are 5-8 s of one core (CP-SAT
@@ -284,9 +287,13 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
 @click.option("--ops", default=None, type=click.Path(exists=True, dir_okay=False),
               help="op_points.csv for the shared operator factors")
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes fitting profiles in parallel")
+@click.option("--time-limit", type=float, default=CALIBRATE_TIME_LIMIT_S, show_default=True,
+              help="seconds the fit may take; past them it ends with one line, exit 2, nothing written (the "
+                   "repository's 1,337 rows into 19 profiles take about 2 minutes on one core)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def calibrate(
-    points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, as_json: bool
+    points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, time_limit: float,
+    as_json: bool,
 ) -> None:
     """Fit calibration profiles to measured points; needs scipy (pip install 'shardplan[calibrate]').
 
@@ -311,6 +318,7 @@ def calibrate(
     """
     if not 1 <= jobs <= MAX_JOBS:
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
+    check_time_limit(time_limit)
     with OutputFiles([points, ops]) as outputs:
         outputs.add("out", out, directory_ok=True)
         if ops is not None:
@@ -320,7 +328,7 @@ def calibrate(
 
         try:
             results = calibrate_to_file(points, outputs.temp("out"), gpu=gpu, software=software, op_csv=ops,
-                                        jobs=jobs)
+                                        jobs=jobs, time_limit_s=time_limit)
         except SpecError:
             raise
         except (ValueError, ArithmeticError, KeyError, AttributeError, IndexError) as exc:

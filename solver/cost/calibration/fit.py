@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from typing import Any
 
 from shardplan.hardware import Collective, collective_time_s, get_gpu, oneshot_allreduce_s, parse_cluster
 from shardplan.hardware.profile import PROFILE_DIR, Profile, get_profile
-from shardplan.models import SpecError
+from shardplan.models import SolverLimitError, SpecError
 from shardplan.models.errors import quoted
 from shardplan.models.files import json_text
 from shardplan.solver.cost.calibration.measures import predict
@@ -504,8 +505,15 @@ class FitResult:
     fields: tuple[str, ...] = FITTED
 
 
-def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields: Sequence[str] = FITTED) -> FitResult:
-    """Least squares on log error over ``points`` for ``fields`` of ``start``; values rounded."""
+class FitTimedOut(Exception):
+    """The fit's wall-clock end passed (``calibrate``'s ``time_limit_s``); raised in a worker, named by the caller."""
+
+
+def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields: Sequence[str] = FITTED,
+                end_at: float | None = None) -> FitResult:
+    """Least squares on log error over ``points`` for ``fields`` of ``start``; values rounded. ``end_at``: a
+    ``time.time()`` past which it stops (``FitTimedOut``), checked at each evaluation of the residuals (one
+    pricing of every row: its cost grows with the rows, up to the CSV's size limit)."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
@@ -523,6 +531,8 @@ def fit_profile(points: Sequence[Point], start: Profile, ops: OpFactors, fields:
         return start.model_copy(update={f: float(v) for f, v in zip(fields, x, strict=True)})
 
     def res(x: Sequence[float]) -> list[float]:
+        if end_at is not None and time.time() >= end_at:
+            raise FitTimedOut
         prof = candidate(x)
         rows = [w * residual(p, prof) for p, w in zip(points, weights, strict=True)]
         priors = [
@@ -569,11 +579,14 @@ def calibrate(
     row_filter: Callable[[Point], bool] | None = None,
     jobs: int = 1,
     one_profile: bool = False,
+    time_limit_s: float | None = None,
 ) -> list[FitResult]:
     """Fit one profile per (GPU, software generation) found in ``points_csv`` (only ``gpu``'s if
     given; only rows ``row_filter(point)`` accepts). Returns the fits, profiles rounded. With
     ``one_profile``, rows of more than one (GPU, generation) are refused before any fitting (a fit of
-    every generation of a GPU takes about half a minute; the caller could only keep one)."""
+    every generation of a GPU takes about half a minute; the caller could only keep one). ``time_limit_s``:
+    the fits not done within it (counted from here) end in ``SolverLimitError`` naming ``time-limit``."""
+    end_at = None if time_limit_s is None else time.time() + time_limit_s
     points, skipped = load_points(points_csv)
     if not points:
         raise SpecError("points", f"no usable rows in {points_csv}: {skipped_summary(skipped)}")
@@ -596,17 +609,23 @@ def calibrate(
     for gpu_name, software in groups:
         rank = GENERATIONS.index(software)
         newest[gpu_name] = min(rank, newest.get(gpu_name, rank))
-    tasks = [(key, pts, ops, GENERATIONS.index(key[1]) == newest[key[0]], terms) for key, pts in groups.items()]
-    if jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_fit_task, tasks))
-    else:
-        results = [_fit_task(t) for t in tasks]
+    tasks = [(key, pts, ops, GENERATIONS.index(key[1]) == newest[key[0]], terms, end_at)
+             for key, pts in groups.items()]
+    try:
+        if jobs > 1 and len(tasks) > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:  # each worker stops at the same end
+                results = list(pool.map(_fit_task, tasks))
+        else:
+            results = [_fit_task(t) for t in tasks]
+    except FitTimedOut:
+        raise SolverLimitError(f"time-limit: the fit of {len(points)} rows into {len(tasks)} profile(s) had not "
+                               f"finished within {time_limit_s:g} s; fit fewer rows (--gpu, --software) or give "
+                               "it more time") from None
     return [_with_source(r, pts, points_csv, ops) for r, (_, pts, *_) in zip(results, tasks, strict=True)]
 
 
-def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool, OpTerms | None]) -> FitResult:
-    (gpu, software), pts, ops, default, terms = task
+def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool, OpTerms | None, float | None]) -> FitResult:
+    (gpu, software), pts, ops, default, terms, end_at = task
     fields = FITTED_BY_SOFTWARE.get(software, FITTED)
     start = shared_profile(ops, gpu, software, default, terms)
     if gpu not in _OP_GPUS and "gemm_efficiency" in fields and all_fp4(pts):
@@ -615,7 +634,7 @@ def _fit_task(task: tuple[tuple[str, str], list[Point], OpFactors, bool, OpTerms
         curve = hopper_gemm_terms(ops)
         start = start.model_copy(update={**curve, "fp4_gemm_ratio": curve["low_precision_gemm_ratio"]})
         fields = fp4_share_fields(fields)
-    return fit_profile(pts, start, ops, fields)
+    return fit_profile(pts, start, ops, fields, end_at)
 
 
 def _with_source(result: FitResult, points: Sequence[Point], points_csv: str | Path, ops: OpFactors) -> FitResult:
@@ -670,15 +689,17 @@ def calibrate_to_file(
     software: str | None = None,
     op_csv: str | Path | None = None,
     jobs: int = 1,
+    time_limit_s: float | None = None,
 ) -> list[FitResult]:
-    """What ``shardplan calibrate`` does: fit, then write one profile to ``out`` (a file), or
-    every fitted profile into ``out`` when it is a directory."""
+    """What ``shardplan calibrate`` does: fit (within ``time_limit_s``), then write one profile to ``out`` (a
+    file), or every fitted profile into ``out`` when it is a directory."""
     _require_scipy()
     if software is not None and software not in GENERATIONS:
         raise SpecError("software", f"{quoted(software)}; one of {', '.join(GENERATIONS)}")
     row_filter = (lambda p: p.software == software) if software else None
     out = Path(out)
-    results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs, one_profile=not out.is_dir())
+    results = calibrate(points_csv, op_csv, gpu=gpu, row_filter=row_filter, jobs=jobs, one_profile=not out.is_dir(),
+                        time_limit_s=time_limit_s)
     if not results:
         raise SpecError("points", f"no usable rows in {points_csv}")
     if out.is_dir():

@@ -174,3 +174,22 @@ def test_rows_of_several_profiles_into_one_file_are_refused_before_fitting(tmp_p
     err = capsys.readouterr().err
     assert "out" in err and "h100-sxm," in err and "h100-sxm-trtllm-0.14" in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_fit_past_its_time_limit_ends_in_one_line_and_writes_nothing(tmp_path, capsys, jobs):
+    """``calibrate --time-limit``: the fit's work grows with the rows (a CSV within the size limit holds about a
+    hundred times the repository's), so it stops at the limit, in every worker, with one line naming the option,
+    exit 2 and no profile written; TINY's two generations (v0.17 and v0.14 rows) make two profiles."""
+    pytest.importorskip("scipy")
+    points_csv, out = tmp_path / "points.csv", tmp_path / "profiles"
+    out.mkdir()
+    write_csv(points_csv, TINY + [row(40, "Llama-3.1-8B", "H100-SXM-80GB", 1, 128, 128, 20000.0,
+                                      source="TRTLLM-PERF-v0.14")])
+    with pytest.raises(SystemExit) as ended:
+        main(["calibrate", str(points_csv), "--out", str(out), "--time-limit", "1e-9", "--jobs", jobs])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "shardplan: error: time-limit: the fit of 5 rows into 2 profile(s) had not finished within 1e-09 s")
+    assert list(out.iterdir()) == []
