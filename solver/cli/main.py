@@ -64,7 +64,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command ended b
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what `timeout`, CI runners and service managers send
 MAX_JOBS = 256
 # calibrate's default --time-limit: its work grows with the rows, and a CSV within the size limit (MAX_CSV_BYTES)
-# holds about a hundred times the repository's, which fit in about 2 minutes; a script must not wait for hours.
+# holds about a hundred times the repository's, which fit in about 90 s; a script must not wait for hours.
 CALIBRATE_TIME_LIMIT_S = 600.0
 MIN_RUNNER_UP_S = 0.5  # less left of --time-limit than this after the plan: no runner-up is searched
 # The runner-up's work without --time-limit (search_base.Deadline): a multiple of the plan's, as the
@@ -289,7 +289,7 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes fitting profiles in parallel")
 @click.option("--time-limit", type=float, default=CALIBRATE_TIME_LIMIT_S, show_default=True,
               help="seconds the fit may take; past them it ends with one line, exit 2, nothing written (the "
-                   "repository's 1,337 rows into 19 profiles take about 2 minutes on one core)")
+                   "repository's 1,337 rows into 19 profiles take about 90 s on one core)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def calibrate(
     points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, time_limit: float,
