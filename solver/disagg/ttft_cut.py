@@ -231,7 +231,7 @@ class ChoiceFloor:
         self._round: dict[tuple[int, int], int] = {}  # _round[(k, b)]: candidate k's round at batch b
         self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
-        self._least_round_ns: int | None = None  # the least round at batch 1 of any decode candidate
+        self._least_round: int | None = None  # _least_round_ns()'s memo
 
     def refuses(self, c: Choice, target_units: int) -> bool:
         """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
@@ -272,7 +272,7 @@ class ChoiceFloor:
             return False
         osl, n = pools.problem.workload.osl, pools.problem.cluster.num_gpus
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)
-        least_round_ns = min(self._round_at(k, 1) for k in range(len(pools.decode))) if osl > 1 else 0
+        least_round_ns = self._least_round_ns() if osl > 1 else 0
         least_decode_gpus = min(d.gpus for d in pools.decode)
         monotone = rps * (self.limit_ns + (osl - 1) * least_round_ns) / NS_PER_S >= 1 + 2 * FLOAT_SLACK
         for i, p in enumerate(pools.prefill):
@@ -317,9 +317,7 @@ class ChoiceFloor:
         elif k is not None:
             round_ns = self._round_at(k, 1)
         else:
-            if self._least_round_ns is None:
-                self._least_round_ns = min(self._round_at(d, 1) for d in range(len(self.pools.decode)))
-            round_ns = self._least_round_ns
+            round_ns = self._least_round_ns()
         full = self._step(i, self.top_chunk)
         pass_ns = self._step(i, 1).pass_ns
         return cut_units(self.pools.profile, osl, self.limit_ns - self.overhead_ns - pass_ns,
@@ -353,6 +351,12 @@ class ChoiceFloor:
             self._rungs[k] = rungs(self.pools.decode[k].batch)
         ladder = self._rungs[k]
         return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
+
+    def _least_round_ns(self) -> int:
+        """The least round at batch 1 of any decode candidate (``refuses_every`` and ``worker_cap_units``)."""
+        if self._least_round is None:
+            self._least_round = min(self._round_at(k, 1) for k in range(len(self.pools.decode)))
+        return self._least_round
 
     def _step(self, i: int, n: int) -> PrefillStep:
         if (i, n) not in self._prefill:
