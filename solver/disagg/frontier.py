@@ -83,13 +83,14 @@ class DisaggEnumeration:
                 if self.deadline.passed() or (self.limit is not None and self.count >= self.limit):
                     return
                 plan = self._best_of_pair(i, k)
-                if plan is not None and row_key(plan) not in listed:
-                    listed.add(row_key(plan))
-                    m = plan.prediction.metrics
-                    # Frontier keeps the least first value and the most second: per user negated.
-                    self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
-                    self.count += 1
-                    yield plan
+                if plan is None or (key := row_key(plan)) in listed:
+                    continue
+                listed.add(key)
+                m = plan.prediction.metrics
+                # Frontier keeps the least first value and the most second: per user negated.
+                self.frontier.add(self.count, -m.output_tokens_per_s_per_user, m.output_tokens_per_s_per_gpu)
+                self.count += 1
+                yield plan
         self.partial = self.cut_short or self.deadline.passed()  # the last pair's search may have been cut
 
     def _best_of_pair(self, i: int, k: int) -> DisaggPlan | None:
