@@ -24,6 +24,7 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 ENGINES: tuple[str, ...] = get_args(Engine)
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}  # as each project writes its name
 # The engine a plan is priced for and launched with when the user names none: vLLM, the serving
 # engine most deployments run (the most represented engine of the serving runs in
 # shared/calibration/serving_points.csv too: about 3,000 of its 8,270 rows against ~2,800 SGLang and

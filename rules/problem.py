@@ -8,11 +8,13 @@ files or converts units.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from shardplan.hardware import ClusterSpec
 from shardplan.hardware.compose import ANY_GPU
+from shardplan.hardware.measured_error import Serving, measured_errors
 from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, list_profiles, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
@@ -157,8 +159,31 @@ def resolve_profile(problem: Problem, profile: Profile | None = None) -> Profile
         return problem.profile
     if problem.profile:
         return get_profile(problem.profile)
+    return engine_default_profile(problem)
+
+
+def engine_default_profile(problem: Problem) -> Profile:
+    """The profile the problem's engine prices its GPU with when no profile is named: the engine's own for the
+    GPU (or the GPU whose profiles it borrows), composed where there is none."""
     gpu = problem.cluster.gpu
     return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
+
+
+def measured_error(problem: Problem, serving: Serving) -> dict[str, Any] | None:
+    """How far the engine's predictions fell from its measured runs under load in ``serving`` mode
+    (``hardware/measured_error.py``), as a plan's JSON carries it (``measured_error``): the runs, their GPUs,
+    whether this cluster's GPU is among them (``gpu_measured``), and the median |error| and median error of TTFT
+    and TPOT. None where the figures do not describe the plan: it is priced with a profile other than the
+    engine's default (one named, or read from a file), or the engine has no measured run in this mode."""
+    if resolve_profile(problem).name != engine_default_profile(problem).name:
+        return None
+    found = measured_errors().of(problem.engine, serving)
+    if found is None:
+        return None
+    gpu = problem.cluster.gpu
+    return {"serving": serving, "engine": problem.engine, "runs": found.runs, "gpus": list(found.gpus),
+            "gpu_measured": (gpu.profiles_from or gpu.name) in found.gpus,
+            "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump()}
 
 
 # An engine profile whose weight stream is below this share of its GPU's table-fitted one was set by runs that do

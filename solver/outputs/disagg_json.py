@@ -12,6 +12,7 @@ from typing import Any
 from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
+from shardplan.rules.problem import measured_error
 from shardplan.solver.outputs.plan_json import _num, degrees, memory_dict, metrics_dict, notes_dict
 
 
@@ -59,6 +60,7 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "fits": plan.prefill_plan.prediction.fits and plan.decode_plan.prediction.fits,
         "engine": problem.engine,
         "profile": pred.profile,
+        "measured_error": measured_error(problem, "disagg"),
         "solve_time_s": None,  # what a search sets through ``extra``; evaluate's and enumerate's rows solve nothing
         **notes_dict(problem),
     }

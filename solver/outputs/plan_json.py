@@ -10,7 +10,7 @@ from typing import Any
 
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction
-from shardplan.rules.problem import Problem, profile_notes
+from shardplan.rules.problem import Problem, measured_error, profile_notes
 from shardplan.solver.placement.plan import PlanPlacement
 
 
@@ -91,6 +91,7 @@ def plan_dict(
         "breakdown": [s.model_dump() for s in prediction.stages],
         "engine": problem.engine,
         "profile": prediction.profile,
+        "measured_error": measured_error(problem, "colocated"),
         "microbatches": prediction.microbatches,
         "solve_time_s": None if solve_time_s is None else round(solve_time_s, 3),
         **notes_dict(problem),

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from shardplan.hardware.profile import ENGINE_NAMES
 from shardplan.models.errors import SolverLimitError
 from shardplan.rules.capacity import engine_batch_limit
 from shardplan.rules.plan import Plan
@@ -59,6 +60,21 @@ def metric_text(metrics: dict[str, Any]) -> dict[str, str]:
         "tokens_per_s_per_gpu": f"{metrics['output_tokens_per_s_per_gpu']:,.1f} tok/s",
         "batch": f"{metrics['batch']:,}",
     }
+
+
+def measured_error_text(data: dict[str, Any]) -> str | None:
+    """The plan's ``measured_error`` in one line: how far its engine's predictions fell from measured runs
+    under load in its serving mode, and whether any was on this GPU; None where the plan carries none."""
+    found = data.get("measured_error")
+    if not found:
+        return None
+    mode = "one pool" if found["serving"] == "colocated" else "disaggregated"
+    runs = f"{found['runs']:,} run{'' if found['runs'] == 1 else 's'}"
+    ttft, tpot = found["ttft"], found["tpot"]
+    gpus = ", ".join(found["gpus"]) + ("" if found["gpu_measured"] else ", none on this GPU")
+    return (f"measured error of {ENGINE_NAMES[found['engine']]}, {mode}, on {runs} ({gpus}): "
+            f"median |error| TTFT {ttft['median_abs']:.0%}, TPOT {tpot['median_abs']:.0%}; bias "
+            f"{ttft['median']:+.0%}, {tpot['median']:+.0%}")
 
 
 def gpu_span(gpus: list[int]) -> str:
@@ -438,6 +454,7 @@ def plan_report(
                                ("batch", "batch per replica"))
         )
         + "</section>",
+        *([f'<p class="sub" id="measured-error">{e(measured)}</p>'] if (measured := measured_error_text(data)) else []),
         "<h2>Layout</h2><ul>"
         + "".join(f"<li>{e(line)}</li>" for line in layout_lines(data, p.cluster.num_gpus, p.cluster.gpus_per_node))
         + "</ul>",

@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardplan.hardware.profile import Engine, Profile
+from shardplan.hardware.profile import ENGINE_NAMES, Engine, Profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem, resolve_profile
 from shardplan.solver.cost.calibration.fit import _sig, residual, scaleup_bw_max
@@ -61,7 +61,6 @@ ENGINE_LIMITS: dict[str, dict[str, float]] = {
     "trtllm": {"max_batch": 2048, "max_num_tokens": 8192, "prefill_mixes_with_decode": True,
                "reserves_whole_sequence": True},
 }
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Plans quote their engine's measured error (``measured_error`` in the JSON, one line in the terminal): the
+figures stored for the plan's engine and serving mode, and none where they would not describe the plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.test_cli_disagg import run
+
+LLAMA_8B = ["--model", "llama-3.1-8b", "--isl", "1000", "--osl", "100", "--no-runner-up"]
+
+
+def as_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, _ = run([*argv, "--json"], capsys)
+    assert code == 0
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def stored(mode: str, engine: str) -> dict[str, Any]:
+    from shardplan.hardware.measured_error import MEASURED_ERROR_FILE
+
+    figures: dict[str, Any] = json.loads(MEASURED_ERROR_FILE.read_text(encoding="utf-8"))[mode][engine]
+    return figures
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_a_colocated_plan_quotes_its_engines_one_pool_figures(engine, capsys):
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", engine], capsys)
+    found = data["measured_error"]
+    figures = stored("colocated", engine)
+    assert found == {"serving": "colocated", "engine": engine, "gpu_measured": "H100-SXM" in figures["gpus"],
+                     **figures}
+
+
+def test_the_terminal_line_carries_the_same_figures(capsys):
+    figures = stored("colocated", "sglang")
+    code, out, _ = run(["solve", *LLAMA_8B, "--cluster", "8xH200", "--engine", "sglang"], capsys)
+    assert code == 0
+    line = next(x for x in out.splitlines() if "measured error" in x)
+    assert f"SGLang, one pool, on {figures['runs']} runs" in line
+    assert f"TTFT {figures['ttft']['median_abs']:.0%}, TPOT {figures['tpot']['median_abs']:.0%}" in line
+
+
+def test_a_gpu_no_run_was_measured_on_is_said(capsys):
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xL40S", "--engine", "vllm"], capsys)
+    assert data["profile"] == "l40s+vllm" and data["measured_error"]["gpu_measured"] is False
+    code, out, _ = run(["solve", *LLAMA_8B, "--cluster", "8xL40S", "--engine", "vllm"], capsys)
+    assert code == 0 and "none on this GPU" in out
+
+
+def test_a_profile_named_by_the_user_gets_no_figures(capsys):
+    # The figures are of the engines' default profiles: an older generation's or a table profile's plans are not
+    # what they measured.
+    for profile in ("h100-sxm", "h100-sxm-trtllm-0.14"):
+        data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--profile", profile], capsys)
+        assert data["profile"] == profile and data["measured_error"] is None
+    code, out, _ = run(["solve", *LLAMA_8B, "--cluster", "8xH100", "--profile", "h100-sxm"], capsys)
+    assert code == 0 and "measured error" not in out
+
+
+def test_naming_the_engines_default_profile_keeps_the_figures(capsys):
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", "trtllm", "--profile",
+                    "h100-sxm-trtllm"], capsys)
+    assert data["measured_error"] is not None and data["measured_error"]["engine"] == "trtllm"
+
+
+def test_a_disaggregated_plan_quotes_the_disaggregated_figures(capsys):
+    data = as_json(["evaluate", *LLAMA_8B[:-1], "--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg",
+                    "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
+    figures = stored("disagg", "trtllm")
+    assert data["measured_error"] == {"serving": "disagg", "engine": "trtllm",
+                                      "gpu_measured": "H100-SXM" in figures["gpus"], **figures}
+    code, out, _ = run(["evaluate", *LLAMA_8B[:-1], "--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg",
+                     "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
+    assert code == 0 and f"TensorRT-LLM, disaggregated, on {figures['runs']} runs" in out
