@@ -17,6 +17,7 @@ from typing import Literal, get_args
 from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError
 
 from shardplan.hardware.compose import ANY_GPU, SEPARATOR, compose
+from shardplan.hardware.gpu import get_gpu, list_gpus
 from shardplan.models.errors import SpecError, printable, quoted
 from shardplan.models.frozen import HashOnce
 
@@ -356,4 +357,18 @@ def profile_from_data(data: object, shown: str) -> Profile:
         value = getattr(profile, name)
         if value is not None and not low <= value <= high:
             raise SpecError(f"profile {name}", f"{shown}: {value:g} is outside {low:g}..{high:g}")
-    return profile
+    if profile.gpu == ANY_GPU:
+        return profile
+    return profile.model_copy(update={"gpu": _known_gpu(profile.gpu, shown)})
+
+
+def _known_gpu(name: str, shown: str) -> str:
+    """A profile file's ``gpu`` as the preset's name (an alias such as ``h100`` read as ``H100-SXM``): a plan's note
+    compares it with the cluster's GPU, and a GPU no preset holds ('H999') was no fit's, only a typo or a made-up
+    file (``shardplan calibrate`` writes a preset's name, ``generic`` ``ANY_GPU``)."""
+    try:
+        return get_gpu(name).name
+    except SpecError:
+        known = ", ".join(g.name for g in list_gpus())
+        raise SpecError("profile gpu", f"{shown}: {quoted(name)} is not a known GPU; known: {known}, or "
+                                       f"{ANY_GPU!r} for any") from None

@@ -78,7 +78,7 @@ def bounds_for(fields: Sequence[str], stream_max: float | None = None) -> list[t
 
 
 def at_bound(field: str, value: float) -> bool:
-    """Within ``engine_fit.AT_BOUND_SHARE`` of the physical range's width from either end (``ranges``' rule)."""
+    """Within ``fit.AT_BOUND_SHARE`` of the physical range's width from either end (``ranges``' rule)."""
     lo, hi = {**ENGINE_BOUNDS, **MOE_BOUNDS}[field]
     return FittedField("", field, value, lo, hi).at_bound
 

@@ -34,6 +34,7 @@ from shardplan.solver.cli.inputs import (
     engine_with_emit,
     held_notes,
     layout_from_pins,
+    note_on_stderr,
     print_notes,
 )
 from shardplan.solver.cli.once import OnceGroup
@@ -313,6 +314,9 @@ def calibrate(
     A missing column, a short or long row, a non-number in isl/osl/value or bytes that are not UTF-8
     (a leading UTF-8 byte-order mark is dropped, as for every file shardplan reads; a UTF-16 or UTF-32
     file is named as such) exit 2 with the column, row or byte named, and write nothing.
+    Each fitted field the fit leaves at an end of its physical range is named in a note on stderr
+    (and under at_bound in --json). Rows no profile inside the ranges describes (its fit misses the
+    median row by more than 2-fold either way) exit 1 with one line naming the profile, and write nothing.
     Write the profile with --out and plan with --profile FILE.
     Example: shardplan calibrate perf_points.csv --gpu H100 --software trtllm --out h100.json
     """
@@ -340,9 +344,15 @@ def calibrate(
     rows: list[dict[str, Any]] = [
         {"profile": r.profile.name, "gpu": r.profile.gpu, "rows": r.rows,
          "median_abs_error": round(r.median_abs_error, 4),
-         "fitted": {f: getattr(r.profile, f) for f in r.fields}}
+         "fitted": {f: getattr(r.profile, f) for f in r.fields},
+         "at_bound": [_at_bound(f, getattr(r.profile, f), r.ranges[f]) for f in r.at_bounds]}
         for r in results
     ]
+    for row in rows:  # each field a fit left at an end of its range, one line on stderr
+        for end in row["at_bound"]:
+            note_on_stderr(f"{row['profile']}: {end['field']} {end['value']:g} is at the {end['end']} end of its "
+                           f"physical range {end['range'][0]:g}..{end['range'][1]:g}: the rows pushed it there (a "
+                           "term the cost model lacks, or rows no value in the range describes)")
     if as_json:
         emit_json(rows)
     else:
@@ -350,6 +360,13 @@ def calibrate(
             fitted = ", ".join(f"{k}={v:g}" for k, v in row["fitted"].items())
             click.echo(f"{row['profile']}: {row['rows']} rows, median |error| {row['median_abs_error']:.1%}; {fitted}")
         say_wrote(out)
+
+
+def _at_bound(field: str, value: float, bounds: tuple[float, float]) -> dict[str, Any]:
+    """``calibrate --json``'s entry for a fitted field at an end of its physical range (``fit.at_an_end``)."""
+    low, high = bounds
+    return {"field": field, "value": value, "end": "low" if value - low <= high - value else "high",
+            "range": [low, high]}
 
 
 @cli.command()

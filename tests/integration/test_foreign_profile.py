@@ -48,3 +48,13 @@ def test_a_profile_file_of_another_gpu_is_noted_beside_the_human_view(tmp_path) 
 def test_a_profile_of_the_clusters_gpu_or_of_any_gpu_says_nothing(tmp_path, profile) -> None:
     code, out, err = _run(tmp_path, ["evaluate", *H200, "--json", *profile])
     assert code == 0 and "notes" not in json.loads(out) and err == ""
+
+
+def test_a_profile_file_of_a_gpu_no_preset_holds_is_bad_input(tmp_path) -> None:
+    """A file whose ``gpu`` names no preset ('H999') was priced with a note claiming it was fitted on H999; it is a
+    typo or a made-up file, so bad input: one line naming the field and the value, exit 2, no plan."""
+    profile = json.loads((PROFILE_DIR / "h100-sxm-vllm.json").read_bytes()) | {"gpu": "H999"}
+    argv = ["solve", *H200, "--no-runner-up", "--json", "--profile", "{dir}/p.json"]
+    code, out, err = _run(tmp_path, argv, {"p.json": json.dumps(profile).encode()})
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("shardplan: error: profile gpu: ") and "p.json: 'H999' is not a known GPU; known: " in err

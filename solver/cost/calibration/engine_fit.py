@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from shardplan.hardware.profile import ENGINE_NAMES, Engine, Profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem, resolve_profile
-from shardplan.solver.cost.calibration.fit import _sig, residual, scaleup_bw_max
+from shardplan.solver.cost.calibration.fit import _sig, at_an_end, residual, scaleup_bw_max
 from shardplan.solver.cost.calibration.points import Point
 from shardplan.solver.cost.evaluate import evaluate
 
@@ -40,7 +40,6 @@ ENGINE_FIELDS: tuple[str, ...] = ("layer_overhead_us", "hbm_efficiency")
 # included; the FP8 expert blocks 0.86-0.89 past theirs). The KV stream, the attention kernel's fixed time
 # and the per-rank full-width work are operator terms set before the fit (op_terms.py, serving.py).
 ENGINE_BOUNDS: dict[str, tuple[float, float]] = {"layer_overhead_us": (0.0, 200.0), "hbm_efficiency": (0.3, 0.95)}
-AT_BOUND_SHARE = 0.01  # a value within 1 % of its range's width from an end counts as at the bound
 
 # Scheduler and memory limits each engine starts with when the user sets none (engine behaviour as
 # data, not fitted); an engine without an entry keeps its GPU profile's value.
@@ -197,6 +196,4 @@ def fit_engine(
 
 
 def at_bound(field: str, value: float) -> bool:
-    lo, hi = ENGINE_BOUNDS[field]
-    margin = AT_BOUND_SHARE * (hi - lo)
-    return value <= lo + margin or value >= hi - margin
+    return at_an_end(value, *ENGINE_BOUNDS[field])

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from shardplan.hardware.compose import ANY_GPU
 from shardplan.hardware.profile import Profile
-from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, ENGINE_BOUNDS, ENGINE_FIELDS
+from shardplan.solver.cost.calibration.engine_fit import ENGINE_BOUNDS, ENGINE_FIELDS
 from shardplan.solver.cost.calibration.fit import (
     FITTED,
     FITTED_BY_SOFTWARE,
     OpFactors,
+    at_an_end,
     field_bounds,
     fp4_share_fields,
     gemm_terms,
@@ -46,9 +47,8 @@ class FittedField:
 
     @property
     def at_bound(self) -> bool:
-        """Within ``AT_BOUND_SHARE`` of the range's width from either end."""
-        margin = AT_BOUND_SHARE * (self.high - self.low)
-        return self.value <= self.low + margin or self.value >= self.high - margin
+        """Within ``fit.AT_BOUND_SHARE`` of the range's width from either end (``fit.at_an_end``)."""
+        return at_an_end(self.value, self.low, self.high)
 
     @property
     def ok(self) -> bool:

@@ -43,7 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardplan.hardware.profile import Profile
-from shardplan.solver.cost.calibration.engine_fit import AT_BOUND_SHARE, EngineRun
+from shardplan.solver.cost.calibration.engine_fit import EngineRun
+from shardplan.solver.cost.calibration.fit import at_an_end
 from shardplan.solver.cost.evaluate import evaluate, slots_held
 
 TTFT_FIELDS: tuple[str, ...] = ("ttft_queue_share", "ttft_wait_steps", "request_overhead_ms")
@@ -212,9 +213,7 @@ def leave_one_band_out(runs: Sequence[TtftRun]) -> dict[str, list[float]]:
 
 
 def at_bound(field: str, value: float) -> bool:
-    lo, hi = TTFT_BOUNDS[field]
-    margin = AT_BOUND_SHARE * (hi - lo)
-    return value <= lo + margin or value >= hi - margin
+    return at_an_end(value, *TTFT_BOUNDS[field])
 
 
 def with_ttft_fields(profile: Profile, fields: TtftFields, runs: int, error: float) -> Profile:

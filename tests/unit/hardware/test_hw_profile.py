@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from shardplan.hardware import get_gpu
 from shardplan.hardware.profile import (
     DEFAULT_ENGINE,
     ENGINES,
@@ -61,6 +62,32 @@ def test_a_profile_file_round_trips(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(stored.model_dump()))
     assert load_profile_file(path) == stored
+
+
+@pytest.mark.parametrize(("gpu", "read"), [("H100-SXM", "H100-SXM"), ("nvidia h100", "H100-SXM"), ("*", "*"),
+                                           ("h20", "H20")])
+def test_a_profile_files_gpu_is_read_as_its_presets_name(tmp_path, gpu, read):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(get_profile("h100-sxm").model_dump() | {"gpu": gpu}))
+    assert load_profile_file(path).gpu == read
+
+
+@pytest.mark.parametrize("gpu", ["H999", "", "H100-SXM-81GB"])
+def test_a_profile_file_of_a_gpu_no_preset_holds_is_a_spec_error_naming_the_field(tmp_path, gpu):
+    """It was accepted, and a plan said only that the profile was fitted on 'H999': no fit writes such a name (the
+    fitter names a preset, ``generic`` any GPU), so it is a typo or a made-up file."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(get_profile("h100-sxm").model_dump() | {"gpu": gpu}))
+    with pytest.raises(SpecError) as err:
+        load_profile_file(path)
+    assert err.value.field == "profile gpu"
+    assert err.value.reason.startswith(f"{path}: {gpu!r} is not a known GPU; known: H100-SXM, ")
+    assert "MI300X" in err.value.reason and err.value.reason.endswith(", or '*' for any")
+
+
+def test_every_stored_profile_names_a_preset_gpu_or_any():
+    for p in list_profiles():
+        assert p.gpu == "*" or get_gpu(p.gpu).name == p.gpu, p.name
 
 
 @pytest.mark.parametrize(
