@@ -43,13 +43,13 @@ def runs_dict(fit: RunsFit) -> dict[str, Any]:
 
 def print_fit(row: dict[str, Any]) -> None:
     click.echo(f"{row['profile']}: {row['rows']} runs of {row['engine']} on {row['gpu']}")
-    click.echo(f"  {'id':>6s}  {'TTFT ms':>9s} {'predicted':>9s}  {'TPOT ms':>8s} {'predicted':>9s}  run")
+    click.echo(f"  {'id':>8s}  {'TTFT ms':>9s} {'predicted':>9s}  {'TPOT ms':>8s} {'predicted':>9s}  run")
     for r in row["runs"]:
-        click.echo(f"  {r['id'][:6]:>6s}  {r['ttft_ms']:9.1f} {r['predicted_ttft_ms']:9.1f}  {r['tpot_ms']:8.2f} "
+        click.echo(f"  {r['id'][:8]:>8s}  {r['ttft_ms']:9.1f} {r['predicted_ttft_ms']:9.1f}  {r['tpot_ms']:8.2f} "
                    f"{r['predicted_tpot_ms']:9.2f}  {r['run']}")
     for f, value in row["fitted"].items():
         lo, hi = row["bounds"][f]
-        flag = "  at its bound: the runs push it past its physical range" if f in row["at_bound"] else ""
+        flag = "  * at a bound: the runs would take it past its physical range" if f in row["at_bound"] else ""
         click.echo(f"  {f} {value:g} [{lo:g}, {hi:g}]{flag}")
     click.echo(f"  median |TPOT error| {row['median_abs_error']:.1%}, median |TTFT error| "
                f"{row['median_abs_ttft_error']:.1%} (in sample)")
