@@ -54,8 +54,6 @@ from benchmarks.accuracy.serving import (
     MODEL_PRESETS,
     SERVING_CSV,
     SOURCE,
-    _engine,
-    _kv,
     _source_rows,
     _weights,
     offset_table,
@@ -73,6 +71,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload, resolve_profile
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_FIELDS, ENGINE_LIMITS
 from shardplan.solver.cost.calibration.fit import write_profile
+from shardplan.solver.cost.calibration.runs import OP_TERM_FIELDS, default_kv, parse_engine, serving_model
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_FIELDS
 from shardplan.solver.cost.disagg import engine_profile, evaluate_disagg, role_problem
 from shardplan.solver.cost.evaluate import max_batch
@@ -145,12 +144,10 @@ def run_layout(prefill: Layout, x: int, decode: Layout, y: int, concurrency: int
 
 
 def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> DisaggRun:
-    engine, version = _engine(row["engine"])
+    engine, version = parse_engine(row["engine"])
     weights = _weights(row["weights_dtype"])
     isl, osl = int(row["isl"]), int(row["osl"])
-    model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
-    if isl + osl > model.max_position_embeddings:
-        model = model.model_copy(update={"max_position_embeddings": isl + osl})
+    model = serving_model(get_model(MODEL_PRESETS[row["model"]]), weights, default_kv(engine, weights), isl, osl)
     found = _WORKERS.search(row["notes"])
     moe_tp = _MOE_TP.search(row["notes"])
     if found is None or moe_tp is None:
@@ -405,15 +402,12 @@ def share_fit(runs: Sequence[DisaggRun]) -> None:
 # fields (the engine's serving stack, the weight stream the engine's kernels reach on this die, the per-layer
 # cost) on top of GB200's hardware fields. Nothing is fitted to the GB200 runs.
 SAME_DIE = {"GB200-NVL72": "B200-SXM"}
-OP_TERMS = ("kv_stream_efficiency", "mla_stream_efficiency", "attention_fixed_us", "moe_fixed_us",
-            "moe_routed_token_ns", "full_width_passes", "low_precision_stream_ratio", "allreduce_oneshot_us",
-            "allreduce_latency_scale")
 
 
 def same_die_profile(engine_profile: Profile, hardware: Profile) -> Profile:
     """``hardware`` (a GPU's default profile) with ``engine_profile``'s engine fields, TTFT fields, scheduler
     limits and operator terms: an engine profile for a GPU with the same die as ``engine_profile``'s."""
-    own = (*ENGINE_FIELDS, *TTFT_FIELDS, *ENGINE_LIMITS[engine_profile.engine], *OP_TERMS)
+    own = (*ENGINE_FIELDS, *TTFT_FIELDS, *ENGINE_LIMITS[engine_profile.engine], *OP_TERM_FIELDS)
     gpu_name = hardware.name
     return Profile.model_validate({**hardware.model_dump(), **{
         **{field: getattr(engine_profile, field) for field in own},

@@ -50,11 +50,10 @@ from typing import TypeVar, cast
 from benchmarks.accuracy import _SHARED, POINTS_CSV
 from benchmarks.accuracy.ttft_shape import PricedRun, print_shape, repeat_spread
 from shardplan.hardware import get_gpu
-from shardplan.hardware.cluster import parse_cluster
 from shardplan.hardware.profile import Engine, Profile, list_profiles, profile_for_gpu, reload_profiles
 from shardplan.models import DType, SpecError, get_model
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Problem, Workload
+from shardplan.rules.problem import Problem
 from shardplan.solver.cost.calibration.engine_fit import (
     ENGINE_BOUNDS,
     ENGINE_FIELDS,
@@ -86,6 +85,16 @@ from shardplan.solver.cost.calibration.op_terms import (
     read_op_points,
 )
 from shardplan.solver.cost.calibration.points import THROUGHPUT, Point, load_points
+from shardplan.solver.cost.calibration.runs import (
+    MIN_RUNS,
+    default_kv,
+    hardware_profile,
+    parse_engine,
+    placed_run,
+    serving_layout,
+    serving_model,
+    serving_problem,
+)
 from shardplan.solver.cost.calibration.ttft_fit import (
     TTFT_BOUNDS,
     TTFT_FIELDS,
@@ -181,53 +190,22 @@ def _weights(text: str) -> DType:
     return DType.BF16 if head in ("unspecified", "") else DType.parse(head, "weights_dtype")
 
 
-def _engine(text: str) -> tuple[Engine, str]:
-    family = text.split()[0]
-    if family not in ENGINES:
-        raise SpecError("engine", f"unknown engine {text!r}")
-    return cast(Engine, family), text[len(family):].strip()  # one of ENGINES: checked above
-
-
-def _kv(engine: str, weights: DType) -> DType:
-    if engine == "trtllm" and weights in (DType.FP8, DType.FP4):
-        return DType.FP8
-    return DType.BF16
-
-
 def _run(row: dict[str, str], ttft_ms: float, tpot_ms: float) -> ServingRun:
-    engine, version = _engine(row["engine"])
+    engine, version = parse_engine(row["engine"])
     weights = _weights(row["weights_dtype"])
     isl, osl = int(row["isl"]), int(row["osl"])
-    model = get_model(MODEL_PRESETS[row["model"]]).with_dtypes(weights, _kv(engine, weights))
-    if isl + osl > model.max_position_embeddings:
-        model = model.model_copy(update={"max_position_embeddings": isl + osl})
+    model = serving_model(get_model(MODEL_PRESETS[row["model"]]), weights, default_kv(engine, weights), isl, osl)
     tp, pp, dp, num_gpus = int(row["tp"]), int(row["pp"]), int(row["dp"] or 1), int(row["num_gpus"])
     found = re.search(r"moe_tp=(\d+) moe_ep=(\d+)", row["notes"])
     moe_tp, moe_ep = (int(found.group(1)), int(found.group(2))) if found else (1, 1)
     concurrency = int(row["concurrency"])
-    allow: frozenset[str] = frozenset()
-    if model.is_moe:
-        replicas, degrees = 1, dict(tp=tp, attn_dp=dp, expert_tp=moe_tp)
-        if moe_tp > 1:
-            allow = frozenset({"expert-tp"})
-    else:
-        replicas, degrees = dp, dict(tp=tp)
-    if concurrency % replicas:
-        raise SpecError("concurrency", f"{concurrency} over {replicas} replicas")
-    layout = Layout.even(model.num_layers, pp, dp=replicas, batch=concurrency // replicas, **degrees)
+    layout, allow = serving_layout(model, tp, pp, dp, moe_tp, concurrency)
     if layout.num_gpus != num_gpus:
         raise SpecError("num_gpus", f"layout uses {layout.num_gpus} GPUs, the row {num_gpus}")
     if model.is_moe and layout.ep != moe_ep:
         raise SpecError("moe_ep", f"ep = G / moe_tp = {layout.ep}, the row {moe_ep}")
     gpu = get_gpu(row["gpu"])
-    problem = Problem(
-        model=model,
-        cluster=parse_cluster(f"{num_gpus}x{gpu.name}"),  # as ``--cluster`` reads it
-        workload=Workload(isl=isl, osl=osl, batch=concurrency // replicas),
-        objective=Objective.THROUGHPUT,
-        allow=allow,
-        engine=engine,
-    )
+    problem = serving_problem(model, gpu.name, layout, isl, osl, allow, engine)
     label = (
         f"{row['model'].split('/')[-1]} {weights.value} {gpu.name} {engine} tp{tp}pp{pp}dp{dp} "
         f"moe{moe_tp}x{moe_ep} {isl}/{osl} c{concurrency}"
@@ -506,7 +484,6 @@ def version_table(priced: Sequence[Priced]) -> list[tuple[str, str, int, float, 
 # TensorRT-LLM all fuse the residual add into the RMSNorm before attention and before the FFN, and each fused
 # kernel reads the input and the residual and writes the new residual and the normalised vector.
 FULL_WIDTH_PASSES = 8.0
-MIN_RUNS = 20  # runs of one engine on one GPU below which no engine profile is fitted
 
 
 def engine_runs(runs: Iterable[ServingRun]) -> dict[tuple[str, str], list[EngineRun]]:
@@ -514,23 +491,16 @@ def engine_runs(runs: Iterable[ServingRun]) -> dict[tuple[str, str], list[Engine
     the fields fitted)."""
     groups: dict[tuple[str, str], list[EngineRun]] = defaultdict(list)
     for r in runs:
-        layout, _, _ = place_and_price(r.problem, r.layout)
         groups[(r.engine, r.problem.cluster.gpu.name)].append(
-            EngineRun(r.problem, layout, r.tpot_ms, r.ttft_ms, r.problem.model.name, r.engine_version, r.origin)
-        )
+            placed_run(r.problem, r.layout, r.tpot_ms, r.ttft_ms, r.engine_version, r.origin))
     return dict(sorted(groups.items()))
-
-
-def _hardware_profile(gpu: str) -> Profile:
-    """The GPU's default (hardware) profile."""
-    return next((p for p in list_profiles() if p.default and p.gpu == gpu), profile_for_gpu(gpu, "trtllm"))
 
 
 OP_GPUS = ("H100-SXM", "H200-SXM")  # the GPUs op_points.csv measured
 
 
 def _op_terms() -> OpTerms:
-    return op_terms(OPS_CSV, {g: _hardware_profile(g) for g in OP_GPUS})
+    return op_terms(OPS_CSV, {g: hardware_profile(g) for g in OP_GPUS})
 
 
 def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
@@ -543,7 +513,7 @@ def base_profile(gpu: str, terms: OpTerms) -> tuple[Profile, str]:
     del per_gpu["low_precision_stream_ratio"]
     allreduce = allreduce_terms(_op_factors(), gpu) if ALLREDUCE_TERMS else {}
     gemm = gemm_terms(_op_factors(), gpu)
-    base = _hardware_profile(gpu).model_copy(update={
+    base = hardware_profile(gpu).model_copy(update={
         **{field: round(value, 4) for field, value in per_gpu.items()},
         "mla_stream_efficiency": mla_stream_efficiency(terms, gpu),
         "full_width_passes": FULL_WIDTH_PASSES,
@@ -751,7 +721,7 @@ def print_moe_points() -> None:
     """The MoE operator points behind moe_fixed_us and moe_routed_token_ns: each GPU's own fit, and each GPU's
     points priced by the fit on the other's, with the per-assignment part as one figure or as bytes at each
     GPU's HBM peak (op_terms.MOE_ROUTED_AT_BANDWIDTH picks which the profiles carry)."""
-    profiles = {g: _hardware_profile(g) for g in OP_GPUS}
+    profiles = {g: hardware_profile(g) for g in OP_GPUS}
     rows = read_op_points(OPS_CSV)
     own = moe_terms_per_gpu(rows, profiles)
     cells = ", ".join(f"{g} {fixed:.1f} us + {ns:.1f} ns" for g, (fixed, ns) in own.items())

@@ -15,11 +15,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
-from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES
+from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, Engine
 from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
 from shardplan.models.files import MAX_CSV_BYTES, json_text, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
@@ -291,10 +291,14 @@ def evaluate(as_json: bool, experts_out: str | None, serving: str, prefill_pool:
 @click.option("--time-limit", type=float, default=CALIBRATE_TIME_LIMIT_S, show_default=True,
               help="seconds the fit may take; past them it ends with one line, exit 2, nothing written (the "
                    "repository's 1,337 rows into 19 profiles take about 90 s on one core)")
+@click.option("--runs", "runs", is_flag=True,
+              help="POINTS is a runs CSV (below): fit an engine profile to serving runs under load")
+@click.option("--engine", type=click.Choice(ENGINES), default=None,
+              help="with --runs: fit only this engine's runs; the engine of rows that leave it blank")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def calibrate(
     points: str, out: str, gpu: str | None, software: str | None, ops: str | None, jobs: int, time_limit: float,
-    as_json: bool,
+    runs: bool, engine: str | None, as_json: bool,
 ) -> None:
     """Fit calibration profiles to measured points; needs scipy (pip install 'shardplan[calibrate]').
 
@@ -319,10 +323,48 @@ def calibrate(
     median row by more than 2-fold either way) exit 1 with one line naming the profile, and write nothing.
     Write the profile with --out and plan with --profile FILE.
     Example: shardplan calibrate perf_points.csv --gpu H100 --software trtllm --out h100.json
+
+    \b
+    With --runs, POINTS holds serving runs under load (vllm bench serve, SGLang's bench_serving,
+    TensorRT-LLM's benchmark_serving), one run a row, these columns (any order, more allowed):
+      model              preset id or alias, e.g. llama-3.1-70b
+      gpu                preset name or alias, e.g. H100
+      engine             vllm, sglang or trtllm, a version may follow ("vllm 0.11.0"); optional
+                         column, a blank cell takes --engine
+      weights_dtype      fp8, fp4, bf16, ... (blank: the checkpoint's)
+      kv_cache_dtype     blank: the engine's default (fp8 on trtllm with fp8/fp4 weights, else bf16)
+      tp, pp             tensor-parallel degree in an attention group, pipeline stages
+      ep                 MoE: expert-parallel degree over the stage's tp x attn_dp GPUs, experts
+                         tensor-parallel over the rest (blank: 1); dense models: blank or 1
+      attn_dp            attention data-parallel groups (dense models: replicas) (blank: 1)
+      isl, osl           input / output tokens per request
+      concurrency        requests in flight over the whole deployment (--max-concurrency)
+      ttft_ms, tpot_ms   the measured mean TTFT and TPOT
+      id, notes          optional: the row's name in the output, free text
+    It fits one engine profile per engine and GPU (a file --out takes one: choose with --engine
+    and --gpu; a directory takes them all) from at least 20 runs each: the engine's TPOT fields
+    (layer_overhead_us, hbm_efficiency), then its two TTFT fields, on the GPU's hardware profile
+    and operator terms (a GPU with a stored engine profile). It prints each run measured and
+    predicted, each field with its range (a field at a bound is named), and the median |TPOT| and
+    |TTFT| error. A bad row (a short row, a non-number, an unknown model, GPU, engine or format,
+    a layout the model cannot take) exits 2 naming the row and the column; nothing is written.
+    Example: shardplan calibrate my_runs.csv --runs --engine vllm --out mine.json
+             shardplan solve --profile mine.json --engine vllm --model llama-3.1-70b --cluster 8xH100
     """
     if not 1 <= jobs <= MAX_JOBS:
         raise SpecError("jobs", f"must be an integer in 1..{MAX_JOBS}, got {jobs}")
     check_time_limit(time_limit)
+    if runs:
+        if software is not None or ops is not None:
+            raise SpecError("software" if software is not None else "ops",
+                            "fits table profiles; --runs fits an engine profile on the stored operator terms")
+        # Lazily on purpose, as the table fit below: SciPy loads only for this command.
+        from shardplan.solver.cli.calibrate_runs import calibrate_runs_cmd
+
+        calibrate_runs_cmd(points, out, cast("Engine | None", engine), gpu, time_limit, as_json)
+        return
+    if engine is not None:
+        raise SpecError("engine", "picks the engine of a runs CSV: add --runs")
     with OutputFiles([points, ops]) as outputs:
         outputs.add("out", out, directory_ok=True)
         if ops is not None:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardplan.hardware.profile import ENGINE_NAMES, Engine, Profile
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem, resolve_profile
-from shardplan.solver.cost.calibration.fit import _sig, at_an_end, residual, scaleup_bw_max
+from shardplan.solver.cost.calibration.fit import FitTimedOut, _sig, at_an_end, residual, scaleup_bw_max
 from shardplan.solver.cost.calibration.points import Point
 from shardplan.solver.cost.evaluate import evaluate
 
@@ -139,12 +140,14 @@ def kind_weights(runs: int, rows: int) -> tuple[float, float]:
 
 def fit_engine(
     base: Profile, engine: Engine, runs: Sequence[EngineRun], source_note: str, physics_note: str = "",
-    table_points: Sequence[Point] = (),
+    table_points: Sequence[Point] = (), fitted_by: str = "benchmarks/accuracy/serving.py --refit",
+    end_at: float | None = None,
 ) -> EngineFit:
     """``base`` with ``ENGINE_FIELDS`` fitted to ``runs`` (all of ``engine`` on ``base``'s GPU) and, in the
     joint fit, to ``table_points`` (the engine's offline max-throughput rows on that GPU), the engine's
     limits, and a record of what was fitted on which rows (``physics_note``: where the base's operator
-    terms came from)."""
+    terms came from; ``fitted_by``: what fitted it, for its source). ``end_at``: a ``time.time()`` past which
+    it stops (``fit.FitTimedOut``), checked at each pricing of the runs."""
     # scipy is optional (the ``calibrate`` extra) and heavy: imported here so that planning never loads it.
     from scipy.optimize import least_squares
 
@@ -160,6 +163,8 @@ def fit_engine(
     run_weight, row_weight = kind_weights(len(runs), len(table_points))
 
     def residuals(x: Sequence[float]) -> list[float]:
+        if end_at is not None and time.time() >= end_at:
+            raise FitTimedOut
         profile = candidate(x)
         return ([run_weight * math.log1p(e) for e in tpot_errors(runs, profile)]
                 + [row_weight * residual(p, profile) for p in table_points])
@@ -171,7 +176,7 @@ def fit_engine(
     fitted = candidate([_sig(float(v)) for v in fit.x])
     error = statistics.median(abs(e) for e in tpot_errors(runs, fitted))
     table_error = statistics.median(abs(e) for e in table_errors(table_points, fitted)) if table_points else math.nan
-    versions = sorted({r.version for r in runs})
+    named = [", ".join(v for v in sorted({r.version for r in runs}) if v)] if any(r.version for r in runs) else []
     tables = ""
     if table_points:
         sources = ", ".join(sorted({p.source for p in table_points}))
@@ -182,13 +187,13 @@ def fit_engine(
         "engine": engine,
         "default": False,
         "engine_default": True,
-        "software": f"{ENGINE_NAMES[engine]} {', '.join(versions)}, serving under load (closed loop)",
+        "software": f"{' '.join([ENGINE_NAMES[engine], *named])}, serving under load (closed loop)",
         "fit_rows": len(runs),
         "fit_median_abs_error": round(error, 4),
         "source": (
-            f"{base.name} (hardware fields) with {', '.join(fields)} fitted by benchmarks/accuracy/serving.py "
-            f"--refit: robust least squares on log(predicted/measured) TPOT of {len(runs)} {ENGINE_NAMES[engine]} "
-            f"runs of {source_note}{tables}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
+            f"{base.name} (hardware fields) with {', '.join(fields)} fitted by {fitted_by}: robust least squares on "
+            f"log(predicted/measured) TPOT of {len(runs)} {ENGINE_NAMES[engine]} runs of "
+            f"{source_note}{tables}; median |TPOT error| on those runs {error:.1%}; scheduler limits "
             f"{ENGINE_LIMITS[engine]} are the engine's defaults{'; ' + physics_note if physics_note else ''}"
         ),
     })

@@ -216,16 +216,20 @@ def at_bound(field: str, value: float) -> bool:
     return at_an_end(value, *TTFT_BOUNDS[field])
 
 
-def with_ttft_fields(profile: Profile, fields: TtftFields, runs: int, error: float) -> Profile:
-    """``profile`` carrying the engine's serving-stack fields, its source saying which were fitted."""
+def with_ttft_fields(
+    profile: Profile, fields: TtftFields, runs: int, error: float,
+    fitted_by: str = "benchmarks/accuracy/serving.py --refit-ttft",
+    runs_note: str = "on every GPU whose engine version the source names (one set per engine)",
+) -> Profile:
+    """``profile`` carrying the engine's serving-stack fields, its source saying which were fitted (by
+    ``fitted_by``, on the engine's ``runs`` runs ``runs_note``)."""
     free = " and ".join(fitted_fields(profile.prefill_mixes_with_decode))
     if profile.prefill_mixes_with_decode:
         fixed = f"ttft_queue_share {BURST_QUEUE_SHARE:g} (the recipe's burst: 1 / (2 x 10 requests per client))"
     else:
         fixed = f"ttft_wait_steps {ARRIVAL_WAIT_STEPS:g} (half a step on arrival)"
-    note = (f"; TTFT under load: {free} fitted by benchmarks/accuracy/serving.py --refit-ttft: least absolute "
-            f"deviations of log(predicted/measured) TTFT over the engine's {runs} runs on every GPU whose engine "
-            f"version the source names (one set per engine), median |TTFT error| on them {error:.1%}; {fixed}")
+    note = (f"; TTFT under load: {free} fitted by {fitted_by}: least absolute deviations of log(predicted/measured) "
+            f"TTFT over the engine's {runs} runs {runs_note}, median |TTFT error| on them {error:.1%}; {fixed}")
     source = profile.source.split("; ttft_queue_share and request_overhead_ms fitted")[0].split("; TTFT under load:")[0]
     return profile.model_copy(update={
         "ttft_queue_share": fields.share, "ttft_wait_steps": fields.wait_steps,
