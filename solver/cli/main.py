@@ -347,7 +347,9 @@ def calibrate(
     and operator terms (a GPU with a stored engine profile). It prints each run measured and
     predicted, each field with its range (a field at a bound is named), and the median |TPOT| and
     |TTFT| error. A bad row (a short row, a non-number, an unknown model, GPU, engine or format,
-    a layout the model cannot take) exits 2 naming the row and the column; nothing is written.
+    a layout the model cannot take) exits 2 naming the row and the column; nothing is written. Runs
+    no profile inside the ranges describes (its fit misses the median run by more than 2-fold in TPOT
+    or TTFT) exit 1 with one line, and nothing is written.
     Example: shardplan calibrate my_runs.csv --runs --engine vllm --out mine.json
              shardplan solve --profile mine.json --engine vllm --model llama-3.1-70b --cluster 8xH100
     """

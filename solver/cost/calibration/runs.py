@@ -45,7 +45,7 @@ from shardplan.hardware.profile import (
     profile_for_gpu,
     profile_from_data,
 )
-from shardplan.models import DType, ModelSpec, SolverLimitError, SpecError
+from shardplan.models import DType, InfeasibleError, ModelSpec, SolverLimitError, SpecError
 from shardplan.models.errors import quoted
 from shardplan.models.files import read_csv_rows
 from shardplan.models.presets import find_preset
@@ -55,7 +55,7 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_BOUNDS, ENGINE_FIELDS, EngineRun, fit_engine
 from shardplan.solver.cost.calibration.engine_fit import at_bound as engine_at_bound
-from shardplan.solver.cost.calibration.fit import FitTimedOut, profile_json
+from shardplan.solver.cost.calibration.fit import MAX_MEDIAN_MISS, FitTimedOut, profile_json
 from shardplan.solver.cost.calibration.points import MAX_VALUE, MIN_VALUE
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, fit_ttft, fitted_fields, ttft_run, with_ttft_fields
 from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
@@ -308,6 +308,13 @@ class RunsFit:
     def median_abs_ttft_error(self) -> float:
         return statistics.median(abs(e) for e in self.ttft_errors)
 
+    @property
+    def median_miss(self) -> float:
+        """How many times off the profile is on its median run, a miss either way counted alike, in TPOT or TTFT
+        whichever is worse (the table fit's ``FitResult.median_miss``)."""
+        return max(math.exp(statistics.median(abs(math.log1p(e)) for e in errors))
+                   for errors in (self.tpot_errors, self.ttft_errors))
+
 
 def field_bounds(field: str) -> tuple[float, float]:
     return ENGINE_BOUNDS[field] if field in ENGINE_BOUNDS else TTFT_BOUNDS[field]
@@ -391,11 +398,17 @@ def calibrate_runs(
             raise SpecError("runs", f"{ENGINE_NAMES[e]} on {g}: {len(group)} runs, an engine profile needs at least "
                                     f"{MIN_RUNS} (several layouts and concurrencies)")
     try:
-        return [fit_runs(group, Path(path).name, end_at) for group in groups.values()]
+        fits = [fit_runs(group, Path(path).name, end_at) for group in groups.values()]
     except FitTimedOut:
         raise SolverLimitError(f"time-limit: the fit of {len(runs)} runs into {len(groups)} profile(s) had not "
                                f"finished within {time_limit_s:g} s; fit fewer runs (--engine, --gpu) or give it "
                                "more time") from None
+    refused = [f for f in fits if f.median_miss > MAX_MEDIAN_MISS]
+    if refused:  # as the table fit refuses: what such a profile holds is its bounds, not the runs
+        raise InfeasibleError([("runs", "no profile inside the physical ranges describes the runs: " + "; ".join(
+            f"{f.profile.name}'s fit of {len(f.runs)} runs misses its median run {f.median_miss:.3g}-fold (at most "
+            f"{MAX_MEDIAN_MISS:g}-fold is written)" for f in refused) + "; nothing written")])
+    return fits
 
 
 __all__ = [

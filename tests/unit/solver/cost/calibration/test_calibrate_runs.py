@@ -278,6 +278,20 @@ def test_a_gpu_without_a_stored_engine_profile_is_refused(tmp_path, capsys) -> N
     assert "gpu: A100-SXM-80GB has no stored engine profile" in err
 
 
+@pytest.mark.parametrize("scale", [1e-3, 1e3])
+def test_runs_no_physical_profile_describes_exit_1_writing_nothing(tmp_path, capsys, scale) -> None:
+    # Every TTFT and TPOT a thousand times off what H100 can do: the fields end at their ranges' ends and the fit
+    # misses its median run far beyond 2-fold, as calibrate's table path refuses such rows.
+    rows = [{**r, "ttft_ms": f"{float(str(r['ttft_ms'])) * scale:.6g}",
+             "tpot_ms": f"{float(str(r['tpot_ms'])) * scale:.6g}"} for r in SYNTHETIC]
+    runs_csv, out = _write(tmp_path, csv_text(rows)), tmp_path / "p.json"
+    with pytest.raises(SystemExit) as exit_:
+        main(["calibrate", str(runs_csv), "--runs", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and len(err.splitlines()) == 1, err
+    assert "h100-sxm-vllm-calibrated's fit of 24 runs misses its median run" in err and not out.exists()
+
+
 # --- helpers ----------------------------------------------------------------------------------------------
 
 def _write(tmp_path: Path, data: str | bytes, name: str = "runs.csv") -> Path:
