@@ -344,7 +344,8 @@ def calibrate(
     It fits one engine profile per engine and GPU (a file --out takes one: choose with --engine
     and --gpu; a directory takes them all) from at least 20 runs each: the engine's TPOT fields
     (layer_overhead_us, hbm_efficiency), then its two TTFT fields, on the GPU's hardware profile
-    and operator terms (a GPU with a stored engine profile). It prints each run measured and
+    and operator terms (a GPU without a stored engine profile: on the composed profile its plans
+    are priced with, shardplan profiles). It prints each run measured and
     predicted, each field with its range (a field at a bound is named), and the median |TPOT| and
     |TTFT| error. A bad row (a short row, a non-number, an unknown model, GPU, engine or format,
     a layout the model cannot take) exits 2 naming the row and the column; nothing is written. Runs

@@ -266,13 +266,13 @@ def engine_base(gpu: str, engine: Engine) -> Profile:
     """What an engine profile for ``gpu`` starts from: the GPU's hardware profile with the operator terms
     (``OP_TERM_FIELDS``, ``GEMM_CURVE_FIELDS``) its stored engine profiles carry (benchmarks/accuracy/serving.py
     ``base_profile`` sets them from op_points.csv; every engine's profile of a GPU holds the same, rounded as
-    stored: ``engine``'s own is read). A GPU without a stored engine profile is a ``SpecError``: op_points.csv
-    measured H100 and H200 kernels only, and the package does not ship it."""
+    stored: ``engine``'s own is read). A GPU without a stored engine profile starts from the profile its plans
+    for ``engine`` are priced with today, composed from its hardware profile and the engine's behaviour
+    (``hardware/compose.py``): op_points.csv measured H100 and H200 kernels only, and the package does not ship
+    it, so the fit refines what such a plan already assumes."""
     stored = [p for p in list_profiles() if p.engine_default and p.gpu == gpu]
     if not stored:
-        having = sorted({p.gpu for p in list_profiles() if p.engine_default})
-        raise SpecError("gpu", f"{gpu} has no stored engine profile to take the operator terms of an engine fit "
-                               f"from; GPUs with one: {', '.join(having)}")
+        return profile_for_gpu(gpu, engine)
     own = next((p for p in stored if p.engine == engine), stored[0])
     return hardware_profile(gpu).model_copy(
         update={f: getattr(own, f) for f in (*OP_TERM_FIELDS, *GEMM_CURVE_FIELDS)})
@@ -341,9 +341,10 @@ def fit_runs(runs: Sequence[MeasuredRun], source_note: str, end_at: float | None
         raise SpecError("runs", f"{ENGINE_NAMES[engine]} on {gpu}: {len(runs)} runs, an engine profile needs at "
                                 f"least {MIN_RUNS} (several layouts and concurrencies)")
     engine_runs = [m.run for m in runs]
-    fitted = fit_engine(engine_base(gpu, engine), engine, engine_runs, source_note,
-                        "operator terms as the stored engine profiles of this GPU carry them", fitted_by=FITTED_BY,
-                        end_at=end_at)
+    base = engine_base(gpu, engine)
+    start = ("operator terms as the stored engine profiles of this GPU carry them" if base.engine is None else
+             f"the other fields as {base.name} carries them (no stored engine profile of this GPU)")
+    fitted = fit_engine(base, engine, engine_runs, source_note, start, fitted_by=FITTED_BY, end_at=end_at)
     if end_at is not None and time.time() >= end_at:
         raise FitTimedOut
     timed = [ttft_run(r, fitted.profile) for r in engine_runs]

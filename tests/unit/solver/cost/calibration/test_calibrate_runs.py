@@ -272,24 +272,40 @@ def test_options_that_do_not_fit_the_runs_are_refused(tmp_path, capsys, options,
     assert message in refused(tmp_path, capsys, csv_text(SYNTHETIC).encode(), *options)
 
 
-def test_a_gpu_without_a_stored_engine_profile_is_refused(tmp_path, capsys) -> None:
-    a100 = [{**r, "gpu": "A100"} for r in SYNTHETIC]
-    err = refused(tmp_path, capsys, csv_text(a100).encode())
-    assert "gpu: A100-SXM-80GB has no stored engine profile" in err
+def a100_rows(truth: Profile) -> list[dict[str, object]]:
+    """24 runs of Llama-3.1-8B (bf16) on A100, which has no stored engine profile, priced with ``truth``."""
+    model = get_model("llama-3.1-8b").with_dtypes(DType.BF16, DType.BF16)
+    rows: list[dict[str, object]] = []
+    for tp in (1, 2, 4, 8):
+        for isl, osl, concurrency in ((1024, 1024, 1), (1024, 1024, 16), (2048, 256, 4), (2048, 256, 64),
+                                      (4096, 512, 8), (512, 128, 32)):
+            problem = Problem(model=model, cluster=parse_cluster(f"{tp}xA100"),
+                              workload=Workload(isl=isl, osl=osl, batch=concurrency),
+                              objective=Objective.THROUGHPUT, engine="vllm")
+            layout = Layout(tp=tp, stages=((0, model.num_layers),), batch=concurrency)
+            metrics = evaluate(problem, layout, truth).metrics
+            rows.append(dict(id=f"a{len(rows) + 1}", model="llama-3.1-8b", gpu="A100", engine="vllm",
+                             weights_dtype="", kv_cache_dtype="", tp=tp, pp=1, ep="", attn_dp="", isl=isl, osl=osl,
+                             concurrency=concurrency, ttft_ms=f"{metrics.ttft_ms:.6g}",
+                             tpot_ms=f"{metrics.tpot_ms:.6g}", notes="synthetic"))
+    return rows
 
 
-@pytest.mark.parametrize("scale", [1e-3, 1e3])
-def test_runs_no_physical_profile_describes_exit_1_writing_nothing(tmp_path, capsys, scale) -> None:
-    # Every TTFT and TPOT a thousand times off what H100 can do: the fields end at their ranges' ends and the fit
-    # misses its median run far beyond 2-fold, as calibrate's table path refuses such rows.
-    rows = [{**r, "ttft_ms": f"{float(str(r['ttft_ms'])) * scale:.6g}",
-             "tpot_ms": f"{float(str(r['tpot_ms'])) * scale:.6g}"} for r in SYNTHETIC]
-    runs_csv, out = _write(tmp_path, csv_text(rows)), tmp_path / "p.json"
-    with pytest.raises(SystemExit) as exit_:
-        main(["calibrate", str(runs_csv), "--runs", "--out", str(out)])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 1 and len(err.splitlines()) == 1, err
-    assert "h100-sxm-vllm-calibrated's fit of 24 runs misses its median run" in err and not out.exists()
+def test_a_gpu_without_a_stored_engine_profile_fits_on_its_composed_profile(tmp_path, capsys) -> None:
+    # Plans for vLLM on A100 are priced with the composed a100-sxm-80gb+vllm; runs priced with it, its stream and
+    # per-layer cost moved to values of its range's interior, must give those back, the rest as composed.
+    composed = get_profile("a100-sxm-80gb+vllm")
+    truth = composed.model_copy(update={"hbm_efficiency": 0.7, "layer_overhead_us": 40.0})
+    [row] = calibrate_json(tmp_path, capsys, csv_text(a100_rows(truth)), tmp_path / "a100.json", "--engine", "vllm")
+    profile = load_profile_file(tmp_path / "a100.json")
+    assert row["profile"] == profile.name == "a100-sxm-80gb-vllm-calibrated" and profile.gpu == "A100-SXM-80GB"
+    assert abs(profile.hbm_efficiency - 0.7) < 0.005 and abs(profile.layer_overhead_us - 40.0) < 0.5
+    assert row["median_abs_error"] < 0.005 and row["median_abs_ttft_error"] < 0.005
+    # The TTFT fields come back as composed (the runs carry them), every other field as composed too; the file is an
+    # engine profile of its own (engine_default) with its fit's provenance.
+    metadata = {"name", "source", "software", "fit_rows", "fit_median_abs_error", "engine_default"}
+    assert {f for f in Profile.model_fields if getattr(profile, f) != getattr(truth, f)} <= {
+        "layer_overhead_us", "hbm_efficiency"} | metadata
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
