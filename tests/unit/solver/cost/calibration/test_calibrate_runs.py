@@ -272,6 +272,14 @@ def test_options_that_do_not_fit_the_runs_are_refused(tmp_path, capsys, options,
     assert message in refused(tmp_path, capsys, csv_text(SYNTHETIC).encode(), *options)
 
 
+def test_a_concurrency_above_the_engines_batch_limit_is_a_run_not_bad_input(tmp_path, capsys) -> None:
+    # Clients past vLLM's --max-num-seqs (1,024) queue at the server: a benchmark setting, priced as evaluate
+    # prices it, not a layout no engine runs (BAT-001 is not asked of measured runs).
+    over = {**SYNTHETIC[0], "id": "over", "concurrency": 2048}
+    [row] = calibrate_json(tmp_path, capsys, csv_text([*SYNTHETIC, over]), tmp_path / "p.json", "--engine", "vllm")
+    assert row["rows"] == len(SYNTHETIC) + 1 and any(r["id"] == "over" for r in row["runs"])
+
+
 def a100_rows(truth: Profile) -> list[dict[str, object]]:
     """24 runs of Llama-3.1-8B (bf16) on A100, which has no stored engine profile, priced with ``truth``."""
     model = get_model("llama-3.1-8b").with_dtypes(DType.BF16, DType.BF16)
