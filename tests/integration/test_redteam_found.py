@@ -141,3 +141,30 @@ def test_a_step_of_next_to_no_work_and_no_fixed_cost_is_priced_not_divided_by(tm
     assert problems(outcome, case) == [] and outcome.code == 0, outcome.stderr
     result = json.loads(outcome.stdout)
     assert result["status"] in ("evaluated", "optimal", "feasible")
+
+
+# --- a red-team pass of 2026-12-07: options named by their internal names, a '-' written as a file, a cap
+# above the GPU's memory lowered without a word.
+
+# "2x8xH100,1x8xH200" said "gpu: unknown GPU 'H100,1x8xH200'": a field no one typed, and not the reason, which is
+# that a cluster is one GPU type in nodes of one size. An unknown GPU in --cluster was named "gpu:" as well.
+@pytest.mark.parametrize(("cluster", "says"), [
+    ("2x8xH100,1x8xH200", "'2x8xH100,1x8xH200' is a list; a cluster is one GPU type in nodes of one size"),
+    ("2x8xH100,2x4xH100", "'2x8xH100,2x4xH100' is a list; a cluster is one GPU type in nodes of one size"),
+    ("8xB999", "unknown GPU 'B999'; presets: H100-SXM, "),
+])
+def test_a_cluster_it_cannot_plan_names_the_cluster_option_and_why(tmp_path, cluster, says):
+    code, line, written = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", cluster])
+    assert code == 2 and written == []
+    assert line.startswith(f"shardplan: error: cluster: {says}"), line
+
+
+def test_an_mcp_cluster_list_is_refused_with_the_cli_line():
+    from shardplan.models import SpecError
+    from shardplan.solver.mcp.safety import Root, TimeLimits
+    from shardplan.solver.mcp.schemas import PlanInput
+    from shardplan.solver.mcp.tools import Session, plan
+
+    with pytest.raises(SpecError) as refused:
+        plan(PlanInput(model="llama-3.1-8b", cluster="2x8xH100,1x8xH200"), Session(Root(None), TimeLimits()))
+    assert refused.value.field == "cluster" and "is a list" in refused.value.reason
