@@ -168,3 +168,32 @@ def test_an_mcp_cluster_list_is_refused_with_the_cli_line():
     with pytest.raises(SpecError) as refused:
         plan(PlanInput(model="llama-3.1-8b", cluster="2x8xH100,1x8xH200"), Session(Root(None), TimeLimits()))
     assert refused.value.field == "cluster" and "is a list" in refused.value.reason
+
+
+# --max-batch 0 said "max_batch: Input should be greater than 0" (pydantic's words, the field's internal name);
+# evaluate --expert-tp that does not divide the stage said "expert_tp:".
+@pytest.mark.parametrize("command", [
+    ["solve"], ["evaluate"], ["enumerate", "--limit", "1"], ["solve", "--serving", "disagg"],
+])
+@pytest.mark.parametrize(("value", "says"), [
+    ("0", "must be a positive integer, got 0"),
+    ("-3", "must be a positive integer, got -3"),
+    ("16385", "must be at most 16,384, got 16,385"),  # 16,384: rules.problem.MAX_BATCH, the documented top
+])
+def test_a_bad_max_batch_names_the_option_as_typed(tmp_path, command, value, says):
+    code, line, written = _run(tmp_path, [*command, "--model", "llama-3.1-8b", "--cluster", "8xH100",
+                                          "--max-batch", value])
+    assert code == 2 and written == []
+    assert line == f"shardplan: error: max-batch: {says}"
+
+
+def test_the_largest_max_batch_is_still_taken(tmp_path):
+    code, _, _ = _run(tmp_path, ["evaluate", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--max-batch", "16384"])
+    assert code == 0
+
+
+def test_an_expert_tp_that_does_not_divide_the_stage_names_the_option(tmp_path):
+    # tp 2 x attn-dp 3 = 6 GPUs per stage; 4 does not divide 6
+    code, line, _ = _run(tmp_path, ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--tp", "2",
+                                    "--attn-dp", "3", "--expert-tp", "4", "--allow", "expert-tp"])
+    assert code == 2 and line == "shardplan: error: expert-tp: 4 does not divide the stage's 6 GPUs"
