@@ -128,7 +128,10 @@ def build_problem(args: ProblemArgs) -> Problem:
             raise SpecError(name.replace("_", "-"), f"must be a finite number > 0, got {value}")
         if value is not None and value > most:
             raise SpecError(name.replace("_", "-"), f"must be at most {most:g}, got {value:g}")
-    if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:  # below 0 or not finite: zipf_profile says so
+    # checked here, not left to zipf_profile: its error names its own argument, "exponent", not the option
+    if args.zipf is not None and not (args.zipf >= 0 and math.isfinite(args.zipf)):
+        raise SpecError("zipf", f"must be a finite number >= 0, got {args.zipf}")
+    if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:
         raise SpecError("zipf", f"must be at most {MAX_ZIPF_EXPONENT:g}, got {args.zipf:g}")
     model = args.model if isinstance(args.model, ModelSpec) else get_model(args.model)
     # "is not None": an empty dtype (a script's unset variable) is an unknown one, not the checkpoint's.

@@ -197,3 +197,12 @@ def test_an_expert_tp_that_does_not_divide_the_stage_names_the_option(tmp_path):
     code, line, _ = _run(tmp_path, ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--tp", "2",
                                     "--attn-dp", "3", "--expert-tp", "4", "--allow", "expert-tp"])
     assert code == 2 and line == "shardplan: error: expert-tp: 4 does not divide the stage's 6 GPUs"
+
+
+# --zipf -1 said "zipf exponent:", the argument name of the function that builds the profile.
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "llama-3.1-8b"])
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "inf"])
+def test_a_bad_zipf_names_the_option(tmp_path, model, value):
+    code, line, written = _run(tmp_path, ["solve", "--model", model, "--cluster", "8xH100", "--zipf", value])
+    assert code == 2 and written == []
+    assert line == f"shardplan: error: zipf: must be a finite number >= 0, got {float(value)}"
