@@ -206,3 +206,29 @@ def test_a_bad_zipf_names_the_option(tmp_path, model, value):
     code, line, written = _run(tmp_path, ["solve", "--model", model, "--cluster", "8xH100", "--zipf", value])
     assert code == 2 and written == []
     assert line == f"shardplan: error: zipf: must be a finite number >= 0, got {float(value)}"
+
+
+# --report - wrote a file called "-" (exit 0), as did every other option that writes a file: to most tools "-" is
+# standard output, which here carries the plan.
+@pytest.mark.parametrize(("argv", "option"), [
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--report", "-"], "report"),
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--dag", "-"], "dag"),
+    (["solve", "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--experts-out", "-"], "experts-out"),
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg", "--report", "-"], "report"),
+    (["enumerate", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--report", "-"], "report"),
+    (["validate", "{dir}/d.json", "--fix", "--out", "-"], "out"),
+    (["calibrate", "{dir}/d.json", "--out", "-"], "out"),
+])
+def test_a_dash_for_an_output_file_is_refused_not_written(tmp_path, monkeypatch, argv, option):
+    monkeypatch.chdir(tmp_path)  # a file called "-" would appear here, and _run lists what appeared
+    code, line, written = _run(tmp_path, argv, {"d.json": b"{}"})
+    assert code == 2 and written == [] and not (tmp_path / "-").exists()
+    assert line == (f"shardplan: error: {option}: give a file path; '-' (standard output) is not supported "
+                    "(./- names a file called -)")
+
+
+def test_a_file_called_dash_is_still_written_when_named_as_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, written = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--no-runner-up",
+                                       "--report", "./-"])
+    assert code == 0 and written == ["-"] and (tmp_path / "-").read_text().lstrip().lower().startswith("<!doctype html")
