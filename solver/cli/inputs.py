@@ -35,7 +35,7 @@ from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_
 from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import MAX_BATCH as MAX_ENGINE_BATCH
-from shardplan.rules.problem import Objective, Pins, Problem, Workload, profile_notes
+from shardplan.rules.problem import Objective, Pins, Problem, Workload, problem_notes
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_CLUSTER = "2x8xH200"
@@ -172,7 +172,7 @@ def build_problem(args: ProblemArgs) -> Problem:
         )
     except ValidationError as exc:
         raise option_error(exc) from None
-    for text in profile_notes(problem):  # a profile of another GPU: said beside the result, human view or JSON
+    for text in problem_notes(problem):  # e.g. a profile of another GPU: said beside the result, human view or JSON
         note_on_stderr(text)
     return problem
 

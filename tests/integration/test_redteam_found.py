@@ -232,3 +232,36 @@ def test_a_file_called_dash_is_still_written_when_named_as_a_path(tmp_path, monk
     code, _, written = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--no-runner-up",
                                        "--report", "./-"])
     assert code == 0 and written == ["-"] and (tmp_path / "-").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+# --mem-cap-gib 1000 on an H100 (80 GiB of HBM) planned against 80 GiB without a word. Still accepted (README: a
+# cap only lowers the limit; one cap is swept over clusters of several GPU types), now with a note.
+def test_a_cap_above_the_gpu_memory_is_lowered_with_a_note(tmp_path):
+    code, err, _ = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib",
+                                   "1000", "--json"])
+    note = "mem-cap-gib 1000 GiB is above the 80 GiB of HBM of each H100-SXM: the limit is the GPU's 80 GiB"
+    assert code == 0 and err.startswith(f"shardplan: note: {note}")
+    case = Case("solve", ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib", "1000",
+                          "--json"], {})
+    plan = json.loads(run_in_process(case, tmp_path).stdout)
+    assert any(n.startswith(note) for n in plan["notes"])
+    assert plan["memory"]["limit"] == 80.0
+
+
+@pytest.mark.parametrize("cap", ["80", "60"])
+def test_a_cap_within_the_gpu_memory_has_no_note(tmp_path, cap):
+    case = Case("solve", ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib", cap, "--json"],
+                {})
+    outcome = run_in_process(case, tmp_path)
+    assert outcome.code == 0 and "mem-cap-gib" not in outcome.stderr
+    assert not any("mem-cap-gib" in n for n in json.loads(outcome.stdout).get("notes", []))
+
+
+def test_the_mcp_plan_carries_the_same_cap_note():
+    from shardplan.solver.mcp.safety import Root, TimeLimits
+    from shardplan.solver.mcp.schemas import PlanInput
+    from shardplan.solver.mcp.tools import Session, plan
+
+    data = plan(PlanInput(model="llama-3.1-8b", cluster="1xH100", mem_cap_gib=1000.0),
+                Session(Root(None), TimeLimits()))
+    assert any(n.startswith("mem-cap-gib 1000 GiB is above the 80 GiB of HBM of each H100-SXM") for n in data["notes"])
