@@ -235,6 +235,9 @@ def parse_cluster(text: str) -> ClusterSpec:
     text = str(text)
     if len(text) > 100:
         raise SpecError("cluster", f"{text[:20]!r}... is {len(text)} characters long; {_FORMS}")
+    if "," in text:  # "2x8xH100,1x8xH200": a ClusterSpec has one GPU and one node size, so no list is read
+        raise SpecError("cluster", f"{text!r} is a list; a cluster is one GPU type in nodes of one size "
+                                   f"({_FORMS}): plan each part as its own cluster")
     match = _CLUSTER_RE.match(text)
     if match is None:
         raise SpecError("cluster", f"cannot read {text!r}; {_FORMS}")
@@ -248,7 +251,10 @@ def parse_cluster(text: str) -> ClusterSpec:
     for count in counts:
         if count <= 0:
             raise SpecError("cluster", f"counts in {text!r} must be positive, got {count}")
-    gpu = get_gpu(gpu_name)  # an unknown GPU is SpecError("gpu", ...)
+    try:
+        gpu = get_gpu(gpu_name)
+    except SpecError as exc:  # get_gpu names its own argument, "gpu"; here the GPU is part of the cluster's text
+        raise SpecError("cluster", exc.reason) from None
     if second is None:
         nodes, per_node = _nodes_from_total(counts[0], gpu)
     else:

@@ -210,6 +210,23 @@ def profile_notes(problem: Problem) -> list[str]:
             f"and overheads are applied to {gpu}'s peak rates, bandwidths and memory", *notes]
 
 
+def problem_notes(problem: Problem) -> list[str]:
+    """Every note a plan's reader gets of how it was priced: the memory cap's (``cap_notes``), then the profile's
+    (``profile_notes``)."""
+    return [*cap_notes(problem), *profile_notes(problem)]
+
+
+def cap_notes(problem: Problem) -> list[str]:
+    """The note for a cap above the GPU's memory, which ``memory_limit_gib`` lowers to the GPU's capacity. Accepted,
+    not refused (README: a cap only lowers the limit): one cap is given to clusters of several GPU types (the
+    promises sweep puts 100 GiB on H100, H200 and B200 alike). Said, because the plan is held to less than asked."""
+    cap, gpu = problem.mem_cap_gib, problem.cluster.gpu
+    if cap is None or cap <= gpu.hbm_gib:
+        return []
+    return [f"mem-cap-gib {cap:g} GiB is above the {gpu.hbm_gib:g} GiB of HBM of each {gpu.name}: the limit is the "
+            f"GPU's {gpu.hbm_gib:g} GiB (a cap only lowers it)"]
+
+
 def _slow_stream_notes(profile: Profile) -> list[str]:
     """The note for an engine profile whose weight stream is far below its GPU's table-fitted one, else none."""
     tables = [p for p in list_profiles() if p.default and p.gpu == profile.gpu]

@@ -59,8 +59,9 @@ def optimise(
     if SearchSpace(problem, resolve_profile(problem)).decides_batch:
         return _integer_batch(problem, deadline, only_pins, excluded)
     # Lazily on purpose: OR-Tools (it imports pandas and numpy) is a large share of a short command's
-    # start-up, and the integer-batch search above does not use it.
-    from shardplan.solver.cpsat_search import run_search
+    # start-up, and the integer-batch search above does not use it. Loading it is not search time.
+    with deadline.paused():
+        from shardplan.solver.cpsat_search import run_search
 
     return run_search(problem, deadline, only_pins, excluded, seed)
 
@@ -100,7 +101,8 @@ def solve(problem: Problem, time_limit_s: float | None = None, deadline: Deadlin
     result = optimise(problem, deadline)
     if isinstance(result, NoPlan):
         # Lazily on purpose: explaining builds CP-SAT models (OR-Tools, see optimise), rarely needed.
-        from shardplan.solver.explain import explain
+        with deadline.paused():
+            from shardplan.solver.explain import explain
 
         raise InfeasibleError(explain(problem, result.tables, deadline))
     status = "optimal" if result.proven else "feasible"

@@ -34,7 +34,8 @@ from shardplan.models.files import read_json
 from shardplan.models.load_profile import ExpertLoadProfile, load_profile, zipf_profile
 from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
-from shardplan.rules.problem import Objective, Pins, Problem, Workload, profile_notes
+from shardplan.rules.problem import MAX_BATCH as MAX_ENGINE_BATCH
+from shardplan.rules.problem import Objective, Pins, Problem, Workload, problem_notes
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_CLUSTER = "2x8xH200"
@@ -119,13 +120,18 @@ def build_problem(args: ProblemArgs) -> Problem:
         raise SpecError("isl", f"isl + osl = {args.isl + args.osl:,} exceeds the maximum of {MAX_TOKENS:,} tokens")
     if args.batch is not None:
         _positive("batch", args.batch, MAX_BATCH)
+    if args.max_batch is not None:  # Problem's own bound would name it "max_batch", not the option
+        _positive("max-batch", args.max_batch, MAX_ENGINE_BATCH)
     for name, most in (("mem_cap_gib", MAX_MEM_CAP_GIB), ("ttft_ms", MAX_LIMIT_MS), ("tpot_ms", MAX_LIMIT_MS)):
         value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise SpecError(name.replace("_", "-"), f"must be a finite number > 0, got {value}")
         if value is not None and value > most:
             raise SpecError(name.replace("_", "-"), f"must be at most {most:g}, got {value:g}")
-    if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:  # below 0 or not finite: zipf_profile says so
+    # checked here, not left to zipf_profile: its error names its own argument, "exponent", not the option
+    if args.zipf is not None and not (args.zipf >= 0 and math.isfinite(args.zipf)):
+        raise SpecError("zipf", f"must be a finite number >= 0, got {args.zipf}")
+    if args.zipf is not None and args.zipf > MAX_ZIPF_EXPONENT:
         raise SpecError("zipf", f"must be at most {MAX_ZIPF_EXPONENT:g}, got {args.zipf:g}")
     model = args.model if isinstance(args.model, ModelSpec) else get_model(args.model)
     # "is not None": an empty dtype (a script's unset variable) is an unknown one, not the checkpoint's.
@@ -165,8 +171,8 @@ def build_problem(args: ProblemArgs) -> Problem:
             max_batch=args.max_batch,
         )
     except ValidationError as exc:
-        raise spec_error_from(exc) from None
-    for text in profile_notes(problem):  # a profile of another GPU: said beside the result, human view or JSON
+        raise option_error(exc) from None
+    for text in problem_notes(problem):  # e.g. a profile of another GPU: said beside the result, human view or JSON
         note_on_stderr(text)
     return problem
 
@@ -337,7 +343,7 @@ def layout_from_pins(problem: Problem) -> Layout:
             layout = Layout.even(model.num_layers, p.pp or 1, dp=dp, tp=tp, sp=sp, attn_dp=attn_dp,
                                  expert_tp=expert_tp, batch=batch)
     except ValidationError as exc:
-        raise spec_error_from(exc) from None
+        raise option_error(exc) from None
     if layout.num_layers != model.num_layers:
         raise SpecError("stages", f"cover {layout.num_layers} layers; the model has {model.num_layers}")
     if p.ep is not None and model.is_moe and p.ep != layout.ep:
@@ -371,6 +377,14 @@ def check_pins(pins: dict[str, Any], num_layers: int) -> None:
     stages = pins.get("stages")
     if stages is not None:
         check_stages(stages, num_layers)
+
+
+def option_error(exc: ValidationError) -> SpecError:
+    """The error of a spec built from command-line values (a ``Problem``, a ``Layout``), its field named as the
+    option is typed: ``expert_tp`` is ``expert-tp``. Only for specs whose fields are all options: the fields of a
+    file (a config.json, a profile) keep their own names."""
+    error = spec_error_from(exc)
+    return SpecError(error.field.replace("_", "-"), error.reason)
 
 
 def _positive(name: str, value: int | None, most: int) -> None:

@@ -89,6 +89,9 @@ class OutputFiles:
             return
         if not str(path):  # realpath("") is the current folder: calibrate --out '' wrote its profiles there
             raise SpecError(option, "an empty path; name the file to write")
+        if str(path) == "-":  # standard output to most tools, but stdout carries the result: a file "-" was written
+            raise SpecError(option, "give a file path; '-' (standard output) is not supported "
+                                    "(./- names a file called -)")
         shown, target = str(path), _resolved(path)
         if _names_a_stream(str(path)):
             raise SpecError(option, f"{printable(shown)} is an open stream (such as standard output), not a file; "

@@ -10,7 +10,7 @@ from typing import Any
 
 from shardplan.rules.layout import Layout
 from shardplan.rules.prediction import MemoryReport, Metrics, Prediction
-from shardplan.rules.problem import Problem, measured_error, profile_notes
+from shardplan.rules.problem import Problem, measured_error, problem_notes
 from shardplan.solver.placement.plan import PlanPlacement
 
 
@@ -102,9 +102,9 @@ def plan_dict(
 
 
 def notes_dict(problem: Problem) -> dict[str, list[str]]:
-    """``notes``: what the plan's reader should know of how it was priced (``rules.problem.profile_notes``);
+    """``notes``: what the plan's reader should know of how it was priced (``rules.problem.problem_notes``);
     the key only when there is one, so a plan without any reads as before."""
-    notes = profile_notes(problem)
+    notes = problem_notes(problem)
     return {"notes": notes} if notes else {}
 
 

@@ -141,3 +141,127 @@ def test_a_step_of_next_to_no_work_and_no_fixed_cost_is_priced_not_divided_by(tm
     assert problems(outcome, case) == [] and outcome.code == 0, outcome.stderr
     result = json.loads(outcome.stdout)
     assert result["status"] in ("evaluated", "optimal", "feasible")
+
+
+# --- a red-team pass of 2026-12-07: options named by their internal names, a '-' written as a file, a cap
+# above the GPU's memory lowered without a word.
+
+# "2x8xH100,1x8xH200" said "gpu: unknown GPU 'H100,1x8xH200'": a field no one typed, and not the reason, which is
+# that a cluster is one GPU type in nodes of one size. An unknown GPU in --cluster was named "gpu:" as well.
+@pytest.mark.parametrize(("cluster", "says"), [
+    ("2x8xH100,1x8xH200", "'2x8xH100,1x8xH200' is a list; a cluster is one GPU type in nodes of one size"),
+    ("2x8xH100,2x4xH100", "'2x8xH100,2x4xH100' is a list; a cluster is one GPU type in nodes of one size"),
+    ("8xB999", "unknown GPU 'B999'; presets: H100-SXM, "),
+])
+def test_a_cluster_it_cannot_plan_names_the_cluster_option_and_why(tmp_path, cluster, says):
+    code, line, written = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", cluster])
+    assert code == 2 and written == []
+    assert line.startswith(f"shardplan: error: cluster: {says}"), line
+
+
+def test_an_mcp_cluster_list_is_refused_with_the_cli_line():
+    from shardplan.models import SpecError
+    from shardplan.solver.mcp.safety import Root, TimeLimits
+    from shardplan.solver.mcp.schemas import PlanInput
+    from shardplan.solver.mcp.tools import Session, plan
+
+    with pytest.raises(SpecError) as refused:
+        plan(PlanInput(model="llama-3.1-8b", cluster="2x8xH100,1x8xH200"), Session(Root(None), TimeLimits()))
+    assert refused.value.field == "cluster" and "is a list" in refused.value.reason
+
+
+# --max-batch 0 said "max_batch: Input should be greater than 0" (pydantic's words, the field's internal name);
+# evaluate --expert-tp that does not divide the stage said "expert_tp:".
+@pytest.mark.parametrize("command", [
+    ["solve"], ["evaluate"], ["enumerate", "--limit", "1"], ["solve", "--serving", "disagg"],
+])
+@pytest.mark.parametrize(("value", "says"), [
+    ("0", "must be a positive integer, got 0"),
+    ("-3", "must be a positive integer, got -3"),
+    ("16385", "must be at most 16,384, got 16,385"),  # 16,384: rules.problem.MAX_BATCH, the documented top
+])
+def test_a_bad_max_batch_names_the_option_as_typed(tmp_path, command, value, says):
+    code, line, written = _run(tmp_path, [*command, "--model", "llama-3.1-8b", "--cluster", "8xH100",
+                                          "--max-batch", value])
+    assert code == 2 and written == []
+    assert line == f"shardplan: error: max-batch: {says}"
+
+
+def test_the_largest_max_batch_is_still_taken(tmp_path):
+    code, _, _ = _run(tmp_path, ["evaluate", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--max-batch", "16384"])
+    assert code == 0
+
+
+def test_an_expert_tp_that_does_not_divide_the_stage_names_the_option(tmp_path):
+    # tp 2 x attn-dp 3 = 6 GPUs per stage; 4 does not divide 6
+    code, line, _ = _run(tmp_path, ["evaluate", "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--tp", "2",
+                                    "--attn-dp", "3", "--expert-tp", "4", "--allow", "expert-tp"])
+    assert code == 2 and line == "shardplan: error: expert-tp: 4 does not divide the stage's 6 GPUs"
+
+
+# --zipf -1 said "zipf exponent:", the argument name of the function that builds the profile.
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "llama-3.1-8b"])
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "inf"])
+def test_a_bad_zipf_names_the_option(tmp_path, model, value):
+    code, line, written = _run(tmp_path, ["solve", "--model", model, "--cluster", "8xH100", "--zipf", value])
+    assert code == 2 and written == []
+    assert line == f"shardplan: error: zipf: must be a finite number >= 0, got {float(value)}"
+
+
+# --report - wrote a file called "-" (exit 0), as did every other option that writes a file: to most tools "-" is
+# standard output, which here carries the plan.
+@pytest.mark.parametrize(("argv", "option"), [
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--report", "-"], "report"),
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--dag", "-"], "dag"),
+    (["solve", "--model", "qwen3-30b-a3b", "--cluster", "8xH100", "--experts-out", "-"], "experts-out"),
+    (["solve", "--model", "llama-3.1-8b", "--cluster", "8xH100", "--serving", "disagg", "--report", "-"], "report"),
+    (["enumerate", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--report", "-"], "report"),
+    (["validate", "{dir}/d.json", "--fix", "--out", "-"], "out"),
+    (["calibrate", "{dir}/d.json", "--out", "-"], "out"),
+])
+def test_a_dash_for_an_output_file_is_refused_not_written(tmp_path, monkeypatch, argv, option):
+    monkeypatch.chdir(tmp_path)  # a file called "-" would appear here, and _run lists what appeared
+    code, line, written = _run(tmp_path, argv, {"d.json": b"{}"})
+    assert code == 2 and written == [] and not (tmp_path / "-").exists()
+    assert line == (f"shardplan: error: {option}: give a file path; '-' (standard output) is not supported "
+                    "(./- names a file called -)")
+
+
+def test_a_file_called_dash_is_still_written_when_named_as_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, written = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--no-runner-up",
+                                       "--report", "./-"])
+    assert code == 0 and written == ["-"] and (tmp_path / "-").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+# --mem-cap-gib 1000 on an H100 (80 GiB of HBM) planned against 80 GiB without a word. Still accepted (README: a
+# cap only lowers the limit; one cap is swept over clusters of several GPU types), now with a note.
+def test_a_cap_above_the_gpu_memory_is_lowered_with_a_note(tmp_path):
+    code, err, _ = _run(tmp_path, ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib",
+                                   "1000", "--json"])
+    note = "mem-cap-gib 1000 GiB is above the 80 GiB of HBM of each H100-SXM: the limit is the GPU's 80 GiB"
+    assert code == 0 and err.startswith(f"shardplan: note: {note}")
+    case = Case("solve", ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib", "1000",
+                          "--json"], {})
+    plan = json.loads(run_in_process(case, tmp_path).stdout)
+    assert any(n.startswith(note) for n in plan["notes"])
+    assert plan["memory"]["limit"] == 80.0
+
+
+@pytest.mark.parametrize("cap", ["80", "60"])
+def test_a_cap_within_the_gpu_memory_has_no_note(tmp_path, cap):
+    case = Case("solve", ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH100", "--mem-cap-gib", cap, "--json"],
+                {})
+    outcome = run_in_process(case, tmp_path)
+    assert outcome.code == 0 and "mem-cap-gib" not in outcome.stderr
+    assert not any("mem-cap-gib" in n for n in json.loads(outcome.stdout).get("notes", []))
+
+
+def test_the_mcp_plan_carries_the_same_cap_note():
+    from shardplan.solver.mcp.safety import Root, TimeLimits
+    from shardplan.solver.mcp.schemas import PlanInput
+    from shardplan.solver.mcp.tools import Session, plan
+
+    data = plan(PlanInput(model="llama-3.1-8b", cluster="1xH100", mem_cap_gib=1000.0),
+                Session(Root(None), TimeLimits()))
+    assert any(n.startswith("mem-cap-gib 1000 GiB is above the 80 GiB of HBM of each H100-SXM") for n in data["notes"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -127,3 +129,36 @@ def test_cp_sat_bounds_are_read_only_when_proven():
     assert _latency_bound(100, 250.0) == 100.0  # nothing better than 100 exists, and 100 itself does
     # a/c = 2/10 tokens per ns, gain 5 over c x e2e floor = 10 x 100: (0.2 + 0.005) x OSL 4 x 1e9
     assert GainBound(2, 10, 5.0).tokens_per_s(100, 4) == pytest.approx(0.205 * 4e9)
+
+
+# A slow first import of the CP-SAT search, in a process that has not loaded it (the command line's), and a tiny
+# --time-limit: the import is not search time. The red team's `plan` call (the MCP server loads OR-Tools at start)
+# returned a plan where `solve --time-limit 1e-300` said none was found within it: the import (~0.4 s in a new
+# process) had used up the grace the work before the search gets past the deadline.
+SLOW_IMPORT = """
+import importlib.abc, sys, time
+class Slow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "shardplan.solver.cpsat_search":
+            time.sleep(1.0)  # past PREP_GRACE_S (0.5 s) on its own
+        return None
+sys.meta_path.insert(0, Slow())
+from shardplan.solver.cli.main import main
+assert "shardplan.solver.cpsat_search" not in sys.modules
+main(sys.argv[1:])
+"""
+
+
+def test_a_tiny_time_limit_gives_the_cli_the_plan_the_mcp_server_gives():
+    from shardplan.solver.mcp.safety import Root, TimeLimits
+    from shardplan.solver.mcp.schemas import PlanInput
+    from shardplan.solver.mcp.tools import Session, plan
+
+    args = {"model": "llama-3.1-8b", "cluster": "8xH100"}  # latency, no --batch: the CP-SAT search
+    cli = subprocess.run([sys.executable, "-c", SLOW_IMPORT, "solve", "--model", args["model"], "--cluster",
+                          args["cluster"], "--time-limit", "1e-300", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    served = plan(PlanInput(**args, time_limit=1e-300), Session(Root(None), TimeLimits()))
+    printed = json.loads(cli.stdout)
+    assert printed["status"] == served["status"] and printed["degrees"] == served["degrees"]

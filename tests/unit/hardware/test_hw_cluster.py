@@ -72,11 +72,18 @@ def test_bad_strings_raise_cluster_error(text, words):
         assert word in str(info.value)
 
 
-def test_unknown_gpu_in_a_cluster_string_is_a_gpu_error():
+def test_unknown_gpu_in_a_cluster_string_names_the_cluster():
+    # the GPU is part of --cluster's text: "gpu" is calibrate --gpu's name, not one a cluster's user typed
     with pytest.raises(SpecError) as info:
         parse_cluster("8xH999")
-    assert info.value.field == "gpu"
-    assert "H999" in str(info.value)
+    assert info.value.field == "cluster"
+    assert info.value.reason.startswith("unknown GPU 'H999'; presets: ")
+
+
+def test_a_list_of_clusters_is_refused_as_one():
+    with pytest.raises(SpecError) as info:
+        parse_cluster("2x8xH100,1x8xH200")
+    assert info.value.field == "cluster" and "is a list; a cluster is one GPU type" in info.value.reason
 
 
 def test_ids_are_node_major():

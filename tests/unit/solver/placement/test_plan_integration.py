@@ -358,7 +358,7 @@ def test_malformed_profiles_exit_2_naming_the_field(tmp_path, capsys):
 
 def test_other_bad_placement_inputs_exit_2(tmp_path, capsys):
     assert "zipf: give either" in _rejected(capsys, "--zipf", "1", "--load-profile", "x.json")
-    assert "zipf exponent: " in _rejected(capsys, "--zipf", "-1")
+    assert "zipf: must be a finite number >= 0" in _rejected(capsys, "--zipf", "-1")
     assert "redundant-slots: " in _rejected(capsys, "--redundant-slots", "-1")
     assert "experts-out: " in _rejected(capsys, "--experts-out", str(tmp_path / "no" / "such" / "dir.json"))
     with pytest.raises(SystemExit) as exit_:
