@@ -32,6 +32,9 @@ _OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 # A JSON string literal, escapes included: its brackets are not nesting.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
+# A \uD800-\uDFFF escape: JSON text may spell half of a UTF-16 pair alone, which is no character at all.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def read_text(path: str | Path, field: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
@@ -83,7 +86,7 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
     if json_depth(text) > max_depth:
         raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
     try:
-        return json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant,
+        data = json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant,
                           parse_float=_finite_float, parse_int=_float_sized_int)
     except _RepeatedKey as exc:
         raise SpecError(field, f"{where} repeats the key {quoted(exc.key)} (which one counts is not clear)") from None
@@ -97,6 +100,36 @@ def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPT
         raise SpecError(field, f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (RecursionError, ValueError) as exc:  # e.g. an integer literal of more than 4,300 digits
         raise SpecError(field, f"{where} is not valid JSON ({type(exc).__name__})") from None
+    lone = first_lone_surrogate(data) if _SURROGATE_ESCAPE.search(text) or SURROGATE.search(text) else None
+    if lone is not None:
+        raise SpecError(field, f"{where} {lone_surrogate(lone)}")
+    return data
+
+
+def lone_surrogate(char: str) -> str:
+    """Why a lone surrogate ``char`` is refused, for a message that names where it is."""
+    return (f"holds \\u{ord(char):04x}, half of a UTF-16 surrogate pair without the other half: not a character "
+            "(RFC 8259 §8.2)")
+
+
+def first_lone_surrogate(data: Any) -> str | None:
+    """The first lone surrogate in a string (a key or a value) of parsed JSON ``data``, or None; walked without
+    recursion. A paired escape (``\\ud83d\\ude00``) is parsed into its one character: what remains is lone. A
+    DAG file's node kind of ``"\\ud800"`` reached the .dot and .mmd writers, whose UTF-8 encoding raised
+    (exit 3), and an MCP reply holding one could not be serialised."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found = SURROGATE.search(value)
+            if found:
+                return found.group()
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
 
 
 class _NotFinite(Exception):

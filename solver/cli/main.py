@@ -21,6 +21,7 @@ import click
 
 from shardplan.hardware.profile import DEFAULT_ENGINE, ENGINES, Engine
 from shardplan.models import InfeasibleError, ShardplanError, SolverLimitError, SpecError
+from shardplan.models.errors import printable
 from shardplan.models.files import MAX_CSV_BYTES, json_text, read_text
 from shardplan.rules.catalog import LISTED_RULES, get_rule
 from shardplan.rules.plan import Plan
@@ -739,14 +740,27 @@ def main(argv: list[str] | None = None) -> None:
     _tolerant_streams()
     args = sys.argv[1:] if argv is None else list(argv)
     for i, arg in enumerate(args):
-        # No command line carries a NUL (execve ends the argument there); main(argv) in-process can, and
-        # os.stat, click's path checks and realpath raise ValueError on it (an internal error, exit 3).
-        if "\0" in arg:
+        # No command line carries a NUL (execve ends the argument there), nor a surrogate the file system's encoding
+        # cannot turn back into bytes (an undecodable byte arrives as one it can: \udc80-\udcff); main(argv)
+        # in-process can, and os.stat, click's path checks and realpath raise ValueError (UnicodeEncodeError) on them
+        # (an internal error, exit 3).
+        problem = "contains a NUL byte" if "\0" in arg else _unencodable(arg)
+        if problem:
             option = (args[i - 1] if i and args[i - 1].startswith("-") else
                       arg.split("=")[0] if arg.startswith("-") else "argument")
-            fail(f"error: {option.lstrip('-').replace(chr(0), '') or 'argument'}: contains a NUL byte", EXIT_BAD_INPUT)
+            name = printable(option.lstrip("-").replace(chr(0), "")) or "argument"
+            fail(f"error: {name}: {problem}", EXIT_BAD_INPUT)
     with held_notes() as notes, _sigterm_unwinds():
         _run(args, notes)
+
+
+def _unencodable(arg: str) -> str | None:
+    """Why ``arg`` holds a character the file system's encoding cannot write, or None when it holds none."""
+    try:
+        os.fsencode(arg)
+    except UnicodeEncodeError as exc:
+        return f"holds \\u{ord(arg[exc.start]):04x}, a lone surrogate: not text (no command line carries one)"
+    return None
 
 
 def _tolerant_streams() -> None:

@@ -7,6 +7,8 @@ DOT and Mermaid are written here as text (no pygraphviz or pydot): clusters (DOT
 
 from __future__ import annotations
 
+import re
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -122,14 +124,34 @@ def _scalar(value: Any) -> Any:
     return json_text(value, sort_keys=True)
 
 
+# What XML 1.0 cannot carry at all, not even as a character reference: C0 controls but tab, newline and return;
+# surrogates; U+FFFE and U+FFFF. networkx writes them as they are, and no XML parser reads the file back.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_attrs(attrs: dict[Any, Any], where: str) -> dict[Any, Any]:
+    """``attrs`` as GraphML scalars (``_scalar``); a key or text XML cannot carry raises ``SpecError`` naming it."""
+    out = {k: _scalar(v) for k, v in attrs.items() if v is not None}
+    for key, value in out.items():
+        for text in (key, value):
+            bad = _NOT_XML.search(text) if isinstance(text, str) else None
+            if bad:
+                raise SpecError("file", f"{where}: attribute {quoted(key, 40)} holds {quoted(bad.group())}, which "
+                                        "XML cannot carry; cannot write GraphML (.json can)")
+    return out
+
+
 def to_graphml_graph(dag: nx.DiGraph) -> nx.DiGraph:
     """A copy whose attributes are all GraphML scalars: lists and dicts become JSON strings."""
     h = nx.DiGraph()
-    h.graph.update({k: _scalar(v) for k, v in dag.graph.items() if v is not None})
+    h.graph.update(_xml_attrs(dag.graph, "graph"))
     for n, d in dag.nodes(data=True):
-        h.add_node(n, **{k: _scalar(v) for k, v in d.items() if v is not None})
+        where = f"node {quoted(n)}"
+        if isinstance(n, str) and _NOT_XML.search(n):
+            raise SpecError("file", f"{where}: its id holds a character XML cannot carry; cannot write GraphML")
+        h.add_node(n, **_xml_attrs(d, where))
     for u, v, d in dag.edges(data=True):
-        h.add_edge(u, v, **{k: _scalar(x) for k, x in d.items() if x is not None})
+        h.add_edge(u, v, **_xml_attrs(d, f"edge {quoted(u, 40)} -> {quoted(v, 40)}"))
     return h
 
 
@@ -223,7 +245,19 @@ MERMAID_ARROW = {"data": "-->", "pipeline": "==>", "sync": "-.->"}
 
 
 def _m(text: str) -> str:
-    return text.replace('"', "#quot;")
+    """Text inside a Mermaid label's quotes: a quote ends the label and a line ends the statement, so text from a DAG
+    file (a phase of ``x"]\n  click n0 href "javascript:..."``) wrote statements of its own."""
+    return text.replace('"', "#quot;").replace("\r", " ").replace("\n", " ")
+
+
+_NOT_ID = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _mid(text: str) -> str:
+    """A Mermaid id for a subgraph named by a DAG's values: letters, digits and underscores only, and when the values
+    held anything else, a checksum of them, so two phases that differ only there stay two subgraphs."""
+    safe = _NOT_ID.sub("_", text)
+    return safe if safe == text else f"{safe}_{zlib.crc32(text.encode('utf-8', 'backslashreplace')):08x}"
 
 
 def _order(value: Any) -> tuple[int, int, str]:
@@ -270,12 +304,12 @@ def to_mermaid(dag: nx.DiGraph, phase: str | None = None, keep_layers: Iterable[
     ]:
         lines.append(f'  {nid}["{_m(labels[nid])}"]')
     for r, ph in top:
-        lines.append(f'  subgraph r{r}_{ph}["replica {r} - {ph}"]')
+        lines.append(f'  subgraph {_mid(f"r{r}_{ph}")}["{_m(f"replica {r} - {ph}")}"]')
         for nid in groups.get((r, ph, None), []):
             lines.append(f'    {nid}["{_m(labels[nid])}"]')
         stages = sorted((k[2] for k in groups if k[0] == r and k[1] == ph and k[2] is not None), key=_order)
         for s in stages:
-            lines.append(f'    subgraph r{r}_{ph}_s{s}["stage {s}"]')
+            lines.append(f'    subgraph {_mid(f"r{r}_{ph}_s{s}")}["{_m(f"stage {s}")}"]')
             for nid in groups[(r, ph, s)]:
                 lines.append(f'      {nid}["{_m(labels[nid])}"]')
             lines.append("    end")

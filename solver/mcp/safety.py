@@ -77,6 +77,10 @@ class Root:
             raise SpecError(field, f"{shown}: this server reads and writes no files (start it with --root DIR)")
         if "\0" in path or not path.strip():
             raise SpecError(field, f"{shown} is not a path")
+        try:
+            os.fsencode(path)  # a lone surrogate (\ud800) no file name holds: realpath raised UnicodeEncodeError
+        except UnicodeEncodeError:
+            raise SpecError(field, f"{shown} is not a path") from None
         resolved = os.path.realpath(os.path.join(self.path, os.path.expanduser(path)))
         if os.path.commonpath([resolved, self.path]) != self.path:
             raise SpecError(field, f"{shown} is outside --root {self.path}")

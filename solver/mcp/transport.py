@@ -33,7 +33,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from shardplan.models.errors import quoted
-from shardplan.models.files import MAX_JSON_DEPTH
+from shardplan.models.files import MAX_JSON_DEPTH, SURROGATE, lone_surrogate
 from shardplan.solver.cli.results import one_line
 
 # The longest line read: an inline config is at most 1 MiB (models.files.MAX_INPUT_BYTES) and an inline
@@ -117,6 +117,12 @@ def first_bad(data: Any) -> tuple[list[str | int], str] | None:
             return path, f"{quoted(value.text)} {value.reason}"
         if isinstance(value, _Object) and value.repeated is not None:
             return path, f"repeats the key {quoted(value.repeated)} (which one counts is not clear)"
+        # A lone \ud800 escape: the reply echoing it (fix_dag's inline DAG) could not be serialised, which ended the
+        # server, and a path holding one raised UnicodeEncodeError in the tool (an internal error).
+        strings = [value] if isinstance(value, str) else list(value) if isinstance(value, dict) else []
+        lone = next((found.group() for text in strings if (found := SURROGATE.search(text))), None)
+        if lone is not None:
+            return path, lone_surrogate(lone)
         items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
         stack.extend((path + [key], item) for key, item in reversed(list(items)))
     return None
@@ -248,6 +254,16 @@ def _refused_line(line: bytes) -> types.JSONRPCError:
                                               f"{MAX_LINE_BYTES:,} are read")
 
 
+def unwritable(message: types.JSONRPCMessage, exc: ValueError) -> bytes | None:
+    """The line answering a request whose answer cannot be written as JSON (a string no UTF-8 holds: it raised
+    in the writer, which ended the server), or None for a notification, which nothing waits for."""
+    request_id = getattr(message, "id", None)
+    if request_id is None:
+        return None
+    reply = error_reply(types.INTERNAL_ERROR, f"result: cannot be written as JSON ({type(exc).__name__})", request_id)
+    return (reply.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+
+
 EXIT_BAD_OUTPUT = 2  # the CLI's code for an output it cannot write (solver/cli/main.py)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as the CLI
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as the CLI
@@ -301,9 +317,14 @@ class StdioTransport:
         async with self.from_server:
             async for session_message in self.from_server:
                 message = session_message.message
-                line = message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                 try:
-                    await anyio.to_thread.run_sync(self._write_line, line.encode("utf-8"))
+                    data = (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+                except ValueError as exc:  # PydanticSerializationError, UnicodeEncodeError: one answer, not the server
+                    data = unwritable(message, exc)
+                    if data is None:
+                        continue
+                try:
+                    await anyio.to_thread.run_sync(self._write_line, data)
                 except OSError as exc:  # BrokenPipeError: the client went away
                     self.end(EXIT_BAD_OUTPUT, f"error: cannot write standard output: {exc.strerror} (the client "
                                               "stopped reading)")

@@ -65,3 +65,12 @@ def problems(outcome: Outcome, case: Case | None = None) -> list[str]:
     if outcome.code != 0 and outcome.written and not verdict:
         found.append(f"exit {outcome.code} but wrote {outcome.written}")
     return found
+
+
+def run_judged(folder: Path, argv: list[str], files: dict[str, bytes] | None = None) -> tuple[int, str, list[str]]:
+    """(exit code, stderr stripped, files written) of an in-process run of ``argv`` (``{dir}`` is ``folder``),
+    after asserting that the harness finds nothing wrong with it (``problems``): for the tests of found cases."""
+    case = Case(argv[0], argv, files or {})
+    outcome = run_in_process(case, folder)
+    assert problems(outcome, case) == []
+    return outcome.code, outcome.stderr.strip(), outcome.written
