@@ -320,9 +320,10 @@ class StdioTransport:
                 try:
                     data = (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
                 except ValueError as exc:  # PydanticSerializationError, UnicodeEncodeError: one answer, not the server
-                    data = unwritable(message, exc)
-                    if data is None:
+                    answer = unwritable(message, exc)
+                    if answer is None:
                         continue
+                    data = answer
                 try:
                     await anyio.to_thread.run_sync(self._write_line, data)
                 except OSError as exc:  # BrokenPipeError: the client went away
