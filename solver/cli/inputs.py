@@ -215,8 +215,8 @@ def build_expert_load(args: ProblemArgs, model: ModelSpec) -> ExpertLoadProfile 
         if args.zipf is not None:
             # Only ratios matter to a placement: one token per expert on average.
             return zipf_profile(moe.num_experts, moe.layers, args.zipf, float(moe.num_experts), seed=ZIPF_SEED)
-    except SpecError as exc:
-        raise SpecError(f"{option} {exc.field}", exc.reason) from None
+    except SpecError as exc:  # the file as a whole ("profile": unreadable, not JSON) is the option itself
+        raise SpecError(option if exc.field == "profile" else f"{option} {exc.field}", exc.reason) from None
     return None
 
 

@@ -353,7 +353,7 @@ def test_malformed_profiles_exit_2_naming_the_field(tmp_path, capsys):
     csv = tmp_path / "bad.csv"
     csv.write_text("layer,expert,tokens\n0,128,5\n")
     assert "load-profile bad.csv:2 expert: " in _rejected(capsys, "--load-profile", str(csv))
-    assert "load-profile profile: " in _rejected(capsys, "--load-profile", str(tmp_path / "absent.json"))
+    assert "load-profile: cannot read " in _rejected(capsys, "--load-profile", str(tmp_path / "absent.json"))
 
 
 def test_other_bad_placement_inputs_exit_2(tmp_path, capsys):
