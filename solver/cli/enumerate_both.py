@@ -106,8 +106,10 @@ class BothModes:
     def infeasible(self) -> InfeasibleError:
         """Why neither mode has a plan: each mode's conflicting rules, each message naming its mode (as
         ``solve --serving auto`` says it)."""
-        # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed.
-        from shardplan.solver.explain import explain
+        # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed; loading it is
+        # not search time (``Deadline.paused``).
+        with self.deadline.paused():
+            from shardplan.solver.explain import explain
 
         assert self.disagg is not None, "no rows and no deployments visited: only a limit of 0, refused"
         conflicts = [(rule, f"colocated: {message}") for rule, message in explain(self.problem, deadline=self.deadline)]

@@ -666,8 +666,10 @@ def enumerate_and_show(as_json: bool, jsonl: bool, limit: int | None, time_limit
             raise SolverLimitError(deadline.no_plan("layout"))
         # Nothing feasible is an infeasible problem, explained like solve's, never an empty result;
         # --json prints solve's infeasible object too, and the one line still goes to stderr.
-        # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed.
-        from shardplan.solver.explain import explain
+        # Lazily on purpose: explaining builds CP-SAT models, and OR-Tools loads only when needed; loading it is
+        # not search time (``Deadline.paused``).
+        with deadline.paused():
+            from shardplan.solver.explain import explain
 
         exc = InfeasibleError(explain(problem, deadline=deadline))
         if as_json:
