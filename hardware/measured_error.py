@@ -33,6 +33,21 @@ class ErrorFigure(BaseModel):
     median: float = Field(description="median of predicted / measured - 1: below 0, predictions ran low (fast)")
 
 
+class BandError(BaseModel):
+    """The error over an engine's runs at one band of requests in flight (the error grows with load)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    low: PositiveInt = Field(description="fewest requests in flight over the instance or deployment in the band")
+    high: PositiveInt | None = Field(description="most requests in flight in the band; None: no upper end")
+    runs: PositiveInt = Field(description="runs measured in the band")
+    ttft: ErrorFigure = Field(description="time to first token")
+    tpot: ErrorFigure = Field(description="time per output token after the first")
+
+    def holds(self, in_flight: int) -> bool:
+        return self.low <= in_flight and (self.high is None or in_flight <= self.high)
+
+
 class EngineError(BaseModel):
     """An engine's measured error in one serving mode, and what it was measured on."""
 
@@ -42,6 +57,11 @@ class EngineError(BaseModel):
     gpus: tuple[str, ...] = Field(description="GPU presets the runs were measured on, sorted")
     ttft: ErrorFigure = Field(description="time to first token")
     tpot: ErrorFigure = Field(description="time per output token after the first")
+    bands: tuple[BandError, ...] = Field(description="the same per band of requests in flight, bands with runs only")
+
+    def band_of(self, in_flight: int) -> BandError | None:
+        """The band holding ``in_flight`` requests, or None where no run was measured at such a load."""
+        return next((b for b in self.bands if b.holds(in_flight)), None)
 
 
 class MeasuredErrors(BaseModel):
@@ -64,4 +84,6 @@ def measured_errors() -> MeasuredErrors:
     return MeasuredErrors.model_validate(json.loads(MEASURED_ERROR_FILE.read_text(encoding="utf-8")))
 
 
-__all__ = ["MEASURED_ERROR_FILE", "EngineError", "ErrorFigure", "MeasuredErrors", "Serving", "measured_errors"]
+__all__ = [
+    "MEASURED_ERROR_FILE", "BandError", "EngineError", "ErrorFigure", "MeasuredErrors", "Serving", "measured_errors",
+]

@@ -169,21 +169,25 @@ def engine_default_profile(problem: Problem) -> Profile:
     return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
 
 
-def measured_error(problem: Problem, serving: Serving) -> dict[str, Any] | None:
+def measured_error(problem: Problem, serving: Serving, in_flight: int) -> dict[str, Any] | None:
     """How far the engine's predictions fell from its measured runs under load in ``serving`` mode
     (``hardware/measured_error.py``), as a plan's JSON carries it (``measured_error``): the runs, their GPUs,
-    whether this cluster's GPU is among them (``gpu_measured``), and the median |error| and median error of TTFT
-    and TPOT. None where the figures do not describe the plan: it is priced with a profile other than the
-    engine's default (one named, or read from a file), or the engine has no measured run in this mode."""
+    whether this cluster's GPU is among them (``gpu_measured``), the median |error| and median error of TTFT
+    and TPOT, and the same over the runs at the plan's load (``band``: the band of ``in_flight`` requests, over
+    one replica colocated or the whole deployment disaggregated, as the runs count them; None where no run was
+    measured at such a load). None where the figures do not describe the plan: it is priced with a profile other
+    than the engine's default (one named, or read from a file), or the engine has no measured run in this mode."""
     if resolve_profile(problem).name != engine_default_profile(problem).name:
         return None
     found = measured_errors().of(problem.engine, serving)
     if found is None:
         return None
     gpu = problem.cluster.gpu
+    band = found.band_of(in_flight)
     return {"serving": serving, "engine": problem.engine, "runs": found.runs, "gpus": list(found.gpus),
             "gpu_measured": (gpu.profiles_from or gpu.name) in found.gpus,
-            "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump()}
+            "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump(), "in_flight": in_flight,
+            "band": None if band is None else band.model_dump()}
 
 
 # An engine profile whose weight stream is below this share of its GPU's table-fitted one was set by runs that do

@@ -26,30 +26,48 @@ SOURCE = ("python -m benchmarks.accuracy.measured_error --write: serving runs of
           "benchmarks/accuracy/data/serving_points.csv, each priced as shardplan evaluate prices it with the "
           "engine's default profile for its GPU; error = predicted / measured - 1")
 DIGITS = 3  # 0.1 % steps: finer than the figures mean, coarse enough that the bytes are stable
+# Bands of requests in flight, as the accuracy report's tables split them (serving.BUCKETS): the error grows with load.
+BANDS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 16), (17, 128), (129, None))
 
 
 Priced = serving_runs.Priced | disagg_runs.Priced
 
 
-def per_engine(priced: Sequence[Priced]) -> dict[str, dict[str, Any]]:
-    """Per engine with runs: the runs, their GPUs, and the median |error| and median error of TTFT and TPOT."""
-    groups: dict[str, list[Priced]] = defaultdict(list)
-    for p in priced:
-        groups[p.run.engine].append(p)
+def in_flight(p: Priced) -> int:
+    """The requests in flight the run measured: over its one instance (one pool), over the deployment (disagg)."""
+    return p.run.concurrency if isinstance(p, serving_runs.Priced) else p.run.layout.concurrency
+
+
+def figures(ps: Sequence[Priced]) -> dict[str, Any]:
+    """The median |error| and median error of TTFT and TPOT over ``ps``, with their count."""
 
     def figure(errors: list[float]) -> dict[str, float]:
         return {"median_abs": round(statistics.median(abs(e) for e in errors), DIGITS),
                 "median": round(statistics.median(errors), DIGITS)}
 
-    return {
-        engine: {
-            "runs": len(ps),
-            "gpus": sorted({p.run.problem.cluster.gpu.name for p in ps}),
-            "ttft": figure([p.ttft_error for p in ps]),
-            "tpot": figure([p.tpot_error for p in ps]),
-        }
-        for engine in ENGINES if (ps := groups.get(engine))
-    }
+    return {"runs": len(ps), "ttft": figure([p.ttft_error for p in ps]), "tpot": figure([p.tpot_error for p in ps])}
+
+
+def per_engine(priced: Sequence[Priced]) -> dict[str, dict[str, Any]]:
+    """Per engine with runs: the runs, their GPUs, the median |error| and median error of TTFT and TPOT, and the
+    same per band of requests in flight (``BANDS``, those with runs)."""
+    groups: dict[str, list[Priced]] = defaultdict(list)
+    for p in priced:
+        groups[p.run.engine].append(p)
+    out = {}
+    for engine in ENGINES:
+        ps = groups.get(engine)
+        if not ps:
+            continue
+        whole = figures(ps)
+        bands = []
+        for low, high in BANDS:
+            inside = [p for p in ps if low <= in_flight(p) and (high is None or in_flight(p) <= high)]
+            if inside:
+                bands.append({"low": low, "high": high, **figures(inside)})
+        out[engine] = {"runs": whole["runs"], "gpus": sorted({p.run.problem.cluster.gpu.name for p in ps}),
+                       "ttft": whole["ttft"], "tpot": whole["tpot"], "bands": bands}
+    return out
 
 
 def compute() -> dict[str, Any]:
@@ -83,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {mode:10s} {engine:7s} {e['runs']:5d} {e['ttft']['median_abs']:8.1%} "
                   f"{e['ttft']['median']:+9.1%} {e['tpot']['median_abs']:8.1%} {e['tpot']['median']:+9.1%}  "
                   f"{', '.join(e['gpus'])}")
+            for b in e["bands"]:
+                band = (f"c {b['low']}+" if b["high"] is None else f"c {b['low']}" if b["low"] == b["high"] else
+                        f"c {b['low']}-{b['high']}")
+                print(f"  {'':10s} {band:>9s} {b['runs']:3d} {b['ttft']['median_abs']:8.1%} "
+                      f"{b['ttft']['median']:+9.1%} {b['tpot']['median_abs']:8.1%} {b['tpot']['median']:+9.1%}")
     if args.write:
         MEASURED_ERROR_FILE.write_text(serialised(data), encoding="utf-8")
         print(f"wrote {MEASURED_ERROR_FILE}")

@@ -91,7 +91,7 @@ def plan_dict(
         "breakdown": [s.model_dump() for s in prediction.stages],
         "engine": problem.engine,
         "profile": prediction.profile,
-        "measured_error": measured_error(problem, "colocated"),
+        "measured_error": measured_error(problem, "colocated", layout.batch),
         "microbatches": prediction.microbatches,
         "solve_time_s": None if solve_time_s is None else round(solve_time_s, 3),
         **notes_dict(problem),

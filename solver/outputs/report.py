@@ -64,17 +64,29 @@ def metric_text(metrics: dict[str, Any]) -> dict[str, str]:
 
 def measured_error_text(data: dict[str, Any]) -> str | None:
     """The plan's ``measured_error`` in one line: how far its engine's predictions fell from measured runs
-    under load in its serving mode, and whether any was on this GPU; None where the plan carries none."""
+    under load in its serving mode, whether any was on this GPU, and at the plan's load; None where the plan
+    carries none."""
     found = data.get("measured_error")
     if not found:
         return None
     mode = "one pool" if found["serving"] == "colocated" else "disaggregated"
-    runs = f"{found['runs']:,} run{'' if found['runs'] == 1 else 's'}"
-    ttft, tpot = found["ttft"], found["tpot"]
     gpus = ", ".join(found["gpus"]) + ("" if found["gpu_measured"] else ", none on this GPU")
-    return (f"measured error of {ENGINE_NAMES[found['engine']]}, {mode}, on {runs} ({gpus}): "
-            f"median |error| TTFT {ttft['median_abs']:.0%}, TPOT {tpot['median_abs']:.0%}; bias "
-            f"{ttft['median']:+.0%}, {tpot['median']:+.0%}")
+    band = found["band"]
+    load = (f"no run at {found['in_flight']:,} in flight" if band is None else
+            f"at {_band_text(band)} in flight ({_runs(band['runs'])}) TTFT {band['ttft']['median_abs']:.0%}, "
+            f"TPOT {band['tpot']['median_abs']:.0%}")
+    return (f"measured error of {ENGINE_NAMES[found['engine']]}, {mode}, on {_runs(found['runs'])} ({gpus}): median "
+            f"|error| TTFT {found['ttft']['median_abs']:.0%}, TPOT {found['tpot']['median_abs']:.0%} (bias "
+            f"{found['ttft']['median']:+.0%}, {found['tpot']['median']:+.0%}); {load}")
+
+
+def _runs(count: int) -> str:
+    return f"{count:,} run{'' if count == 1 else 's'}"
+
+
+def _band_text(band: dict[str, Any]) -> str:
+    low, high = band["low"], band["high"]
+    return f"{low:,}+" if high is None else f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def gpu_span(gpus: list[int]) -> str:

@@ -27,13 +27,31 @@ def stored(mode: str, engine: str) -> dict[str, Any]:
     return figures
 
 
+def quoted(figures: dict[str, Any], in_flight: int) -> dict[str, Any]:
+    """What a plan at ``in_flight`` requests quotes of an engine's stored figures: the whole, and the band that holds
+    ``in_flight`` (found here by hand: the bands' ends are inclusive, the last one open)."""
+    holding = [b for b in figures["bands"] if b["low"] <= in_flight and (b["high"] is None or in_flight <= b["high"])]
+    band = holding[0] if holding else None
+    whole = {k: v for k, v in figures.items() if k != "bands"}
+    return {**whole, "in_flight": in_flight, "band": band}
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_a_colocated_plan_quotes_its_engines_one_pool_figures(engine, capsys):
-    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", engine], capsys)
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", engine, "--batch", "64"], capsys)
     found = data["measured_error"]
     figures = stored("colocated", engine)
+    assert data["metrics"]["batch"] == 64 and found["band"] is not None and found["band"]["low"] == 17
     assert found == {"serving": "colocated", "engine": engine, "gpu_measured": "H100-SXM" in figures["gpus"],
-                     **figures}
+                     **quoted(figures, 64)}
+
+
+def test_a_load_no_run_was_measured_at_says_so(capsys):
+    # The one-pool runs were measured at 2 or more requests in flight: a latency plan at batch 1 has no band.
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", "vllm"], capsys)
+    assert data["metrics"]["batch"] == 1 and data["measured_error"]["band"] is None
+    code, out, _ = run(["solve", *LLAMA_8B, "--cluster", "8xH100", "--engine", "vllm"], capsys)
+    assert code == 0 and "no run at 1 in flight" in out
 
 
 def test_the_terminal_line_carries_the_same_figures(capsys):
@@ -72,8 +90,9 @@ def test_a_disaggregated_plan_quotes_the_disaggregated_figures(capsys):
     data = as_json(["evaluate", *LLAMA_8B[:-1], "--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg",
                     "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
     figures = stored("disagg", "trtllm")
+    assert data["metrics"]["batch"] == 16  # requests in flight over the deployment
     assert data["measured_error"] == {"serving": "disagg", "engine": "trtllm",
-                                      "gpu_measured": "H100-SXM" in figures["gpus"], **figures}
+                                      "gpu_measured": "H100-SXM" in figures["gpus"], **quoted(figures, 16)}
     code, out, _ = run(["evaluate", *LLAMA_8B[:-1], "--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg",
                      "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
     assert code == 0 and f"TensorRT-LLM, disaggregated, on {figures['runs']} runs" in out

@@ -19,21 +19,30 @@ class _Priced:
     tpot_error: float
 
 
-def _priced(engine: str, gpu: str, ttft: float, tpot: float) -> _Priced:
+def _priced(engine: str, gpu: str, ttft: float, tpot: float, concurrency: int) -> _Priced:
     problem = SimpleNamespace(cluster=SimpleNamespace(gpu=SimpleNamespace(name=gpu)))
-    return _Priced(SimpleNamespace(engine=engine, problem=problem), ttft, tpot)
+    layout = SimpleNamespace(concurrency=concurrency)  # how a disaggregated run counts its requests in flight
+    return _Priced(SimpleNamespace(engine=engine, problem=problem, layout=layout), ttft, tpot)
 
 
-def test_the_medians_are_those_of_the_runs_errors():
-    priced = [_priced("sglang", "H200-SXM", 0.10, -0.05), _priced("sglang", "B200-SXM", -0.30, 0.02),
-              _priced("sglang", "H200-SXM", 0.20, 0.01), _priced("vllm", "H100-SXM", -0.5, 0.4)]
+def test_the_medians_are_those_of_the_runs_errors_whole_and_per_band():
+    priced = [_priced("sglang", "H200-SXM", 0.10, -0.05, 4), _priced("sglang", "B200-SXM", -0.30, 0.02, 16),
+              _priced("sglang", "H200-SXM", 0.20, 0.01, 200), _priced("vllm", "H100-SXM", -0.5, 0.4, 1)]
     table = per_engine(priced)
     assert list(table) == ["vllm", "sglang"]  # the engines' order, only those with runs
     # |TTFT| 0.10, 0.30, 0.20 -> 0.20; signed 0.10, -0.30, 0.20 -> 0.10; |TPOT| 0.05, 0.02, 0.01 -> 0.02.
-    assert table["sglang"] == {"runs": 3, "gpus": ["B200-SXM", "H200-SXM"],
-                               "ttft": {"median_abs": 0.2, "median": 0.1},
-                               "tpot": {"median_abs": 0.02, "median": 0.01}}
+    # Bands with runs only: 2-16 holds 4 and 16 (|TTFT| 0.10, 0.30 -> 0.20; signed -> -0.10), 129+ holds 200.
+    assert table["sglang"] == {
+        "runs": 3, "gpus": ["B200-SXM", "H200-SXM"],
+        "ttft": {"median_abs": 0.2, "median": 0.1}, "tpot": {"median_abs": 0.02, "median": 0.01},
+        "bands": [
+            {"low": 2, "high": 16, "runs": 2, "ttft": {"median_abs": 0.2, "median": -0.1},
+             "tpot": {"median_abs": 0.035, "median": -0.015}},
+            {"low": 129, "high": None, "runs": 1, "ttft": {"median_abs": 0.2, "median": 0.2},
+             "tpot": {"median_abs": 0.01, "median": 0.01}},
+        ]}
     assert table["vllm"]["ttft"] == {"median_abs": 0.5, "median": -0.5}
+    assert [(b["low"], b["high"]) for b in table["vllm"]["bands"]] == [(1, 1)]
 
 
 def test_the_stored_figures_are_what_the_benchmark_computes_today():
