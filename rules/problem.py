@@ -182,10 +182,9 @@ def measured_error(problem: Problem, serving: Serving, in_flight: int) -> dict[s
     found = measured_errors().of(problem.engine, serving)
     if found is None:
         return None
-    gpu = problem.cluster.gpu
-    band = found.band_of(in_flight)
+    gpu, band = problem.cluster.gpu, found.band_of(in_flight)
     return {"serving": serving, "engine": problem.engine, "runs": found.runs, "gpus": list(found.gpus),
-            "gpu_measured": (gpu.profiles_from or gpu.name) in found.gpus,
+            "gpu_measured": gpu.name in found.gpus,  # an H800 priced with H100's profiles was not measured
             "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump(), "in_flight": in_flight,
             "band": None if band is None else band.model_dump()}
 

@@ -70,6 +70,13 @@ def test_a_gpu_no_run_was_measured_on_is_said(capsys):
     assert code == 0 and "none on this GPU" in out
 
 
+def test_a_gpu_priced_with_another_gpus_profiles_is_not_called_measured(capsys):
+    # H800 is priced with H100's profiles (the same die, a slower NVLink); no run was measured on it.
+    data = as_json(["solve", *LLAMA_8B, "--cluster", "8xH800", "--engine", "vllm"], capsys)
+    assert data["profile"] == "h100-sxm-vllm" and "H100-SXM" in data["measured_error"]["gpus"]
+    assert data["measured_error"]["gpu_measured"] is False
+
+
 def test_a_profile_named_by_the_user_gets_no_figures(capsys):
     # The figures are of the engines' default profiles: an older generation's or a table profile's plans are not
     # what they measured.
