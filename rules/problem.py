@@ -169,24 +169,33 @@ def engine_default_profile(problem: Problem) -> Profile:
     return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
 
 
-def measured_error(problem: Problem, serving: Serving, in_flight: int) -> dict[str, Any] | None:
+def measured_error(problem: Problem, serving: Serving, in_flight: int, ttft_ms: float,
+                   tpot_ms: float) -> dict[str, Any] | None:
     """How far the engine's predictions fell from its measured runs under load in ``serving`` mode
     (``hardware/measured_error.py``), as a plan's JSON carries it (``measured_error``): the runs, their GPUs,
     whether this cluster's GPU is among them (``gpu_measured``), the median |error| and median error of TTFT
     and TPOT, and the same over the runs at the plan's load (``band``: the band of ``in_flight`` requests, over
     one replica colocated or the whole deployment disaggregated, as the runs count them; None where no run was
-    measured at such a load). None where the figures do not describe the plan: it is priced with a profile other
-    than the engine's default (one named, or read from a file), or the engine has no measured run in this mode."""
+    measured at such a load). ``at_median_error``: the plan's predicted ``ttft_ms`` and ``tpot_ms`` were they off
+    as the median run (the band's, else the whole's): predicted / (1 + median error); ``over_limit``: the
+    workload's limits they would break. None where the figures do not describe the plan: it is priced with a
+    profile other than the engine's default (one named, or read from a file), or the engine has no measured run
+    in this mode."""
     if resolve_profile(problem).name != engine_default_profile(problem).name:
         return None
     found = measured_errors().of(problem.engine, serving)
     if found is None:
         return None
     gpu, band = problem.cluster.gpu, found.band_of(in_flight)
+    basis = found if band is None else band
+    at_median = {"ttft_ms": round(ttft_ms / (1 + basis.ttft.median), 3),
+                 "tpot_ms": round(tpot_ms / (1 + basis.tpot.median), 3)}
+    limits = {"ttft_ms": problem.workload.ttft_ms, "tpot_ms": problem.workload.tpot_ms}
     return {"serving": serving, "engine": problem.engine, "runs": found.runs, "gpus": list(found.gpus),
             "gpu_measured": gpu.name in found.gpus,  # an H800 priced with H100's profiles was not measured
             "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump(), "in_flight": in_flight,
-            "band": None if band is None else band.model_dump()}
+            "band": None if band is None else band.model_dump(), "at_median_error": at_median,
+            "over_limit": [k for k, limit in limits.items() if limit is not None and at_median[k] > limit]}
 
 
 # An engine profile whose weight stream is below this share of its GPU's table-fitted one was set by runs that do

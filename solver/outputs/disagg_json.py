@@ -60,7 +60,8 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "fits": plan.prefill_plan.prediction.fits and plan.decode_plan.prediction.fits,
         "engine": problem.engine,
         "profile": pred.profile,
-        "measured_error": measured_error(problem, "disagg", layout.concurrency),
+        "measured_error": measured_error(problem, "disagg", layout.concurrency, pred.metrics.ttft_ms,
+                                         pred.metrics.tpot_ms),
         "solve_time_s": None,  # what a search sets through ``extra``; evaluate's and enumerate's rows solve nothing
         **notes_dict(problem),
     }

@@ -20,6 +20,14 @@ def as_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, An
     return data
 
 
+def same_quote(found: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Equal, ``at_median_error`` to 0.01 ms: the test divides the JSON's metrics (rounded to 4 decimals), the plan
+    its own."""
+    close = all(abs(found["at_median_error"][k] - v) < 0.01 for k, v in expected["at_median_error"].items())
+    strip = {"at_median_error": None}
+    return close and {**found, **strip} == {**expected, **strip}
+
+
 def stored(mode: str, engine: str) -> dict[str, Any]:
     from shardplan.hardware.measured_error import MEASURED_ERROR_FILE
 
@@ -27,13 +35,19 @@ def stored(mode: str, engine: str) -> dict[str, Any]:
     return figures
 
 
-def quoted(figures: dict[str, Any], in_flight: int) -> dict[str, Any]:
-    """What a plan at ``in_flight`` requests quotes of an engine's stored figures: the whole, and the band that holds
-    ``in_flight`` (found here by hand: the bands' ends are inclusive, the last one open)."""
+def quoted(figures: dict[str, Any], in_flight: int, metrics: dict[str, Any],
+           limits: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+    """What a plan at ``in_flight`` requests quotes of an engine's stored figures: the whole, the band that holds
+    ``in_flight`` (found here by hand: the bands' ends are inclusive, the last one open), and the plan's TTFT and TPOT
+    were they off as the band's median run (measured = predicted / (1 + error)), against the (TTFT, TPOT) limits."""
     holding = [b for b in figures["bands"] if b["low"] <= in_flight and (b["high"] is None or in_flight <= b["high"])]
     band = holding[0] if holding else None
+    basis = band or figures
+    at_median = {"ttft_ms": round(metrics["ttft_ms"] / (1 + basis["ttft"]["median"]), 3),
+                 "tpot_ms": round(metrics["tpot_ms"] / (1 + basis["tpot"]["median"]), 3)}
+    over = [k for k, limit in zip(("ttft_ms", "tpot_ms"), limits, strict=True) if limit and at_median[k] > limit]
     whole = {k: v for k, v in figures.items() if k != "bands"}
-    return {**whole, "in_flight": in_flight, "band": band}
+    return {**whole, "in_flight": in_flight, "band": band, "at_median_error": at_median, "over_limit": over}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
@@ -42,8 +56,8 @@ def test_a_colocated_plan_quotes_its_engines_one_pool_figures(engine, capsys):
     found = data["measured_error"]
     figures = stored("colocated", engine)
     assert data["metrics"]["batch"] == 64 and found["band"] is not None and found["band"]["low"] == 17
-    assert found == {"serving": "colocated", "engine": engine, "gpu_measured": "H100-SXM" in figures["gpus"],
-                     **quoted(figures, 64)}
+    assert same_quote(found, {"serving": "colocated", "engine": engine, "gpu_measured": "H100-SXM" in figures["gpus"],
+                              **quoted(figures, 64, data["metrics"])})
 
 
 def test_a_load_no_run_was_measured_at_says_so(capsys):
@@ -98,8 +112,27 @@ def test_a_disaggregated_plan_quotes_the_disaggregated_figures(capsys):
                     "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
     figures = stored("disagg", "trtllm")
     assert data["metrics"]["batch"] == 16  # requests in flight over the deployment
-    assert data["measured_error"] == {"serving": "disagg", "engine": "trtllm",
-                                      "gpu_measured": "H100-SXM" in figures["gpus"], **quoted(figures, 16)}
+    assert same_quote(data["measured_error"], {"serving": "disagg", "engine": "trtllm",
+                                               "gpu_measured": "H100-SXM" in figures["gpus"],
+                                               **quoted(figures, 16, data["metrics"])})
     code, out, _ = run(["evaluate", *LLAMA_8B[:-1], "--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg",
                      "--prefill", "workers=2,tp=2", "--decode", "workers=1,tp=4", "--batch", "16"], capsys)
     assert code == 0 and f"TensorRT-LLM, disaggregated, on {figures['runs']} runs" in out
+
+
+def test_a_limit_the_plan_would_break_off_as_the_median_run_is_said(capsys):
+    # TensorRT-LLM's disaggregated TTFT ran a median 54 % fast at 2-16 in flight: a TTFT limit 20 % above this
+    # deployment's prediction is kept as predicted and broken at the median error.
+    pools = ["--cluster", "8xH100", "--engine", "trtllm", "--serving", "disagg", "--prefill", "workers=2,tp=2",
+             "--decode", "workers=1,tp=4", "--batch", "16"]
+    free = as_json(["evaluate", *LLAMA_8B[:-1], *pools], capsys)
+    limit = round(free["metrics"]["ttft_ms"] * 1.2)
+    data = as_json(["evaluate", *LLAMA_8B[:-1], *pools, "--ttft-ms", str(limit)], capsys)
+    figures = stored("disagg", "trtllm")
+    found = data["measured_error"]
+    assert data["violations"] == []  # within the limit as predicted
+    assert same_quote(found, {"serving": "disagg", "engine": "trtllm", "gpu_measured": "H100-SXM" in figures["gpus"],
+                              **quoted(figures, 16, data["metrics"], (limit, None))})
+    assert found["over_limit"] == ["ttft_ms"] and found["at_median_error"]["ttft_ms"] > limit
+    code, out, _ = run(["evaluate", *LLAMA_8B[:-1], *pools, "--ttft-ms", str(limit)], capsys)
+    assert code == 0 and "off as its median run, TTFT would be" in out and "over the limit" in out
