@@ -327,7 +327,20 @@ def _summary(mode: str, data: dict[str, Any]) -> str:
     m = data["metrics"]
     return (f"{mode:<10} {data['num_gpus']:>4} GPUs  {m['output_tokens_per_s_per_gpu']:>9,.1f} tokens/s/GPU  "
             f"{m['output_tokens_per_s_per_user']:>7,.1f} tokens/s/user  TTFT {m['ttft_ms']:,.0f} ms  "
-            f"TPOT {m['tpot_ms']:.1f} ms  {m['output_tokens_per_s'] / data['workload']['osl']:,.2f} requests/s")
+            f"TPOT {m['tpot_ms']:.1f} ms  {m['output_tokens_per_s'] / data['workload']['osl']:,.2f} requests/s"
+            f"{_over_at_median_error(data)}")
+
+
+def _over_at_median_error(data: dict[str, Any]) -> str:
+    """What a mode's row adds where its plan, off as its engine's median run at its load, would break a limit
+    (``measured_error.over_limit``): the modes' errors differ, so a choice by the predictions alone may not hold."""
+    found = data.get("measured_error") or {}
+    over = found.get("over_limit") or []
+    if not over:
+        return ""
+    shown = {"ttft_ms": ("TTFT", 0), "tpot_ms": ("TPOT", 1)}  # as the row prints them
+    return ("  (over its limit at the median error: " + ", ".join(
+        f"{shown[k][0]} {found['at_median_error'][k]:,.{shown[k][1]}f} ms" for k in over) + ")")
 
 
 def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str) -> None:

@@ -136,3 +136,20 @@ def test_a_limit_the_plan_would_break_off_as_the_median_run_is_said(capsys):
     assert found["over_limit"] == ["ttft_ms"] and found["at_median_error"]["ttft_ms"] > limit
     code, out, _ = run(["evaluate", *LLAMA_8B[:-1], *pools, "--ttft-ms", str(limit)], capsys)
     assert code == 0 and "off as its median run, TTFT would be" in out and "over the limit" in out
+
+
+def test_auto_marks_each_mode_whose_plan_would_break_a_limit_at_the_median_error(capsys):
+    # The modes' errors differ: each row of the both-modes table says so where its own measured_error breaks a limit.
+    argv = ["solve", "--model", "llama-3.1-70b", "--weights-dtype", "fp8", "--cluster", "8xH200", "--engine", "trtllm",
+            "--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--serving", "auto"]
+    data = as_json(argv, capsys)
+    code, out, _ = run(argv, capsys)
+    rows = out.split("both modes:")[1].splitlines()
+    assert code == 0
+    for mode in ("colocated", "disagg"):
+        found = data["modes"][mode]["measured_error"]
+        row = next(r for r in rows if r.strip().startswith(mode))
+        assert ("over its limit at the median error" in row) == bool(found["over_limit"])
+        if "ttft_ms" in found["over_limit"]:
+            assert f"TTFT {found['at_median_error']['ttft_ms']:,.0f} ms" in row.split("median error")[1]
+    assert data["modes"]["disagg"]["measured_error"]["over_limit"] == ["ttft_ms"]  # 1,952 ms planned, 2,407 at it
