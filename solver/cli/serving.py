@@ -334,13 +334,10 @@ def _summary(mode: str, data: dict[str, Any]) -> str:
 def _over_at_median_error(data: dict[str, Any]) -> str:
     """What a mode's row adds where its plan, off as its engine's median run at its load, would break a limit
     (``measured_error.over_limit``): the modes' errors differ, so a choice by the predictions alone may not hold."""
-    found = data.get("measured_error") or {}
-    over = found.get("over_limit") or []
-    if not over:
+    found = data.get("measured_error")
+    if not found or not found["over_limit"]:
         return ""
-    shown = {"ttft_ms": ("TTFT", 0), "tpot_ms": ("TPOT", 1)}  # as the row prints them
-    return ("  (over its limit at the median error: " + ", ".join(
-        f"{shown[k][0]} {found['at_median_error'][k]:,.{shown[k][1]}f} ms" for k in over) + ")")
+    return "  (over its limit at the median error: " + ", ".join(report.over_limit_parts(found)) + ")"
 
 
 def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: str) -> None:

@@ -75,12 +75,18 @@ def measured_error_text(data: dict[str, Any]) -> str | None:
     load = (f"no run at {found['in_flight']:,} in flight" if band is None else
             f"at {_band_text(band)} in flight ({_runs(band['runs'])}) TTFT {band['ttft']['median_abs']:.0%}, "
             f"TPOT {band['tpot']['median_abs']:.0%}")
-    over = "".join(
-        f"; off as its median run, {name} would be {found['at_median_error'][key]:,.{digits}f} ms, over the limit"
-        for key, name, digits in (("ttft_ms", "TTFT", 0), ("tpot_ms", "TPOT", 1)) if key in found["over_limit"])
+    over = "".join(f"; off as its median run, {part}, over the limit" for part in over_limit_parts(found))
     return (f"measured error of {ENGINE_NAMES[found['engine']]}, {mode}, on {_runs(found['runs'])} ({gpus}): median "
             f"|error| TTFT {found['ttft']['median_abs']:.0%}, TPOT {found['tpot']['median_abs']:.0%} (bias "
             f"{found['ttft']['median']:+.0%}, {found['tpot']['median']:+.0%}); {load}{over}")
+
+
+def over_limit_parts(found: dict[str, Any]) -> list[str]:
+    """Each limit a plan's ``measured_error`` says it would break off as its median run, as ``TTFT would be 2,407
+    ms`` (TTFT to the ms, TPOT to 0.1 ms, as the plan's lines print them)."""
+    shown = (("ttft_ms", "TTFT", 0), ("tpot_ms", "TPOT", 1))
+    return [f"{name} would be {found['at_median_error'][key]:,.{digits}f} ms" for key, name, digits in shown
+            if key in found["over_limit"]]
 
 
 def _runs(count: int) -> str:
