@@ -33,6 +33,11 @@ class ErrorFigure(BaseModel):
     median: float = Field(description="median of predicted / measured - 1: below 0, predictions ran low (fast)")
 
 
+def in_band(low: int, high: int | None, in_flight: int) -> bool:
+    """Whether ``in_flight`` requests fall in the band ``low``..``high`` (both ends included; ``high`` None: open)."""
+    return low <= in_flight and (high is None or in_flight <= high)
+
+
 class BandError(BaseModel):
     """The error over an engine's runs at one band of requests in flight (the error grows with load)."""
 
@@ -45,7 +50,7 @@ class BandError(BaseModel):
     tpot: ErrorFigure = Field(description="time per output token after the first")
 
     def holds(self, in_flight: int) -> bool:
-        return self.low <= in_flight and (self.high is None or in_flight <= self.high)
+        return in_band(self.low, self.high, in_flight)
 
 
 class EngineError(BaseModel):
@@ -85,5 +90,6 @@ def measured_errors() -> MeasuredErrors:
 
 
 __all__ = [
-    "MEASURED_ERROR_FILE", "BandError", "EngineError", "ErrorFigure", "MeasuredErrors", "Serving", "measured_errors",
+    "MEASURED_ERROR_FILE", "BandError", "EngineError", "ErrorFigure", "MeasuredErrors", "Serving", "in_band",
+    "measured_errors",
 ]

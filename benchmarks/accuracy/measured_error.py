@@ -19,7 +19,7 @@ from typing import Any
 
 from benchmarks.accuracy import disagg as disagg_runs
 from benchmarks.accuracy import serving as serving_runs
-from shardplan.hardware.measured_error import MEASURED_ERROR_FILE, MeasuredErrors
+from shardplan.hardware.measured_error import MEASURED_ERROR_FILE, MeasuredErrors, in_band
 from shardplan.hardware.profile import ENGINES
 
 SOURCE = ("python -m benchmarks.accuracy.measured_error --write: serving runs of "
@@ -62,7 +62,7 @@ def per_engine(priced: Sequence[Priced]) -> dict[str, dict[str, Any]]:
         whole = figures(ps)
         bands = []
         for low, high in BANDS:
-            inside = [p for p in ps if low <= in_flight(p) and (high is None or in_flight(p) <= high)]
+            inside = [p for p in ps if in_band(low, high, in_flight(p))]
             if inside:
                 bands.append({"low": low, "high": high, **figures(inside)})
         out[engine] = {"runs": whole["runs"], "gpus": sorted({p.run.problem.cluster.gpu.name for p in ps}),

@@ -176,7 +176,7 @@ def fit_engine(
     fitted = candidate([_sig(float(v)) for v in fit.x])
     error = statistics.median(abs(e) for e in tpot_errors(runs, fitted))
     table_error = statistics.median(abs(e) for e in table_errors(table_points, fitted)) if table_points else math.nan
-    named = [", ".join(v for v in sorted({r.version for r in runs}) if v)] if any(r.version for r in runs) else []
+    versions = ", ".join(v for v in sorted({r.version for r in runs}) if v)  # runs of a user's CSV may name none
     tables = ""
     if table_points:
         sources = ", ".join(sorted({p.source for p in table_points}))
@@ -187,7 +187,7 @@ def fit_engine(
         "engine": engine,
         "default": False,
         "engine_default": True,
-        "software": f"{' '.join([ENGINE_NAMES[engine], *named])}, serving under load (closed loop)",
+        "software": f"{ENGINE_NAMES[engine]} {versions}".rstrip() + ", serving under load (closed loop)",
         "fit_rows": len(runs),
         "fit_median_abs_error": round(error, 4),
         "source": (
