@@ -54,11 +54,9 @@ from shardplan.rules.catalog import CATALOG
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Objective, Problem, Workload
 from shardplan.solver.cost.calibration.engine_fit import ENGINE_BOUNDS, ENGINE_FIELDS, EngineRun, fit_engine
-from shardplan.solver.cost.calibration.engine_fit import at_bound as engine_at_bound
-from shardplan.solver.cost.calibration.fit import MAX_MEDIAN_MISS, FitTimedOut, profile_json
+from shardplan.solver.cost.calibration.fit import MAX_MEDIAN_MISS, FitTimedOut, at_an_end, profile_json
 from shardplan.solver.cost.calibration.points import MAX_VALUE, MIN_VALUE
 from shardplan.solver.cost.calibration.ttft_fit import TTFT_BOUNDS, fit_ttft, fitted_fields, ttft_run, with_ttft_fields
-from shardplan.solver.cost.calibration.ttft_fit import at_bound as ttft_at_bound
 from shardplan.solver.cost.calibration.ttft_fit import errors as ttft_errors
 from shardplan.solver.cost.evaluate import evaluate
 from shardplan.solver.placement.plan import place_and_price
@@ -327,8 +325,9 @@ def field_bounds(field: str) -> tuple[float, float]:
 
 
 def at_bound(field: str, value: float) -> bool:
-    """Whether a fitted field sits at an end of its physical range (``engine_fit`` / ``ttft_fit``'s test)."""
-    return engine_at_bound(field, value) if field in ENGINE_BOUNDS else ttft_at_bound(field, value)
+    """Whether a fitted field sits at an end of its physical range (``fit.at_an_end``, as ``engine_fit`` and
+    ``ttft_fit`` ask it)."""
+    return at_an_end(value, *field_bounds(field))
 
 
 FITTED_BY = "shardplan calibrate --runs"
