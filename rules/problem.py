@@ -181,7 +181,8 @@ def measured_error(problem: Problem, serving: Serving, in_flight: int, ttft_ms: 
     workload's limits they would break. None where the figures do not describe the plan: it is priced with a
     profile other than the engine's default (one named, or read from a file), or the engine has no measured run
     in this mode."""
-    if resolve_profile(problem).name != engine_default_profile(problem).name:
+    # a profile named (or read) may be the engine's default itself, whose figures these are
+    if problem.profile is not None and resolve_profile(problem).name != engine_default_profile(problem).name:
         return None
     found = measured_errors().of(problem.engine, serving)
     if found is None:
