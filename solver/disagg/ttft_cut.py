@@ -160,17 +160,28 @@ def pair_cuts(problem: Problem, profile: Profile, p: PrefillWorker, d: DecodeWor
 
 
 def cut_units(profile: Profile, osl: int, spare_ns: float, before_decode_ns: float, round_ns: int,
-              s1_ns: float) -> int:
+              s1_ns: float, in_flight_two: bool = False) -> int:
     """One cell of ``pair_cuts``: the most rate units per prefill worker (``x T``'s ``T``, module docstring) at
     ``L'`` = ``spare_ns`` and the e2e floor's part before the decode rounds (overhead, pass and transfer), the
-    round and one worker's time per prompt at its largest chunk given; -1 when no rate keeps the limit."""
+    round and one worker's time per prompt at its largest chunk given; -1 when no rate keeps the limit.
+
+    ``in_flight_two``: only for steady states of at least two requests in flight (a decode batch of two or more
+    needs them), where the decode worker's admission is in every TTFT: the tighter cap then holds outright, and
+    an admission past ``L'`` leaves no rate. This cap falls as the round grows; without it, it need not
+    (``_with_admission`` falls back to the cap without the admission)."""
     if spare_ns < 0:
         return -1
     e2e_floor_ns = before_decode_ns + (osl - 1) * round_ns
-    v_max = most_utilisation(spare_ns, e2e_floor_ns, profile.ttft_queue_share, s1_ns)
-    if osl > 1:
-        v_max = _with_admission(v_max, admission_ns(profile, round_ns, 2), spare_ns, e2e_floor_ns,
-                                profile.ttft_queue_share, s1_ns)
+    share = profile.ttft_queue_share
+    if osl > 1 and in_flight_two:
+        admitted_ns = admission_ns(profile, round_ns, 2)
+        if spare_ns - admitted_ns < 0:
+            return -1
+        v_max = most_utilisation(spare_ns - admitted_ns, e2e_floor_ns + admitted_ns, share, s1_ns)
+    else:
+        v_max = most_utilisation(spare_ns, e2e_floor_ns, share, s1_ns)
+        if osl > 1:
+            v_max = _with_admission(v_max, admission_ns(profile, round_ns, 2), spare_ns, e2e_floor_ns, share, s1_ns)
     return _units_above(v_max * NS_PER_S / s1_ns) + 1
 
 
@@ -232,6 +243,8 @@ class ChoiceFloor:
         self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
         self._least_round: int | None = None  # _least_round_ns()'s memo
+        self._feed: dict[int, dict[int, int]] = {}  # _feed[i][2 round + two]: feed_cap_units' memo
+        self._bands: dict[int, list[tuple[int, int]]] = {}  # _bands[k]: decode_bands(k)'s memo
 
     def refuses(self, c: Choice, target_units: int) -> bool:
         """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
@@ -318,10 +331,42 @@ class ChoiceFloor:
             round_ns = self._round_at(k, 1)
         else:
             round_ns = self._least_round_ns()
-        full = self._step(i, self.top_chunk)
-        pass_ns = self._step(i, 1).pass_ns
-        return cut_units(self.pools.profile, osl, self.limit_ns - self.overhead_ns - pass_ns,
-                         self.overhead_ns + pass_ns, round_ns, full.slowest_ns / full.chunk)
+        return self.feed_cap_units(i, round_ns)
+
+    def feed_cap_units(self, i: int, round_ns: int, in_flight_two: bool = False) -> int:
+        """``worker_cap_units`` where the decode round is at least ``round_ns`` (and, with ``in_flight_two``, at
+        least two requests are in flight: ``cut_units``), memoised: the same few rounds are read for every
+        pair. Call only when ``active``."""
+        memo = self._feed.setdefault(i, {})
+        key = 2 * round_ns + in_flight_two
+        if key not in memo:
+            full = self._step(i, self.top_chunk)
+            pass_ns = self._step(i, 1).pass_ns
+            memo[key] = cut_units(self.pools.profile, self.pools.problem.workload.osl,
+                                  self.limit_ns - self.overhead_ns - pass_ns, self.overhead_ns + pass_ns,
+                                  round_ns, full.slowest_ns / full.chunk, in_flight_two)
+        return memo[key]
+
+    def decode_bands(self, k: int) -> list[tuple[int, int]]:
+        """Decode candidate ``k``'s batches in bands, each as (its least round, the most rate units one worker
+        sustains at a batch in it): from batch 1, each power of two, and the candidate's batch alone (its
+        capacity). A worker sustaining its share of a rate runs a batch whose capacity reaches it (the steady
+        state's bisection); a batch ``b`` in ``[lo, hi)`` rounds in at least ``round(lo)`` (the round grows with
+        the batch) and so reaches at most ``(hi - 1) / ((OSL - 1) round(lo))``; and no deployment's rate passes its
+        workers' capacity at the candidate's batch (``Pools.rate``), though a smaller batch may sustain a hair more
+        (parts per million, ``capacity_below``), so each band's rate is at most that capacity. The rounds read are those
+        ``workers.capped_workers`` priced (its caps are the powers of two), so under a TTFT limit they cost no
+        ``evaluate``. Call only with OSL above 1."""
+        if k not in self._bands:
+            d, osl = self.pools.decode[k], self.pools.problem.workload.osl
+            starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
+            bands = []
+            for lo, hi in zip(starts, starts[1:], strict=False):
+                round_ns = self._round_at(k, lo)
+                sustained = _units_above((hi - 1) * NS_PER_S / ((osl - 1) * round_ns))
+                bands.append((round_ns, min(d.capacity_units, sustained)))
+            self._bands[k] = bands + [(d.round_ns, d.capacity_units)]
+        return self._bands[k]
 
     @property
     def has_refused(self) -> bool:

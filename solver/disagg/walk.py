@@ -10,10 +10,12 @@ exact check only for what it does not refuse), until no deployment left can come
 tight limit), the CP-SAT search proposed and refused them one at a time, a CP-SAT solve each (about
 0.1 s); the walk judges each in well under a millisecond when the floor refuses it.
 
-**The order, lazily.** Each pair of candidates (prefill i, decode k) enters a heap at its bound on rate
-per GPU within every rule (``held_pair_bound``: no deployment of the pair carries more, the TTFT limit
-capping what a prefill worker feeds), ahead of any deployment of an equal rate per GPU; when it comes to
-the top its deployments that can still beat the seed are listed into the heap, each at its full rate per
+**The order, lazily.** Each pair of candidates (prefill i, decode k) enters a heap at a cheap bound on rate
+per GPU within every rule (``first_pair_bound``: no deployment of the pair carries more, the TTFT limit
+capping what a prefill worker feeds at the decode round of batch one), ahead of any deployment of an equal
+rate per GPU; at the top it goes back in at its own bound (``held_pair_bound``, band by band of the decode
+batch: no higher, and far lower where a large decode batch makes the TTFT limit bind), and when it comes to
+the top again its deployments that can still beat the seed are listed into the heap, each at its full rate per
 GPU or the pair's bound if lower. So the keys popped never rise, each is at least what every deployment
 left carries, deployments of equal keys come off in brute force's order, and a pair whose bound is below
 the seed's rate per GPU is never listed (under SGLang's queue share at a tight TTFT limit, most pairs).
@@ -50,12 +52,61 @@ def fed_per_gpu(pools: Pools, floor: ChoiceFloor, i: int, k: int | None = None) 
     return Fraction(p.capacity_units if cap is None else min(p.capacity_units, max(cap, 0)), p.gpus)
 
 
-def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
+def first_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
     """``pair_bound`` with the prefill worker's rate at most what it feeds with this decode candidate
-    (``fed_per_gpu``): no deployment of the pair carries more rate units per GPU within every rule, at its full
-    rate or held below it (0: none)."""
-    d = pools.decode[k]
-    return pair_bound(fed_per_gpu(pools, floor, i, k), Fraction(d.capacity_units, d.gpus))
+    (``fed_per_gpu``, read at the decode round of batch one): no deployment of the pair carries more rate units
+    per GPU within every rule, at its full rate or held below it (0: none). Cheap, and at least
+    ``held_pair_bound``: the heap's first key for each pair."""
+    return PairKeys(pools, floor).first(i, k)
+
+
+def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
+    """The most rate units per GPU any deployment of the pair carries within every rule, band by band of the
+    decode batch it runs at (``ChoiceFloor.decode_bands``): in a band the decode worker sustains at most the
+    band's rate and rounds in at least its least round, and the longer the round, the more requests are in
+    flight and queued ahead of each prompt, so the less a prefill worker may feed within the TTFT limit
+    (``ChoiceFloor.feed_cap_units``); the bound is the best band's ``pair_bound``, at most
+    ``first_pair_bound`` (whose band is the whole range at batch one's round). Where the TTFT limit binds on a
+    large decode batch this is far lower: Kimi-K2 on 16x8xH100 under TensorRT-LLM at TTFT 1 s, the deployments
+    keyed above the best found fell from 255,674 to about 15,000 (2026-12-07)."""
+    return PairKeys(pools, floor).held(i, k)
+
+
+class PairKeys:
+    """``first_pair_bound`` and ``held_pair_bound`` for the pairs of one walk, each candidate's capacity and GPUs
+    read once (properties, read for every pair, were most of a 200,000-pair walk's time)."""
+
+    def __init__(self, pools: Pools, floor: ChoiceFloor):
+        self.floor = floor
+        self.prefill = [(p.capacity_units, p.gpus) for p in pools.prefill]
+        self.decode = [(d.capacity_units, d.gpus) for d in pools.decode]
+        self.banded = floor.active and pools.problem.workload.osl > 1
+
+    def first(self, i: int, k: int) -> Fraction:
+        (a, g), (b, h) = self.prefill[i], self.decode[k]
+        cap = self.floor.worker_cap_units(i, k)
+        return _pair_ratio(a if cap is None else min(a, max(cap, 0)), g, b, h)
+
+    def held(self, i: int, k: int) -> Fraction:
+        if not self.banded:
+            return self.first(i, k)
+        (a, g), h = self.prefill[i], self.decode[k][1]
+        num, den = 0, 1  # the best band's _pair_ratio, compared as integers
+        for band, (round_ns, most_units) in enumerate(self.floor.decode_bands(k)):
+            feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
+            if feed <= 0:
+                if band > 0:
+                    break  # past batch one the cap only falls as the round grows
+                continue
+            n, m = feed * most_units, g * most_units + h * feed
+            if n * den > num * m:
+                num, den = n, m
+        return Fraction(num, den)
+
+
+def _pair_ratio(a: int, g: int, b: int, h: int) -> Fraction:
+    """``pair_bound(a / g, b / h)`` from integers: ``a b / (g b + h a)``."""
+    return Fraction(a * b, g * b + h * a) if a > 0 and b > 0 else Fraction(0)
 
 
 def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
@@ -91,19 +142,22 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     holds for those only."""
     most = WALK_CHOICES if most is None else most
     judge = floor if floor is not None else ChoiceFloor(pools)
+    keys = PairKeys(pools, judge)
     out = Walk()
-    heap: list[tuple[Fraction, int, tuple[int, ...]]] = []
+    # Each entry: the key as a float, then exactly (a float's order never contradicts the exact one, and it is
+    # compared far faster), the kind and what it is.
+    heap: list[tuple[float, Fraction, int, tuple[int, ...]]] = []
     for i in range(len(pools.prefill)):
         for k in range(len(pools.decode)):
-            bound = held_pair_bound(pools, judge, i, k)
+            bound = keys.first(i, k)
             if bound > 0 and bound >= floor_per_gpu:
-                heap.append((-bound, 0, (i, k)))  # 0: ahead of the deployments of an equal rate per GPU
+                heap.append(_entry(bound, 0, (i, k, 0)))  # 0: ahead of the deployments of an equal rate per GPU
     heapq.heapify(heap)
     listed = 0
     while heap:
         if deadline.passed():
             return out
-        key, kind, entry = heap[0]
+        _, key, kind, entry = heap[0]
         ratio = -key
         if out.accepted is not None and not _may_beat(pools, out.accepted, ratio, kind, entry):
             break
@@ -111,14 +165,19 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         if out.frontier is None or ratio != out.frontier:
             out.frontier, out.capped_at_frontier = ratio, []
         if kind == 0:
-            i, k = entry
+            i, k, held = entry
+            if not held:  # first at its cheap key: back in at its own bound, which is no higher
+                bound = keys.held(i, k)
+                if bound > 0 and bound >= floor_per_gpu:
+                    heapq.heappush(heap, _entry(bound, 0, (i, k, 1)))
+                continue
             found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
             if found is None:  # too many to list: the rest is CP-SAT's
                 return out
             listed += len(found)
             for c in found:  # each at most the pair's bound, so the keys popped never rise (the frontier's premise)
-                heapq.heappush(heap, (-min(Fraction(pools.rate(c), pools.gpus(c)), ratio), 1,
-                                      (pools.gpus(c), c.prefill, c.decode, c.x, c.y)))
+                heapq.heappush(heap, _entry(min(Fraction(pools.rate(c), pools.gpus(c)), ratio), 1,
+                                            (pools.gpus(c), c.prefill, c.decode, c.x, c.y)))
             out.expanded.append((i, k))
             continue
         c = Choice(*entry[1:])
@@ -142,6 +201,11 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     out.capped_at_frontier = out.capped_at_frontier if out.frontier == floor_per_gpu else []
     out.frontier = floor_per_gpu
     return out
+
+
+def _entry(key: Fraction, kind: int, what: tuple[int, ...]) -> tuple[float, Fraction, int, tuple[int, ...]]:
+    """A heap entry, the highest key first."""
+    return -float(key), -key, kind, what
 
 
 def _need(pools: Pools, best: tuple[Choice, Served] | None, floor_per_gpu: Fraction, c: Choice) -> int:

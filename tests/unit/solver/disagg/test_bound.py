@@ -11,11 +11,13 @@ import pytest
 from shardplan.solver.cli.serving import unproven_disagg
 from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
-from shardplan.solver.disagg.search import build_pools
+from shardplan.solver.disagg.search import Accepted, build_pools, per_gpu_bound, seed
 from shardplan.solver.disagg.serving import solve_disagg
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.disagg.walk import walk
 from shardplan.solver.optimise import Deadline
 from tests.factory import problem
-from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id
+from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 # Cases a budget of 0.01 units cuts short after a seed (measured 2026-11-29; 0.005 before the decode batch caps,
 # which the SGLang case's walked seed now walks too, and which then ended it before its seed): the
@@ -57,3 +59,45 @@ def test_the_gap_is_read_from_the_plan_s_own_rate(case) -> None:
     shown = unproven_disagg(result)
     per_gpu = result.result.plan.prediction.metrics.output_tokens_per_s_per_gpu
     assert shown["gap"] == pytest.approx(shown["bound"] / per_gpu - 1, rel=1e-4)
+
+
+
+def frontier_bounds(case) -> list[tuple[Fraction, Fraction, Fraction]]:
+    """For walks from the seed cut short after 3 and 40 deployments listed: (brute force's optimum per GPU, the
+    bound with the walk's frontier, the bound without it)."""
+    pools = pools_for(case)
+    best = brute.best_throughput(pools)
+    first = seed(pools)
+    if best is None or first is None:
+        return []
+    served = pools.served(best[0])
+    assert served is not None
+    optimum = Fraction(served.units, pools.gpus(best[0]))
+    floor = ChoiceFloor(pools)
+    out = []
+    for most in (3, 40):
+        walked = walk(pools, Fraction(first.rate_units, first.gpus), Deadline(None), most=most, floor=floor)
+        if walked.complete:
+            continue
+        found = first
+        if walked.accepted is not None:
+            c, carried = walked.accepted
+            found = Accepted(c, carried.plan, carried.units, pools.gpus(c))
+        out.append((optimum, per_gpu_bound(pools, found, floor, walked.frontier), per_gpu_bound(pools, found, floor)))
+    return out
+
+
+@pytest.mark.parametrize("case", SMALL + SGL_TIGHT, ids=case_id)
+def test_a_walk_s_frontier_bounds_brute_force_s_optimum(case) -> None:
+    """``per_gpu_bound`` with the frontier of a walk cut short: at least what brute force's deployment carries per
+    GPU, whatever the walk had judged, and at most the bound without it."""
+    for optimum, with_frontier, without in frontier_bounds(case):
+        assert optimum <= with_frontier <= without
+
+
+def test_a_walk_s_frontier_lowers_the_bound_where_it_stopped_below_the_pair_bound() -> None:
+    """Llama-3.1-8B on 2x4xH100 at TTFT 400 ms: the walk cut short after 40 deployments listed stopped below the
+    pair bound of the best candidates (measured: 5.66 against 5.77 million rate units per GPU), so the bound read
+    with its frontier is the lower one."""
+    _, with_frontier, without = frontier_bounds(SMALL[1])[-1]
+    assert with_frontier < without

@@ -11,12 +11,14 @@ from fractions import Fraction
 import pytest
 from ortools.sat.python import cp_model
 
+from shardplan.solver.cost.disagg import decode_step
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg import walk as walk_module
 from shardplan.solver.disagg.model import PoolModel, bounded_ratio
 from shardplan.solver.disagg.search import max_throughput
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
-from shardplan.solver.disagg.walk import held_pair_bound, pair_bound, walk
+from shardplan.solver.disagg.walk import first_pair_bound, held_pair_bound, pair_bound, walk
+from shardplan.solver.disagg.workers import capacity_units
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
@@ -125,23 +127,50 @@ def test_a_walk_within_a_gpu_budget_accepts_brute_force_s_answer_on_that_budget(
 def test_no_deployment_carries_more_than_its_pair_s_bound_within_every_rule(case) -> None:
     """Brute force over every deployment: what it carries within every rule (``Pools.served``) is at most x times
     what its prefill candidate feeds with its decode candidate (``ChoiceFloor.worker_cap_units``), and with any
-    decode candidate, so at most its pair's ``held_pair_bound`` per GPU. For Qwen3-30B-A3B under SGLang at TTFT
-    400 ms the bound is below the plain pair bound (on every pair), so there the check is not the plain one
-    again; on the other two no pair's is (measured)."""
+    decode candidate, and at most its pair's ``held_pair_bound`` per GPU, which is at most the heap's first key
+    (``first_pair_bound``). The held bound is below the first key on some pair of each case, so the check is not
+    the first key's again; the first key is below the plain pair bound only for Qwen3-30B-A3B under SGLang at
+    TTFT 400 ms (on every pair; measured)."""
     pools = pools_for(case)
     floor = ChoiceFloor(pools)
-    tighter = False
+    first_tighter = held_tighter = False
     for c in brute.choices(pools):
         cap, any_cap = floor.worker_cap_units(c.prefill, c.decode), floor.worker_cap_units(c.prefill)
         assert cap is not None and any_cap is not None and cap <= any_cap
-        bound = held_pair_bound(pools, floor, c.prefill, c.decode)
+        first = first_pair_bound(pools, floor, c.prefill, c.decode)
+        held = held_pair_bound(pools, floor, c.prefill, c.decode)
+        assert held <= first, c
         p, d = pools.prefill[c.prefill], pools.decode[c.decode]
-        tighter |= bound < pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
+        first_tighter |= first < pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
+        held_tighter |= held < first
         served = pools.served(c) if pools.rate(c) > 0 else None
         if served is not None:
             assert served.units <= c.x * cap, c
-            assert Fraction(served.units, pools.gpus(c)) <= bound, c
-    assert tighter == (case is SGL_TIGHT[1])
+            assert Fraction(served.units, pools.gpus(c)) <= held, c
+    assert first_tighter == (case is SGL_TIGHT[1])
+    assert held_tighter
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT[1:] + [SMALL[1]], ids=case_id)
+def test_each_decode_band_bounds_what_a_worker_sustains_at_every_batch_in_it(case) -> None:
+    """``ChoiceFloor.decode_bands``, held to every batch (brute force over ``decode_step``): the bands start at
+    batch 1 and each power of two below the candidate's batch, then the batch alone; at every batch of a band the
+    round is at least the band's and a worker's requests per second (at most the candidate's capacity, as every
+    deployment's rate is, ``Pools.rate``) at most the band's rate."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    osl = pools.problem.workload.osl
+    for k, d in enumerate(pools.decode):
+        bands = floor.decode_bands(k)
+        starts = [b for b in (1 << n for n in range(d.batch.bit_length())) if b < d.batch] + [d.batch]
+        assert len(bands) == len(starts)
+        ends = [*starts[1:], d.batch + 1]
+        for (round_ns, most_units), lo, hi in zip(bands, starts, ends, strict=True):
+            for b in range(lo, hi):
+                step = decode_step(pools.problem, d.layout, b, pools.profile)
+                assert step.round_ns >= round_ns, (k, b)
+                # no deployment's rate passes y times the capacity at the candidate's batch (Pools.rate)
+                assert min(capacity_units(b, step.round_ns, osl), d.capacity_units) <= most_units, (k, b)
 
 
 def test_the_model_s_feed_caps_keep_every_deployment_at_what_it_carries() -> None:
