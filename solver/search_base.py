@@ -16,6 +16,7 @@ from shardplan.models.errors import SolverLimitError
 from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
+from shardplan.solver.cost.disagg import steady_states
 from shardplan.solver.cost.evaluate import evaluations
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.tables import Tables
@@ -35,9 +36,13 @@ WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to re
 # EVALUATE_WORK (a disaggregated check prices a decode pool at many batches: 0.13 s and ~25 evaluations a
 # check on Kimi-K2 14x72xGB200, 3-5 ms an evaluation; benchmarks/fuzz/README.md, 2026-11-27). Counted
 # (``Deadline.checking``) where those loops run: the disaggregated walk, seed, questions and enumeration, the
-# colocated enumeration's plans; so a work limit cuts them at the same place at any load.
+# colocated enumeration's plans; so a work limit cuts them at the same place at any load. Each disaggregated
+# steady state solved is STEADY_WORK more (``cost.disagg.steady_state``): on Qwen3-235B-A22B, 64x8xH200,
+# SGLang, TTFT 2 s, the walk's 5,389 checks made 181,000 of them, 74 s of CPU, and with their ``evaluate``
+# calls memoised were counted as 7.6 units (2026-12-07).
 CHECK_WORK = 1e-3
 EVALUATE_WORK = 4e-3
+STEADY_WORK = 4e-4
 # Listing and ordering one (x, y) choice of a pair in the disaggregated enumeration (``frontier.py``): up to
 # 4,096 a pair, 0.5 s of CPU on 8192x8xH200 (DeepSeek-V3) against one exact check of ~0.07 units, so the
 # default work limit let `enumerate --serving disagg` there run past 120 s.
@@ -107,12 +112,13 @@ class Deadline:
 
     @contextmanager
     def checking(self) -> Iterator[None]:
-        """Count the exact check inside as work: ``CHECK_WORK``, and ``EVALUATE_WORK`` per ``evaluate``."""
-        before = evaluations()
+        """Count the exact check inside as work: ``CHECK_WORK``, ``EVALUATE_WORK`` per ``evaluate`` and
+        ``STEADY_WORK`` per disaggregated steady state."""
+        before, states = evaluations(), steady_states()
         try:
             yield
         finally:
-            self.spend(CHECK_WORK + EVALUATE_WORK * (evaluations() - before))
+            self.spend(CHECK_WORK + EVALUATE_WORK * (evaluations() - before) + STEADY_WORK * (steady_states() - states))
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -14,8 +14,12 @@ from click.testing import CliRunner
 from ortools.sat.python import cp_model
 
 from shardplan.rules.layout import Layout
-from shardplan.solver.cost.evaluate import evaluate
+from shardplan.solver.cost.disagg import resolve_profile, steady_states
+from shardplan.solver.cost.evaluate import evaluate, evaluations
 from shardplan.solver.cpsat_search import solve_within
+from shardplan.solver.disagg import brute
+from shardplan.solver.disagg.deploy import Pools
+from shardplan.solver.disagg.search import build_pools
 from shardplan.solver.optimise import solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.report import runner_up
@@ -23,6 +27,7 @@ from shardplan.solver.search_base import (
     CHECK_WORK,
     EVALUATE_WORK,
     NODE_WORK,
+    STEADY_WORK,
     STEP_LIMIT_S,
     STEP_WORK,
     WORK_FLOOR,
@@ -61,6 +66,22 @@ def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
     assert deadline.passed() and deadline.by_work()
     assert deadline.no_plan() == ("work-limit: no plan found within 0.0055 units of work (--work-limit 0 "
                                   "searches to the end)")
+
+
+def test_a_disaggregated_check_counts_each_steady_state_it_solves() -> None:
+    """A deployment's exact check (``Pools.served``) bisects the requests in flight, a steady state each: with
+    its prices memoised (judged twice) the second check is one check and its steady states, nothing else."""
+    p = problem("llama-3.1-8b", "4xH100", isl=2000, osl=200, ttft_ms=2000, tpot_ms=30, objective="throughput")
+    pools = build_pools(p, resolve_profile(p))
+    c = next(c for c in brute.choices(pools) if pools.rate(c) > 0)
+    pools.served(c)  # every price it needs, memoised
+    again = Pools(pools.problem, pools.profile, pools.prefill, pools.decode)  # its own memo of judgements
+    deadline = Deadline(None)
+    evaluated, states = evaluations(), steady_states()
+    again.checked_served(c, deadline)
+    solved = steady_states() - states
+    assert evaluations() == evaluated and solved > 1
+    assert deadline.work_done == pytest.approx(CHECK_WORK + STEADY_WORK * solved)
 
 
 def test_with_both_limits_the_message_names_the_one_that_ran_out() -> None:
