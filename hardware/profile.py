@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, Positiv
 from shardplan.hardware.compose import ANY_GPU, SEPARATOR, compose
 from shardplan.hardware.gpu import get_gpu, list_gpus
 from shardplan.models.errors import SpecError, printable, quoted
+from shardplan.models.files import parse_json
 from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -296,14 +297,12 @@ def load_profile_file(path: str | Path) -> Profile:
     if len(raw) > MAX_PROFILE_BYTES:
         raise SpecError("profile", f"{path}: larger than {MAX_PROFILE_BYTES:,} bytes, not a profile")
     try:
-        data = json.loads(raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError("profile", f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError("profile", f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    except RecursionError:
-        raise SpecError("profile", f"{path}: not JSON (nested too deep)") from None
-    return profile_from_data(data, str(path))
+    # As strict as every other JSON input (a repeated key, a lone surrogate, an integer past any float are bad
+    # input), but NaN and Infinity are left to the fields' ranges, which name the field.
+    return profile_from_data(parse_json(text, "profile", str(path), keep_non_finite=True), str(path))
 
 
 # What a profile from a file may hold beyond the model's own bounds (which only say "positive"): far

@@ -81,13 +81,16 @@ def json_depth(text: str) -> int:
     return deepest
 
 
-def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` with the nesting checked first; a ``SpecError`` naming ``field`` for bad JSON."""
+def parse_json(text: str, field: str, where: str, max_depth: int = MAX_JSON_DEPTH,
+               keep_non_finite: bool = False) -> Any:
+    """``json.loads`` with the nesting checked first; a ``SpecError`` naming ``field`` for bad JSON.
+    ``keep_non_finite``: ``NaN``, ``Infinity`` and numbers past the largest float are read as floats, for a caller
+    whose model refuses them naming the field they are in (a profile file's ranges); everything else is as strict."""
     if json_depth(text) > max_depth:
         raise SpecError(field, f"{where} nests deeper than {max_depth} levels")
+    numbers: dict[str, Any] = {} if keep_non_finite else {"parse_constant": _no_constant, "parse_float": _finite_float}
     try:
-        data = json.loads(text, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant,
-                          parse_float=_finite_float, parse_int=_float_sized_int)
+        data = json.loads(text, object_pairs_hook=_no_repeated_keys, parse_int=_float_sized_int, **numbers)
     except _RepeatedKey as exc:
         raise SpecError(field, f"{where} repeats the key {quoted(exc.key)} (which one counts is not clear)") from None
     except _NotFinite as exc:

@@ -94,8 +94,10 @@ def test_every_stored_profile_names_a_preset_gpu_or_any():
     "content, word",
     [
         (b"\xff\xfe not utf-8", "not UTF-8"),
-        (b"{", "not JSON"),
+        (b"{", "not valid JSON"),
         (b'{"name": "x"}', "gpu"),
+        (b'{"name": "x", "name": "y"}', "repeats the key 'name'"),
+        (b'{"name": "\\ud800"}', "half of a UTF-16 surrogate pair"),
         (None, "cannot read"),
     ],
 )
