@@ -147,11 +147,12 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     # Each entry: the key as a float, then exactly (a float's order never contradicts the exact one, and it is
     # compared far faster), the kind and what it is.
     heap: list[tuple[float, Fraction, int, tuple[int, ...]]] = []
+    held = 0 if keys.banded else 1  # without bands the first key is the pair's own bound
     for i in range(len(pools.prefill)):
         for k in range(len(pools.decode)):
             bound = keys.first(i, k)
             if bound > 0 and bound >= floor_per_gpu:
-                heap.append(_entry(bound, 0, (i, k, 0)))  # 0: ahead of the deployments of an equal rate per GPU
+                heap.append(_entry(bound, 0, (i, k, held)))  # 0: ahead of the deployments of an equal rate per GPU
     heapq.heapify(heap)
     listed = 0
     while heap:
@@ -165,8 +166,8 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         if out.frontier is None or ratio != out.frontier:
             out.frontier, out.capped_at_frontier = ratio, []
         if kind == 0:
-            i, k, held = entry
-            if not held:  # first at its cheap key: back in at its own bound, which is no higher
+            i, k, own = entry
+            if not own:  # first at its cheap key: back in at its own bound, which is no higher
                 bound = keys.held(i, k)
                 if bound > 0 and bound >= floor_per_gpu:
                     heapq.heappush(heap, _entry(bound, 0, (i, k, 1)))
