@@ -26,14 +26,20 @@ Config = dict[str, Any]
 
 
 def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
-    """Load a config.json from disk; ``name`` defaults to its ``_shardplan_id``, else the file's stem.
+    """Load a config.json from disk; ``name`` defaults to its ``_shardplan_id``, else, for a file called
+    ``config.json``, the directory holding it as given (a checkpoint's folder: what vLLM, SGLang and
+    TensorRT-LLM load, so the launch commands name it), else the file's stem.
 
     The file is read through ``models.files`` (a regular file, at most 1 MiB, strict UTF-8, nesting
     bounded); an ``_shardplan_id`` must be a Hugging Face id (``check_model_id``), because launch
     commands print it.
     """
     path = Path(path)
-    return _load_config_text(read_text(path, "model"), str(path), name, printable(path.stem))
+    fallback = str(path.parent) if path.name == CONFIG_FILE else path.stem
+    return _load_config_text(read_text(path, "model"), str(path), name, printable(fallback))
+
+
+CONFIG_FILE = "config.json"  # a Hugging Face checkpoint's model config, in the checkpoint's folder
 
 
 def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:

@@ -94,7 +94,8 @@ def problem_options(func: Command) -> Command:
     """The inputs solve, enumerate and evaluate share."""
     options = [
         click.option("--model", default=DEFAULT_MODEL, show_default=True,
-                     help="preset id or alias, or a config.json path"),
+                     help="preset id or alias, a config.json path, or a checkpoint folder holding one "
+                          "(launch commands then load that folder)"),
         click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, help="e.g. 8xH100, 4x8xH200, 72xGB200"),
         click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
                      help="latency: the lowest end-to-end time of one request (batch 1 unless --batch); throughput: "

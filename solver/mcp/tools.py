@@ -118,7 +118,7 @@ def model_of(args: ProblemInput, root: Root) -> str | ModelSpec:
         return name
     if name.endswith(".json"):
         return root.resolve(name, "model")
-    # get_model would open a name that happens to be a file: an agent's bare name never is one here.
+    # get_model would open a name that happens to be a file or a folder: an agent's bare name never is one here.
     raise unknown_model(name)
 
 

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from shardplan.models import DType, SpecError
+from shardplan.models.errors import printable
 from shardplan.models.hf_config import check_model_id
 from shardplan.models.presets import find_preset
 from shardplan.rules.plan import Plan
@@ -298,8 +299,17 @@ def span(local: list[int]) -> str:
     return f"{local[0]}-{local[-1]}" if len(local) > 1 else str(local[0])
 
 
+# A checkpoint folder's path, as the name of a model read from its config.json (``load_config_file``): absolute,
+# home-relative or dot-relative, which no Hugging Face id is (a bare relative path reads as an id, and the
+# engines look for a local folder of that name first).
+_LOCAL_PATH = re.compile(r"^(?:/|~|\.\.?(?:/|$))")
+
+
 def _served_id(name: str) -> str:
-    """The model argument of a launch command: ``name`` when it is a Hugging Face id."""
+    """The model argument of a launch command: ``name`` when it is a Hugging Face id or a checkpoint folder's
+    path (vLLM, SGLang and TensorRT-LLM load either)."""
+    if _LOCAL_PATH.match(name) and printable(name) == name:  # a folder's name, control characters escaped
+        return name
     try:
         return check_model_id(name, "model")
     except SpecError as exc:

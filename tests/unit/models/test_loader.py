@@ -112,3 +112,31 @@ def test_a_config_object_fails_with_the_files_messages(tmp_path):
         load_config_object({**LLAMA, "extra": deep})
     with pytest.raises(SpecError, match="at most 1,048,576 are read"):
         load_config_object({**LLAMA, "padding": "x" * (1 << 20)})
+
+
+def _checkpoint(folder, with_id: bool = False):
+    """A checkpoint folder holding Llama-3.1-8B's config.json, with or without its ``_shardplan_id``."""
+    folder.mkdir()
+    cfg = dict(LLAMA) if with_id else {k: v for k, v in LLAMA.items() if k != "_shardplan_id"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def test_a_checkpoint_folder_or_its_config_json_is_named_by_the_folder(tmp_path):
+    """What the engines load is the folder, so the model is named by it (as given): ``--model DIR`` and
+    ``--model DIR/config.json`` alike; another file name keeps its stem, and an ``_shardplan_id`` wins."""
+    folder = _checkpoint(tmp_path / "my-llama")
+    assert get_model(str(folder)).name == str(folder)
+    assert get_model(f"{folder}/").name == str(folder)
+    assert get_model(str(folder / "config.json")).name == str(folder)
+    other = tmp_path / "tuned.json"
+    other.write_text((folder / "config.json").read_text())
+    assert get_model(str(other)).name == "tuned"
+    assert get_model(str(_checkpoint(tmp_path / "x", with_id=True))).name == LLAMA["_shardplan_id"]
+    assert get_model(str(folder)).num_layers == get_model("llama-3.1-8b").num_layers
+
+
+def test_a_folder_without_a_config_json_names_the_model_option(tmp_path):
+    with pytest.raises(SpecError) as err:
+        get_model(str(tmp_path))
+    assert err.value.field == "model" and err.value.reason == f"'{tmp_path}' is a folder without a config.json"

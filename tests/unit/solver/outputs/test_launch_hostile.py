@@ -110,14 +110,31 @@ def test_a_hostile_id_is_refused_when_the_config_is_read(engine, model_id, tmp_p
     assert not (tmp_path / MARK).exists()
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("name", hostile_values())
-def test_the_emitters_refuse_a_name_that_is_not_a_hugging_face_id(engine, name):
+LOCAL_PATHS = ("/etc/passwd", "../../etc/passwd")  # the hostile values a checkpoint folder's name could be
+
+
+def renamed_plan(name: str) -> Plan:
     plan = plan_of("llama-3.1-8b", "1xH100")
     problem = plan.problem.model_copy(update={"model": plan.problem.model.model_copy(update={"name": name})})
+    return Plan(problem=problem, layout=plan.layout, prediction=plan.prediction, status="evaluated")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", [v for v in hostile_values() if v not in LOCAL_PATHS] + ["/x\ntouch PWNED"])
+def test_the_emitters_refuse_a_name_that_is_no_hugging_face_id_or_folder(engine, name):
     with pytest.raises(SpecError) as refused:
-        emit(Plan(problem=problem, layout=plan.layout, prediction=plan.prediction, status="evaluated"), engine)
+        emit(renamed_plan(name), engine)
     assert refused.value.field == "model"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", LOCAL_PATHS)
+def test_a_folder_s_path_is_launched_as_one_argument(engine, name, tmp_path):
+    """A model named by its checkpoint folder (``load_config_file``) is what the engines load: the script hands
+    the path to the engine as one argument and starts nothing else (the path itself is never opened)."""
+    done, calls = run_script(emit(renamed_plan(name), engine).script(), tmp_path)
+    check_only_engines_ran(done, calls, tmp_path)
+    assert all(name in argv for argv in calls if argv[0] != "cat")
 
 
 def test_no_emitter_opens_a_path_named_by_the_config(tmp_path, monkeypatch):
@@ -183,6 +200,20 @@ def test_hostile_values_anywhere_in_a_script_stay_data(value, tmp_path):
     assert calls[-2][:3] == ["vllm", "serve", value] and calls[-2][4] == value
     assert calls[-1][-1] == value
     assert (tmp_path / "options.yaml").read_bytes().decode() == f"a: 1\n{value}\nEOF\n".rstrip() + "\n"
+
+
+def test_a_checkpoint_folder_is_launched_by_its_path(tmp_path, capsys, monkeypatch):
+    """``--model FOLDER`` (its config.json without an ``_shardplan_id``): the engine is handed the folder."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "my tuned llama"
+    folder.mkdir()
+    config = json.loads(write_config(tmp_path, "x/y").read_text())
+    del config["_shardplan_id"]
+    (folder / "config.json").write_text(json.dumps(config))
+    main(["solve", "--model", str(folder), "--cluster", "1xH100", "--emit", "vllm", "--no-runner-up"])
+    run, calls = run_script(capsys.readouterr().out, tmp_path)
+    check_only_engines_ran(run, calls, tmp_path)
+    assert calls[-1][:3] == ["vllm", "serve", str(folder)]
 
 
 def test_a_valid_but_unusual_id_is_launched_verbatim(tmp_path, capsys, monkeypatch):
