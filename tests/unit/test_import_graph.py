@@ -94,10 +94,11 @@ def test_hardware_takes_only_the_error_type_from_models():
     # DESIGN.md says hardware depends on nothing of ours; today it raises models' SpecError for bad
     # input (one error type for every "bad spec" the CLI turns into exit code 2), and its frozen specs
     # (ClusterSpec, Profile) hash once like the models' (models.frozen.HashOnce: plumbing, no model
-    # data). This holds it to those two modules, so hardware cannot start depending on the model
-    # description itself.
+    # data), and a profile file is read by the one strict JSON reader every input file goes through
+    # (models.files.parse_json: plumbing too, importing only models.errors). This holds it to those three
+    # modules, so hardware cannot start depending on the model description itself.
     into_models = imports_into("hardware", {"models"})
-    allowed = {"shardplan.models.errors", "shardplan.models.frozen"}
+    allowed = {"shardplan.models.errors", "shardplan.models.frozen", "shardplan.models.files"}
     assert {edge.split(" -> ")[1] for edge in into_models} <= allowed, into_models
 
 
