@@ -290,7 +290,8 @@ def _attention(
 
 
 def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | None]:
-    """Mistral-style sliding window on every layer, when the config sets one.
+    """Mistral-style sliding window on every layer, when the config sets one, or on the layers ``layer_types``
+    marks ``sliding_attention`` where the config lists them.
 
     Qwen configs carry a ``sliding_window`` value too, but it only applies with ``use_sliding_window: true``
     (transformers' Qwen2/Qwen3 configs default it to false), and then to the layers ``layer_types`` marks
@@ -302,11 +303,13 @@ def _every_layer_window(r: _Reader, arch: str) -> tuple[tuple[int, ...], int | N
         return (), None
     window = r.int("sliding_window")
     layers = r.int("num_hidden_layers")
-    if not qwen:
-        return tuple(range(layers)), window
     typed = _typed_window_layers(r, layers)
-    windowed = typed if typed is not None else tuple(
-        range(min(r.int("max_window_layers", default=28, minimum=0), layers), layers))
+    if typed is not None:  # the config lists each layer's kind (Qwen, and Mistral-family configs that interleave)
+        windowed = typed
+    elif not qwen:
+        windowed = tuple(range(layers))
+    else:
+        windowed = tuple(range(min(r.int("max_window_layers", default=28, minimum=0), layers), layers))
     return windowed, window if windowed else None
 
 

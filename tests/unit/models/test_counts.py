@@ -87,6 +87,18 @@ def test_mistral_window_applies_to_every_layer():
     assert len(spec.attention.sliding_window_layers) == 32
 
 
+def test_a_mistral_config_listing_layer_types_windows_only_the_sliding_ones():
+    """A Mistral-family config that interleaves (``layer_types``, as Ministral's do): only the layers marked
+    ``sliding_attention`` cap their cache at the window; the others keep the whole sequence (by hand: 16 of 32
+    layers at 4,096 tokens of an 8,000-token sequence)."""
+    cfg = json.loads((CONFIG_DIR / "mistral-7b.json").read_text())
+    cfg["layer_types"] = ["sliding_attention", "full_attention"] * 16
+    spec = load_config(cfg)
+    assert spec.attention.sliding_window_layers == tuple(range(0, 32, 2))
+    per_layer = 2 * spec.attention.num_kv_heads * spec.attention.head_dim * 2
+    assert kv_bytes_per_sequence(spec, 8000) == (16 * 8000 + 16 * 4096) * per_layer
+
+
 def test_llama4_layers():
     maverick = get_model("llama-4-maverick")
     assert maverick.moe.layers == tuple(range(1, 48, 2))
