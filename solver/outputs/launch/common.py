@@ -300,9 +300,9 @@ def span(local: list[int]) -> str:
 
 
 # A checkpoint folder's path, as the name of a model read from its config.json (``load_config_file``): absolute,
-# home-relative or dot-relative, which no Hugging Face id is (a bare relative path reads as an id, and the
+# under ~/ or dot-relative, which no Hugging Face id is (a bare relative path reads as an id, and the
 # engines look for a local folder of that name first).
-_LOCAL_PATH = re.compile(r"^(?:/|~|\.\.?(?:/|$))")
+_LOCAL_PATH = re.compile(r"^(?:/|~/|\.\.?(?:/|$))")
 
 
 def _served_id(name: str) -> str:

@@ -120,7 +120,7 @@ def renamed_plan(name: str) -> Plan:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("name", [v for v in hostile_values() if v not in LOCAL_PATHS] + ["/x\ntouch PWNED"])
+@pytest.mark.parametrize("name", [v for v in hostile_values() if v not in LOCAL_PATHS] + ["/x\ntouch PWNED", "~x", ".x"])
 def test_the_emitters_refuse_a_name_that_is_no_hugging_face_id_or_folder(engine, name):
     with pytest.raises(SpecError) as refused:
         emit(renamed_plan(name), engine)
