@@ -61,7 +61,6 @@ def test_the_gap_is_read_from_the_plan_s_own_rate(case) -> None:
     assert shown["gap"] == pytest.approx(shown["bound"] / per_gpu - 1, rel=1e-4)
 
 
-
 def frontier_bounds(case) -> list[tuple[Fraction, Fraction, Fraction]]:
     """For walks from the seed cut short after 3 and 40 deployments listed: (brute force's optimum per GPU, the
     bound with the walk's frontier, the bound without it)."""
