@@ -48,8 +48,12 @@ def fed_per_gpu(pools: Pools, floor: ChoiceFloor, i: int, k: int | None = None) 
     candidate ``k`` (None: any): its capacity, or less where the TTFT limit caps it
     (``ChoiceFloor.worker_cap_units``; 0: no rate keeps the limit)."""
     p = pools.prefill[i]
-    cap = floor.worker_cap_units(i, k)
-    return Fraction(p.capacity_units if cap is None else min(p.capacity_units, max(cap, 0)), p.gpus)
+    return Fraction(_fed_units(p.capacity_units, floor.worker_cap_units(i, k)), p.gpus)
+
+
+def _fed_units(capacity_units: int, cap: int | None) -> int:
+    """A prefill worker's capacity, or less where the TTFT limit caps what it feeds (None: no cap; below 0: none)."""
+    return capacity_units if cap is None else min(capacity_units, max(cap, 0))
 
 
 def first_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
@@ -84,8 +88,7 @@ class PairKeys:
 
     def first(self, i: int, k: int) -> Fraction:
         (a, g), (b, h) = self.prefill[i], self.decode[k]
-        cap = self.floor.worker_cap_units(i, k)
-        return _pair_ratio(a if cap is None else min(a, max(cap, 0)), g, b, h)
+        return _pair_ratio(_fed_units(a, self.floor.worker_cap_units(i, k)), g, b, h)
 
     def held(self, i: int, k: int) -> Fraction:
         if not self.banded:
@@ -98,15 +101,20 @@ class PairKeys:
                 if band > 0:
                     break  # past batch one the cap only falls as the round grows
                 continue
-            n, m = feed * most_units, g * most_units + h * feed
+            n, m = _pair_terms(feed, g, most_units, h)
             if n * den > num * m:
                 num, den = n, m
         return Fraction(num, den)
 
 
 def _pair_ratio(a: int, g: int, b: int, h: int) -> Fraction:
-    """``pair_bound(a / g, b / h)`` from integers: ``a b / (g b + h a)``."""
-    return Fraction(a * b, g * b + h * a) if a > 0 and b > 0 else Fraction(0)
+    """``pair_bound(a / g, b / h)`` from integers (``_pair_terms``)."""
+    return Fraction(*_pair_terms(a, g, b, h)) if a > 0 and b > 0 else Fraction(0)
+
+
+def _pair_terms(a: int, g: int, b: int, h: int) -> tuple[int, int]:
+    """``pair_bound(a / g, b / h)`` as numerator and denominator: ``a b / (g b + h a)``."""
+    return a * b, g * b + h * a
 
 
 def pair_bound(prefill_per_gpu: Fraction, decode_per_gpu: Fraction) -> Fraction:
