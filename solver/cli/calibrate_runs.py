@@ -16,7 +16,7 @@ from shardplan.hardware.profile import Engine
 from shardplan.models import SpecError
 from shardplan.models.files import json_text
 from shardplan.solver.cli.outputs import OutputFiles, say_wrote
-from shardplan.solver.cost.calibration.fit import _require_scipy, write_profile
+from shardplan.solver.cost.calibration.fit import require_scipy, write_profile
 from shardplan.solver.cost.calibration.runs import RunsFit, at_bound, calibrate_runs, field_bounds
 
 
@@ -61,7 +61,7 @@ def calibrate_runs_cmd(
     """Fit, write (``out``: a file, or a directory for one profile per engine and GPU), print."""
     with OutputFiles([runs_csv]) as outputs:
         outputs.add("out", out, directory_ok=True)
-        _require_scipy()
+        require_scipy()
         target = Path(outputs.temp("out"))
         fits = calibrate_runs(runs_csv, engine=engine, gpu=gpu, one_profile=not target.is_dir(),
                               time_limit_s=time_limit)

@@ -736,7 +736,7 @@ def calibrate_to_file(
     """What ``shardplan calibrate`` does: fit (within ``time_limit_s``), then write one profile to ``out`` (a
     file), or every fitted profile into ``out`` when it is a directory. A fit that misses its median row by more
     than ``MAX_MEDIAN_MISS`` writes nothing at all: ``InfeasibleError`` naming each such profile."""
-    _require_scipy()
+    require_scipy()
     if software is not None and software not in GENERATIONS:
         raise SpecError("software", f"{quoted(software)}; one of {', '.join(GENERATIONS)}")
     row_filter = (lambda p: p.software == software) if software else None
@@ -767,7 +767,7 @@ def _misfit(result: FitResult) -> str:
             f"(at most {MAX_MEDIAN_MISS:g}-fold is written){bounds}")
 
 
-def _require_scipy() -> None:
+def require_scipy() -> None:
     if importlib.util.find_spec("scipy") is None:
         raise SpecError("calibrate", "fitting needs scipy: pip install 'shardplan[calibrate]'")
 
@@ -808,6 +808,6 @@ def _id_ranges(ids: Iterable[str]) -> str:
 __all__ = [
     "AT_BOUND_SHARE", "BOUNDS", "DIGITS", "FITTED", "MAX_MEDIAN_MISS", "FitResult", "OpFactors", "all_fp4", "at_an_end",
     "calibrate", "calibrate_to_file", "field_bounds", "fit_profile", "fp4_share_fields", "hopper_gemm_terms",
-    "mla_stream_efficiency", "op_factors", "profile_json", "profile_name", "residual", "shared_profile",
-    "write_profile",
+    "mla_stream_efficiency", "op_factors", "profile_json", "profile_name", "require_scipy", "residual",
+    "shared_profile", "write_profile",
 ]
