@@ -9,7 +9,7 @@ from shardplan.models.derived import kv_bytes_per_sequence, layer_bytes, weight_
 from shardplan.rules.base import Diagnostic, Rule, ShapeRule, StageDegrees
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics
-from shardplan.rules.problem import Problem, memory_limit_gib, resolve_profile
+from shardplan.rules.problem import Problem, held_for_given, memory_limit_gib, resolve_profile
 
 GIB = 2**30
 
@@ -174,7 +174,7 @@ class TtftLimit(Rule):
         return []
 
     def conflict_message(self, problem: Problem) -> str:
-        return f"TTFT must stay within {problem.workload.ttft_ms:g} ms"
+        return f"TTFT must stay within {problem.workload.ttft_ms:g} ms{held_for_given(problem, 'ttft_ms')}"
 
 
 class TpotLimit(Rule):
@@ -206,4 +206,4 @@ class TpotLimit(Rule):
         return []
 
     def conflict_message(self, problem: Problem) -> str:
-        return f"TPOT must stay within {problem.workload.tpot_ms:g} ms"
+        return f"TPOT must stay within {problem.workload.tpot_ms:g} ms{held_for_given(problem, 'tpot_ms')}"

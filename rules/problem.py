@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat
 
 from shardplan.hardware import ClusterSpec
 from shardplan.hardware.compose import ANY_GPU
-from shardplan.hardware.measured_error import Serving, measured_errors
+from shardplan.hardware.measured_error import EngineError, Serving, measured_errors
 from shardplan.hardware.profile import DEFAULT_ENGINE, Engine, Profile, get_profile, list_profiles, profile_for_gpu
 from shardplan.models import ModelSpec
 from shardplan.models.errors import SpecError
@@ -47,6 +47,18 @@ class Workload(BaseModel):
     def context(self) -> int:
         """Tokens a sequence holds at the end of generation."""
         return self.isl + self.osl
+
+
+class GivenLimits(BaseModel):
+    """The workload's TTFT and TPOT limits as the user gave them, where the planner held tighter ones so that the
+    plan meets these were its predictions off as its engine's median measured run at its load (``solve
+    --limits-at median-error``, ``solver/limits_at.py``). The problem's workload then carries the limits held."""
+
+    model_config = _STRICT
+
+    ttft_ms: PositiveFloat | None = Field(description="limit on time to first token, as given")
+    tpot_ms: PositiveFloat | None = Field(description="limit on time per output token, as given")
+    rounds: NonNegativeInt = Field(default=0, description="times the limits held were tightened")
 
 
 class Pins(BaseModel):
@@ -109,6 +121,11 @@ class Problem(HashOnce):
         description="the engine's limit on sequences one attention group runs at once (vLLM --max-num-seqs); "
         "None: the profile's",
     )
+    limits_given: GivenLimits | None = Field(
+        default=None,
+        description="the user's limits where the workload holds tighter ones (--limits-at median-error); None: "
+        "the workload's limits are the user's",
+    )
 
     @model_validator(mode="after")
     def _engine_runs_on_the_gpu(self) -> Problem:
@@ -169,6 +186,33 @@ def engine_default_profile(problem: Problem) -> Profile:
     return profile_for_gpu(gpu.profiles_from or gpu.name, problem.engine)
 
 
+def engine_errors(problem: Problem, serving: Serving) -> EngineError | None:
+    """The measured error of the problem's engine in ``serving`` mode (``hardware/measured_error.py``); None where
+    those figures do not describe its plans: it is priced with a profile other than the engine's default (one
+    named, or read from a file), or the engine has no measured run in this mode."""
+    # a profile named (or read) may be the engine's default itself, whose figures these are
+    if problem.profile is not None and resolve_profile(problem).name != engine_default_profile(problem).name:
+        return None
+    return measured_errors().of(problem.engine, serving)
+
+
+def given_limits(problem: Problem) -> dict[str, float | None]:
+    """The TTFT and TPOT limits the user gave (``ttft_ms``, ``tpot_ms``): the workload's, unless it holds tighter
+    ones for them (``Problem.limits_given``)."""
+    given = problem.limits_given or problem.workload
+    return {"ttft_ms": given.ttft_ms, "tpot_ms": given.tpot_ms}
+
+
+def held_for_given(problem: Problem, key: str) -> str:
+    """What an SLA rule's message adds where the workload's limit ``key`` (``ttft_ms``, ``tpot_ms``) was held below
+    the one the user gave (``--limits-at median-error``), so that a conflict names the limit the user knows."""
+    given = given_limits(problem)[key]
+    held = getattr(problem.workload, key)
+    if given is None or held == given:
+        return ""
+    return f" (held below the {given:g} ms given, at the engine's median measured error)"
+
+
 def measured_error(problem: Problem, serving: Serving, in_flight: int, ttft_ms: float,
                    tpot_ms: float) -> dict[str, Any] | None:
     """How far the engine's predictions fell from its measured runs under load in ``serving`` mode
@@ -178,20 +222,16 @@ def measured_error(problem: Problem, serving: Serving, in_flight: int, ttft_ms: 
     one replica colocated or the whole deployment disaggregated, as the runs count them; None where no run was
     measured at such a load). ``at_median_error``: the plan's predicted ``ttft_ms`` and ``tpot_ms`` were they off
     as the median run (the band's, else the whole's): predicted / (1 + median error); ``over_limit``: the
-    workload's limits they would break. None where the figures do not describe the plan: it is priced with a
-    profile other than the engine's default (one named, or read from a file), or the engine has no measured run
-    in this mode."""
-    # a profile named (or read) may be the engine's default itself, whose figures these are
-    if problem.profile is not None and resolve_profile(problem).name != engine_default_profile(problem).name:
-        return None
-    found = measured_errors().of(problem.engine, serving)
+    limits the user gave (``given_limits``) they would break. None where the figures do not describe the plan
+    (``engine_errors``)."""
+    found = engine_errors(problem, serving)
     if found is None:
         return None
     gpu, band = problem.cluster.gpu, found.band_of(in_flight)
     basis = found if band is None else band
     at_median = {"ttft_ms": round(ttft_ms / (1 + basis.ttft.median), 3),
                  "tpot_ms": round(tpot_ms / (1 + basis.tpot.median), 3)}
-    limits = {"ttft_ms": problem.workload.ttft_ms, "tpot_ms": problem.workload.tpot_ms}
+    limits = given_limits(problem)
     return {"serving": serving, "engine": problem.engine, "runs": found.runs, "gpus": list(found.gpus),
             "gpu_measured": gpu.name in found.gpus,  # an H800 priced with H100's profiles was not measured
             "ttft": found.ttft.model_dump(), "tpot": found.tpot.model_dump(), "in_flight": in_flight,

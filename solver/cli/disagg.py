@@ -119,9 +119,9 @@ def print_disagg(data: dict[str, Any]) -> None:
     caps = (f"prefill {p['capacity_rps']:.2f} (chunk {p['chunk']})", f"decode {_cap(d['capacity_rps'])} "
             f"(batch {d['batch']} per worker)", f"KV links {_cap(kv['capacity_rps'])}")
     click.echo("  capacity in requests/s: " + ", ".join(caps))
-    measured = report.measured_error_text(data)
-    if measured is not None:
-        click.echo(f"  {measured}")
+    for line in (report.measured_error_text(data), report.limits_at_text(data)):
+        if line is not None:
+            click.echo(f"  {line}")
 
 
 def _cap(value: float | None) -> str:

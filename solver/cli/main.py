@@ -54,8 +54,8 @@ from shardplan.solver.cli.stream import Kept, Printer
 from shardplan.solver.cli.validate import validate
 from shardplan.solver.cli.working import searching
 from shardplan.solver.enumerate import Enumeration
+from shardplan.solver.limits_at import LIMITS_AT, LimitsAt, check_limits_at, solve_colocated
 from shardplan.solver.mcp.safety import DEFAULT_CALL_TIME_S, MAX_CALL_TIME_S, Root, TimeLimits
-from shardplan.solver.optimise import solve as run_solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted, emit
 from shardplan.solver.placement.plan import place_and_price, write_experts
@@ -448,11 +448,16 @@ def _at_bound(field: str, value: float, bounds: tuple[float, float]) -> dict[str
 @click.option("--rate", "rate_rps", type=float, default=None,
               help="requests/s to sustain: the plan on the fewest GPUs that serves it within the limits (alone: "
                    "colocated layouts; with --serving disagg|auto, those modes); default: none")
+@click.option("--limits-at", "limits_at", type=click.Choice(LIMITS_AT), default="prediction", show_default=True,
+              help="hold --ttft-ms/--tpot-ms at the cost model's predictions, or at the engine's median measured "
+                   "error: tighter limits, found in rounds, so that the plan's TTFT and TPOT, off as the median run "
+                   "of its engine at its load (the plan's measured_error), still meet them; the JSON's limits_at "
+                   "says which were held")
 @click.pass_context
 def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limit: float | None,
           dag_path: str | None, detail: str,
           experts_out: str | None, emit_engine: str | None, report_path: str | None, runner_up: bool | None,
-          serving: str, rate_rps: float | None, **kw: Any) -> None:
+          serving: str, rate_rps: float | None, limits_at: LimitsAt, **kw: Any) -> None:
     """Find the best layout: minimum latency, or maximum throughput under the memory cap.
 
     With no arguments, plans DeepSeek-V3 on two 8xH200 nodes for minimum latency.
@@ -480,8 +485,10 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limi
         serving_outputs = ServingOutputs(dag_path, detail, emit_engine, report_path, experts_out)
         objective_given = ctx.get_parameter_source("objective") is not click.core.ParameterSource.DEFAULT
         with OutputFiles(input_files(kw)) as outputs:
-            problem = prepare_serving(problem_args(kw), serving, rate_rps, objective_given, serving_outputs, outputs)
-            solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs, work, note)
+            problem = prepare_serving(problem_args(kw), serving, rate_rps, objective_given, serving_outputs, outputs,
+                                      limits_at)
+            solve_serving(problem, serving, rate_rps, time_limit, as_json, serving_outputs, outputs, work, note,
+                          limits_at)
         return
     with OutputFiles(input_files(kw)) as outputs:
         outputs.add("dag", dag_path)
@@ -495,14 +502,15 @@ def solve(ctx: click.Context, as_json: bool, time_limit: float | None, work_limi
         kw["engine"] = engine_with_emit(kw.get("engine"), emit_engine)
         problem = build_problem(problem_args(kw))
         check_experts_out(problem, experts_out)
-        try:
-            deadline = Deadline(time_limit, work)
-            with searching("solving", time_limit, quiet=as_json, work_limit=work):
-                plan = run_solve(problem, deadline=deadline)
-        except InfeasibleError as exc:
+        check_limits_at(problem, limits_at, ("colocated",))
+        deadline = Deadline(time_limit, work)
+        with searching("solving", time_limit, quiet=as_json, work_limit=work):
+            held, found = solve_colocated(problem, deadline, limits_at)
+        if isinstance(found, InfeasibleError):
             if as_json:  # the contract's infeasible object on stdout; the one line still goes to stderr
-                emit_json(infeasible_dict(problem, exc))
-            raise
+                emit_json(infeasible_dict(held, found))
+            raise found
+        plan = found
         if dag_path:
             write_dag(plan, outputs.temp("dag"), detail)
         if experts_out:

@@ -20,7 +20,7 @@ from shardplan.rules.plan import Plan
 from shardplan.rules.problem import Problem
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import Emitted
-from shardplan.solver.outputs.plan_json import plan_dict
+from shardplan.solver.outputs.plan_json import limits_at_dict, plan_dict
 
 if TYPE_CHECKING:  # only a type here: networkx loads where a DAG is built
     import networkx as nx
@@ -63,6 +63,7 @@ def infeasible_dict(problem: Problem, exc: InfeasibleError) -> dict[str, Any]:
         "model": problem.model.name,
         "cluster": problem.cluster.describe(),
         "conflict": [{"rule": rule, "message": message} for rule, message in exc.conflicts],
+        **limits_at_dict(problem),  # the limits held, which the conflicts' messages name, beside the user's
     }
 
 

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import click
 
+from shardplan.hardware.measured_error import Serving
 from shardplan.models import InfeasibleError, SolverLimitError, SpecError
 from shardplan.models.files import json_text
 from shardplan.rules.capacity import MemoryFits
@@ -51,6 +52,7 @@ from shardplan.solver.disagg.serving import (
     why_no_deployment,
 )
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS
+from shardplan.solver.limits_at import LimitsAt, check_limits_at, solve_within
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
@@ -188,16 +190,28 @@ def mode_budget_s(time_limit_s: float | None, spent_s: float, modes_left: int) -
     return left_s / modes_left if left_s > 0 else MIN_MODE_S
 
 
+Planner = Callable[[Problem, "float | None", Deadline], dict[str, Any]]
+
+
+def _plan_mode(planner: Planner, problem: Problem, rate_rps: float | None, deadline: Deadline,
+               limits_at: LimitsAt) -> dict[str, Any]:
+    """One mode's answer (``_colocated``, ``_disagg``); under median-error, the last of its rounds."""
+    if limits_at == "prediction":
+        return planner(problem, rate_rps, deadline)
+    return solve_within(problem, lambda p: planner(p, rate_rps, deadline), lambda data: data.get("_plan"))
+
+
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                 work_limit: float | None = None) -> ServingResult:
+                 work_limit: float | None = None, limits_at: LimitsAt = "prediction") -> ServingResult:
     """Plan the modes ``serving`` names (colocated, disagg or auto) and choose the better. In auto, a mode
     a limit stopped before any plan gets the status ``time-limit`` or ``work-limit`` (the limit that did)
     and the other is still planned and may be chosen; when no mode has a plan and one was cut short, the
     limit is the error (nothing is proven infeasible). ``work_limit`` (``search_base.Deadline``) bounds
     each mode's search whole: auto's colocated answer is then the colocated mode's, whatever the other
-    mode needs."""
+    mode needs. ``limits_at`` median-error plans each mode in rounds (``solver/limits_at.py``), all within the
+    mode's limits."""
     modes: dict[str, dict[str, Any]] = {}
-    planners = {"colocated": _colocated, "disagg": _disagg}
+    planners: dict[str, Planner] = {"colocated": _colocated, "disagg": _disagg}
     selected = [mode for mode in planners if serving in (mode, "auto")]
     started = time.monotonic()
     deadlines: dict[str, Deadline] = {}
@@ -206,7 +220,7 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
                                                                            len(selected) - index)
         deadlines[mode] = Deadline(budget_s, work_limit)
         try:
-            modes[mode] = planners[mode](problem, rate_rps, deadlines[mode])
+            modes[mode] = _plan_mode(planners[mode], problem, rate_rps, deadlines[mode], limits_at)
         except SolverLimitError as exc:
             if serving != "auto":
                 raise
@@ -274,21 +288,24 @@ class ServingOutputs:
 
 
 def prepare_serving(args: ProblemArgs, serving: str, rate_rps: float | None, objective_given: bool,
-                    out: ServingOutputs, outputs: OutputFiles) -> Problem:
+                    out: ServingOutputs, outputs: OutputFiles, limits_at: str = "prediction") -> Problem:
     """The checks of ``solve --serving`` in the order the CLI makes them (outputs, engine, problem,
     serving inputs), then the problem; ``args.engine`` becomes the ``--emit`` engine as in ``solve``."""
     out.check(outputs, serving)
     check_pool_routing(args, serving)
     problem = build_problem(replace(args, engine=engine_with_emit(args.engine, out.emit_engine)))
     check_serving_inputs(problem, rate_rps, objective_given, serving)
+    planned: tuple[Serving, ...] = ("colocated", "disagg") if serving == "auto" else (cast(Serving, serving),)
+    check_limits_at(problem, limits_at, planned)
     check_experts_out(problem, out.experts_out)
     return problem
 
 
 def run_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
-                out: ServingOutputs, outputs: OutputFiles, work_limit: float | None = None) -> ServingResult:
+                out: ServingOutputs, outputs: OutputFiles, work_limit: float | None = None,
+                limits_at: LimitsAt = "prediction") -> ServingResult:
     """Plan, and write the chosen plan's files (renamed into place; nothing when no mode has a plan)."""
-    result = plan_serving(problem, serving, rate_rps, time_limit_s, work_limit)
+    result = plan_serving(problem, serving, rate_rps, time_limit_s, work_limit, limits_at)
     out.write(result, outputs)
     if result.chosen is not None:
         outputs.commit()
@@ -297,11 +314,11 @@ def run_serving(problem: Problem, serving: str, rate_rps: float | None, time_lim
 
 def solve_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
                   as_json: bool, out: ServingOutputs, outputs: OutputFiles, work_limit: float | None = None,
-                  work_note: str = "") -> None:
+                  work_note: str = "", limits_at: LimitsAt = "prediction") -> None:
     """Plan, write the chosen plan's files (renamed into place before anything prints), print; raises
     InfeasibleError (after the JSON) when no mode has a plan."""
     with searching("solving", time_limit_s, quiet=as_json, work_limit=work_limit):
-        result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs, work_limit)
+        result = run_serving(problem, serving, rate_rps, time_limit_s, out, outputs, work_limit, limits_at)
     launch = result.data.get("launch")
     if as_json:
         click.echo(json_text(result.data, indent=2, sort_keys=False))
@@ -350,6 +367,8 @@ def print_modes(modes: dict[str, dict[str, Any]], chosen: str | None, serving: s
             deg = data["degrees"]
             shape = ", ".join(f"{k}={deg[k]}" for k in ("dp", "pp", "tp", "sp", "ep") if deg.get(k, 1) != 1)
             click.echo(f"{data['model']}, colocated, {data['num_gpus']} GPUs ({shape or '1 GPU'}): {data['status']}")
+            if (held := report.limits_at_text(data)) is not None:
+                click.echo(f"  {held}")
     if serving == "auto" or len(modes) > 1:
         click.echo("both modes:")
         for mode, data in modes.items():

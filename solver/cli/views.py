@@ -20,7 +20,14 @@ from shardplan.hardware.profile import Profile, composed_profiles, list_profiles
 from shardplan.models import presets
 from shardplan.models.derived import kv_bytes_per_token, parameter_counts, weight_bytes_total
 from shardplan.rules.plan import Plan
-from shardplan.solver.outputs.report import Finding, RunnerUp, layout_lines, measured_error_text, metric_text
+from shardplan.solver.outputs.report import (
+    Finding,
+    RunnerUp,
+    layout_lines,
+    limits_at_text,
+    measured_error_text,
+    metric_text,
+)
 
 # Piped output keeps a wide, fixed width so tables do not wrap and the bytes do not depend on the
 # terminal that happened to run the command.
@@ -202,6 +209,9 @@ def print_plan(
     measured = measured_error_text(data)
     if measured is not None:
         console.print(Text.assemble("  ", (measured, "dim")))
+    held = limits_at_text(data)
+    if held is not None:
+        console.print(Text.assemble("  ", (held, "dim")))
 
     table = Table(title="Memory per GPU (GiB): every GPU of a stage holds the same", title_justify="left")
     for col in ("stage", "GPUs", "weights", "KV cache", "activations", "overhead", "total", "limit", "free"):

@@ -19,7 +19,7 @@ from shardplan.hardware.profile import Profile
 from shardplan.models.errors import InfeasibleError, SolverLimitError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import Objective, Problem, resolve_profile
+from shardplan.rules.problem import Objective, Problem, held_for_given, resolve_profile
 from shardplan.solver.bound import pair_rates
 from shardplan.solver.cost.disagg import engine_profile, forget_worker_prices
 from shardplan.solver.disagg.deploy import Pools
@@ -196,7 +196,7 @@ def _left_out_by_ttft(pools: Pools) -> list[tuple[str, str]]:
 def _stack_exceeds(pools: Pools) -> str:
     """Why a prefill layout is no candidate under the TTFT limit (``workers.PrefillPriced.worker``), in words."""
     return (f"lone prompt's prefill and the serving stack's {pools.profile.request_overhead_ms:g} ms per request "
-            f"exceed --ttft-ms {pools.problem.workload.ttft_ms}")
+            f"exceed --ttft-ms {pools.problem.workload.ttft_ms}{held_for_given(pools.problem, 'ttft_ms')}")
 
 
 def better_mode(colocated: Plan | None, disagg: DisaggPlan | None, rate_rps: float | None) -> str | None:

@@ -92,6 +92,10 @@ class PlanInput(ProblemInput):
     rate: float | None = Field(
         default=None, description="requests/s to sustain: the plan on the fewest GPUs that serves it within the "
                                   "limits (any serving mode)")
+    limits_at: Literal["prediction", "median-error"] = Field(
+        default="prediction", description="hold ttft_ms/tpot_ms at the cost model's predictions, or tighter, so that "
+                                          "the plan meets them off as its engine's median measured run at its load "
+                                          "('limits_at' in the result says which were held)")
 
 
 class EnumerateInput(ProblemInput):

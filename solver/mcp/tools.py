@@ -75,6 +75,7 @@ from shardplan.solver.disagg.frontier import DisaggEnumeration
 from shardplan.solver.disagg.serving import throughput_problem
 from shardplan.solver.enumerate import Enumeration, pareto_front
 from shardplan.solver.explain import explain
+from shardplan.solver.limits_at import check_limits_at, solve_colocated
 from shardplan.solver.mcp.safety import MAX_ENUMERATE_LIMIT, Root, TimeLimits
 from shardplan.solver.mcp.schemas import (
     DagInput,
@@ -86,7 +87,6 @@ from shardplan.solver.mcp.schemas import (
     ProblemInput,
     RuleInput,
 )
-from shardplan.solver.optimise import solve
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.launch import emit
 from shardplan.solver.placement.plan import place_and_price, write_experts
@@ -167,10 +167,10 @@ def plan(args: PlanInput, session: Session) -> dict[str, Any]:
             writer_for(args.dag_path)
         problem = build_problem(inputs)
         check_experts_out(problem, experts_out)
-        try:
-            solved = solve(problem, deadline=Deadline(time_limit_s, work))
-        except InfeasibleError as exc:
-            return infeasible_dict(problem, exc)
+        check_limits_at(problem, args.limits_at, ("colocated",))
+        held, solved = solve_colocated(problem, Deadline(time_limit_s, work), args.limits_at)
+        if isinstance(solved, InfeasibleError):
+            return infeasible_dict(held, solved)
         if dag_path:
             write_dag(solved, outputs.temp("dag"), args.detail)
         if experts_out:
@@ -191,8 +191,9 @@ def _plan_serving(args: PlanInput, inputs: ProblemArgs, out: ServingOutputs, tim
         if args.dag_path:  # an unknown extension is bad input: say so before solving, naming the path as given
             writer_for(args.dag_path)
         objective_given = "objective" in args.model_fields_set
-        problem = prepare_serving(inputs, args.serving, args.rate, objective_given, out, outputs)
-        result = run_serving(problem, args.serving, args.rate, time_limit_s, out, outputs, args.work_limit or None)
+        problem = prepare_serving(inputs, args.serving, args.rate, objective_given, out, outputs, args.limits_at)
+        result = run_serving(problem, args.serving, args.rate, time_limit_s, out, outputs, args.work_limit or None,
+                             args.limits_at)
     data = result.data
     if args.include_dag and result.chosen_plan is not None:
         data["dag"] = to_json_data(serving_dag(result.chosen_plan, args.detail))

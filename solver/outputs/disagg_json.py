@@ -13,7 +13,14 @@ from shardplan.rules.disagg import Pool
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
 from shardplan.rules.problem import measured_error
-from shardplan.solver.outputs.plan_json import _num, degrees, memory_dict, metrics_dict, notes_dict
+from shardplan.solver.outputs.plan_json import (
+    _num,
+    degrees,
+    limits_at_dict,
+    memory_dict,
+    metrics_dict,
+    notes_dict,
+)
 
 
 def pool_dict(plan: DisaggPlan, pool: Pool, pool_plan: Plan, role: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +70,7 @@ def disagg_dict(plan: DisaggPlan, *, status: str, extra: dict[str, Any] | None =
         "measured_error": measured_error(problem, "disagg", layout.concurrency, pred.metrics.ttft_ms,
                                          pred.metrics.tpot_ms),
         "solve_time_s": None,  # what a search sets through ``extra``; evaluate's and enumerate's rows solve nothing
+        **limits_at_dict(problem),
         **notes_dict(problem),
     }
     if extra:

@@ -81,6 +81,22 @@ def measured_error_text(data: dict[str, Any]) -> str | None:
             f"{found['ttft']['median']:+.0%}, {found['tpot']['median']:+.0%}); {load}{over}")
 
 
+def limits_at_text(data: dict[str, Any]) -> str | None:
+    """The plan's ``limits_at`` in one line: the limits it was held to so that it meets the user's at its engine's
+    median measured error, and the rounds that took; None where it was held at the user's limits."""
+    found = data.get("limits_at")
+    if not found:
+        return None
+    parts = []
+    for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        given, held = found["given"][key], found["held"][key]
+        if given is not None:
+            parts.append(f"{name} {held:,g} ms" + (" as given" if held == given else f" for the {given:,g} given"))
+    rounds = found["rounds"]
+    how = "none needed tightening" if not rounds else f"{rounds} round{'' if rounds == 1 else 's'} of tightening"
+    return f"limits held at the median measured error: {', '.join(parts)} ({how})"
+
+
 def over_limit_parts(found: dict[str, Any]) -> list[str]:
     """Each limit a plan's ``measured_error`` says it would break off as its median run, as ``TTFT would be 2,407
     ms`` (TTFT to the ms, TPOT to 0.1 ms, as the plan's lines print them)."""
@@ -476,6 +492,7 @@ def plan_report(
         )
         + "</section>",
         *([f'<p class="sub" id="measured-error">{e(measured)}</p>'] if (measured := measured_error_text(data)) else []),
+        *([f'<p class="sub" id="limits-at">{e(held)}</p>'] if (held := limits_at_text(data)) else []),
         "<h2>Layout</h2><ul>"
         + "".join(f"<li>{e(line)}</li>" for line in layout_lines(data, p.cluster.num_gpus, p.cluster.gpus_per_node))
         + "</ul>",

@@ -178,6 +178,8 @@ def exchange(root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             await call(tool, tool, {})
         await call("auto", "plan", {**SERVING, "serving": "auto"})
         await call("rate", "plan", {**SERVING, "serving": "auto", "rate": 6.0})
+        await call("auto_median", "plan", {**SERVING, "serving": "auto", "limits_at": "median-error"})
+        await call("colocated_median", "plan", {**SERVING, "objective": "throughput", "limits_at": "median-error"})
         await call("disagg", "plan", {**SERVING, "serving": "disagg", "emit": "sglang", "include_dag": True,
                                       "dag_path": str(root / "disagg.json")})
         await call("validate_disagg", "validate_dag", {"dag": got["disagg"].data["dag"]})
@@ -301,6 +303,20 @@ def test_plan_with_a_rate_is_solve_with_the_rate(exchange: dict[str, Any]) -> No
     answer = exchange["rate"]
     assert not answer.is_error and answer.data["rate_rps"] == 6
     expected = cli_json("solve", "--serving", "auto", "--rate", "6", *SERVING_ARGV)
+    assert without_timing(answer.data) == without_timing(expected)
+
+
+@pytest.mark.parametrize(("key", "argv"), [
+    ("auto_median", ("--serving", "auto")),
+    ("colocated_median", ("--objective", "throughput", "--no-runner-up")),
+])
+def test_plan_with_limits_at_median_error_is_solve_with_it(exchange: dict[str, Any], key: str,
+                                                           argv: tuple[str, ...]) -> None:
+    answer = exchange[key]
+    assert not answer.is_error
+    held = [answer.data] if key == "colocated_median" else list(answer.data["modes"].values())
+    assert all(data["limits_at"]["given"] == {"ttft_ms": 2000.0, "tpot_ms": 30.0} for data in held)
+    expected = cli_json("solve", *argv, *SERVING_ARGV, "--limits-at", "median-error")
     assert without_timing(answer.data) == without_timing(expected)
 
 

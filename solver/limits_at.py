@@ -1,0 +1,136 @@
+"""``solve --limits-at median-error``: plans that meet the TTFT and TPOT limits were their predictions off as
+their engine's median measured run at their load.
+
+A plan's ``measured_error`` (``rules.problem.measured_error``) says what its TTFT and TPOT would be off as the
+median run of its engine, serving mode and band of requests in flight; a plan held at the limits by the cost model
+alone breaks them there wherever the engine ran slower than predicted (disaggregated TensorRT-LLM TTFT: median
+error -39 %). Here the planner holds tighter limits instead. The error depends on the band, and the band on the
+plan, so the limits are found by rounds:
+
+1. solve with the limits held (at first, the user's);
+2. if the plan, off as its band's median run, breaks a limit the user gave, hold that limit at the given value x
+   (1 + the band's median error), rounded down to the microsecond: below the plan's own prediction, so the next
+   round cannot return it; solve again.
+
+A limit held only falls, each time to one of finitely many values (the given limit x (1 + a band's median error),
+one per band), so the rounds end: at most one per band and metric and one more. The plan returned meets every
+given limit at its own band's median error. It may pass up a plan at another load whose band ran closer to its
+predictions: the limits held are the tightest any round needed. Half the measured runs were off by more than the
+median; this is a correction of the bias, not a guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal, TypeVar
+
+from shardplan.hardware.measured_error import Serving
+from shardplan.models import InfeasibleError
+from shardplan.models.errors import SpecError
+from shardplan.rules.disagg_plan import DisaggPlan
+from shardplan.rules.plan import Plan
+from shardplan.rules.problem import GivenLimits, Problem, engine_errors, given_limits, measured_error
+from shardplan.solver.optimise import solve
+from shardplan.solver.search_base import Deadline
+
+LimitsAt = Literal["prediction", "median-error"]
+LIMITS_AT: tuple[LimitsAt, ...] = ("prediction", "median-error")
+
+# Bands of requests in flight in the stored figures (four) plus the whole, per metric, and one round more: the most
+# the argument in the module docstring allows. Reaching it would mean a round made no progress, which that argument
+# rules out; the loop stops there all the same, and the plan's measured_error then still names the broken limit.
+MAX_ROUNDS = 2 * 5 + 1
+
+Result = TypeVar("Result")
+
+
+def check_limits_at(problem: Problem, limits_at: str, modes: tuple[Serving, ...]) -> None:
+    """``--limits-at``: one of ``LIMITS_AT``; median-error needs a limit to hold and the engine's measured figures
+    in every mode planned (the default profile of its GPU: a profile named or read has no measured runs)."""
+    if limits_at not in LIMITS_AT:
+        raise SpecError("limits-at", f"{limits_at!r}; one of {', '.join(LIMITS_AT)}")
+    if limits_at == "prediction":
+        return
+    if problem.workload.ttft_ms is None and problem.workload.tpot_ms is None:
+        raise SpecError("limits-at", "median-error holds the --ttft-ms and --tpot-ms limits; give one")
+    for mode in modes:
+        if engine_errors(problem, mode) is None:
+            raise SpecError("limits-at", f"median-error needs the measured runs of {problem.engine}'s default "
+                                         f"profile ({'one pool' if mode == 'colocated' else 'disaggregated'}); "
+                                         "this problem is priced with another profile")
+
+
+def with_given_limits(problem: Problem) -> Problem:
+    """The problem of the first round: the user's limits held, and recorded as given."""
+    wl = problem.workload
+    return problem.model_copy(update={"limits_given": GivenLimits(ttft_ms=wl.ttft_ms, tpot_ms=wl.tpot_ms)})
+
+
+def plan_latency(plan: Plan | DisaggPlan) -> tuple[Serving, int, float, float]:
+    """What the measured error of a plan is read at: its serving mode, its requests in flight as the runs count
+    them (per replica colocated, over the deployment disaggregated), its predicted TTFT and TPOT in ms."""
+    if isinstance(plan, DisaggPlan):
+        metrics = plan.prediction.metrics
+        return "disagg", plan.layout.concurrency, metrics.ttft_ms, metrics.tpot_ms
+    metrics = plan.prediction.metrics
+    return "colocated", plan.layout.batch, metrics.ttft_ms, metrics.tpot_ms
+
+
+def next_round(problem: Problem, plan: Plan | DisaggPlan) -> Problem | None:
+    """The problem of the next round, its limits held lower where ``plan`` (solved for ``problem``), off as its
+    band's median run, breaks a given limit; None where it breaks none."""
+    serving, in_flight, ttft_ms, tpot_ms = plan_latency(plan)
+    found = measured_error(problem, serving, in_flight, ttft_ms, tpot_ms)
+    if found is None or not found["over_limit"]:
+        return None
+    basis = found["band"] or found
+    given = given_limits(problem)
+    held = {"ttft_ms": problem.workload.ttft_ms, "tpot_ms": problem.workload.tpot_ms}
+    for key in found["over_limit"]:
+        limit, held_ms = given[key], held[key]
+        assert limit is not None and held_ms is not None  # over_limit names only limits given
+        error = basis[key.removesuffix("_ms")]["median"]
+        # to the microsecond below; rounded first, so that 2,000 x 0.539 is 1,078, not 1,077.999
+        held[key] = min(held_ms, math.floor(round(limit * (1 + error) * 1000, 6)) / 1000)
+    recorded = problem.limits_given
+    assert recorded is not None  # set by with_given_limits before the first round
+    return problem.model_copy(update={
+        "workload": problem.workload.model_copy(update=held),
+        "limits_given": recorded.model_copy(update={"rounds": recorded.rounds + 1}),
+    })
+
+
+def solve_within(problem: Problem, solve: Callable[[Problem], Result],
+                 plan_of: Callable[[Result], Plan | DisaggPlan | None]) -> Result:
+    """``solve`` in rounds (the module docstring) from the user's limits in ``problem``; the last round's result.
+    A round without a plan (``plan_of`` None: no plan meets the limits held) ends the rounds with it."""
+    current = with_given_limits(problem)
+    for _ in range(MAX_ROUNDS):
+        result = solve(current)
+        plan = plan_of(result)
+        following = None if plan is None else next_round(current, plan)
+        if following is None:
+            return result
+        current = following
+    return result
+
+
+def solve_colocated(problem: Problem, deadline: Deadline,
+                    limits_at: LimitsAt) -> tuple[Problem, Plan | InfeasibleError]:
+    """``solve``'s colocated search (``solver.optimise.solve``), in rounds under median-error: the problem of the
+    last round (its limits held) and its plan, or why it has none."""
+
+    def attempt(held: Problem) -> tuple[Problem, Plan | InfeasibleError]:
+        try:
+            return held, solve(held, deadline=deadline)
+        except InfeasibleError as exc:
+            return held, exc
+
+    if limits_at == "prediction":
+        return attempt(problem)
+    return solve_within(problem, attempt, lambda tried: tried[1] if isinstance(tried[1], Plan) else None)
+
+
+__all__ = ["LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "check_limits_at", "next_round", "plan_latency", "solve_colocated",
+           "solve_within", "with_given_limits"]

@@ -1,0 +1,138 @@
+"""``solve --limits-at median-error``: plans that meet the user's TTFT and TPOT limits were their predictions off as
+their engine's median measured run at their load (``solver/limits_at.py``).
+
+Expectations are computed here from the stored figures (``hardware/measured_error.json``) by hand: the band of the
+plan's requests in flight, the limit x (1 + the band's median error) to the microsecond below, and the plan's TTFT
+off as that median run against the limit given."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from shardplan.rules.catalog import check_plan, errors_of
+from shardplan.rules.problem import GivenLimits
+from shardplan.solver import limits_at
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.limits_at import MAX_ROUNDS, solve_within
+from shardplan.solver.search_base import Deadline
+from tests.integration.test_cli_disagg import run
+from tests.integration.test_measured_error_cli import quoted, stored
+
+# One H200, TensorRT-LLM: under a 1 s TTFT the throughput plan runs 255 sequences, the band above 128 in flight, where
+# the engine's runs measured TTFT a median 52 % above the prediction.
+LLAMA_8B = ["solve", "--model", "llama-3.1-8b", "--cluster", "1xH200", "--engine", "trtllm", "--objective",
+            "throughput", "--isl", "1000", "--osl", "200", "--ttft-ms", "1000", "--no-runner-up"]
+
+
+def solved(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, _ = run([*argv, "--json"], capsys)
+    assert code == 0
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def band_error(figures: dict[str, Any], in_flight: int, metric: str) -> float:
+    """The median error of ``metric`` over the runs of the band holding ``in_flight`` (else the whole)."""
+    for band in figures["bands"]:
+        if band["low"] <= in_flight and (band["high"] is None or in_flight <= band["high"]):
+            return float(band[metric]["median"])
+    return float(figures[metric]["median"])
+
+
+def test_a_plan_over_its_limit_at_the_median_error_is_replaced_by_one_within_it(capsys):
+    figures = stored("colocated", "trtllm")
+    as_predicted = solved(LLAMA_8B, capsys)
+    first_batch = as_predicted["metrics"]["batch"]
+    assert as_predicted["measured_error"]["over_limit"] == ["ttft_ms"]  # what the option is for
+    held_ms = math.floor(round(1000 * (1 + band_error(figures, first_batch, "ttft")) * 1000, 6)) / 1000
+    assert held_ms < as_predicted["metrics"]["ttft_ms"]  # the first plan cannot come back
+
+    data = solved([*LLAMA_8B, "--limits-at", "median-error"], capsys)
+    assert data["limits_at"] == {"basis": "median-error", "given": {"ttft_ms": 1000.0, "tpot_ms": None},
+                                 "held": {"ttft_ms": held_ms, "tpot_ms": None}, "rounds": 1}
+    assert data["workload"]["ttft_ms"] == held_ms and data["metrics"]["ttft_ms"] <= held_ms
+    quote = quoted(figures, data["metrics"]["batch"], data["metrics"], (1000.0, None))
+    assert quote["over_limit"] == [] and data["measured_error"]["over_limit"] == []
+    assert data["metrics"]["output_tokens_per_s"] <= as_predicted["metrics"]["output_tokens_per_s"]
+
+
+def test_a_plan_within_its_limits_at_the_median_error_is_the_plan_as_predicted(capsys):
+    # 8 in flight: the band where TensorRT-LLM's runs measured TTFT above the prediction, so nothing is tightened.
+    argv = [*LLAMA_8B, "--batch", "8"]
+    assert band_error(stored("colocated", "trtllm"), 8, "ttft") > 0
+    as_predicted = solved(argv, capsys)
+    data = solved([*argv, "--limits-at", "median-error"], capsys)
+    assert data["limits_at"]["rounds"] == 0 and data["limits_at"]["held"] == data["limits_at"]["given"]
+    timing = ("limits_at", "solve_time_s")
+    assert {k: v for k, v in data.items() if k not in timing} == {
+        k: v for k, v in as_predicted.items() if k not in timing}
+
+
+def test_without_the_option_a_plan_carries_no_limits_at_key(capsys):
+    data = solved(LLAMA_8B, capsys)
+    assert "limits_at" not in data and data["workload"]["ttft_ms"] == 1000.0
+
+
+def test_each_mode_of_auto_meets_the_limits_given_at_its_own_modes_median_error(capsys):
+    argv = ["solve", "--model", "llama-3.1-8b", "--cluster", "2x4xH100", "--engine", "trtllm", "--objective",
+            "throughput", "--isl", "1000", "--osl", "200", "--ttft-ms", "1000", "--tpot-ms", "50", "--serving", "auto",
+            "--limits-at", "median-error"]
+    data = solved(argv, capsys)
+    for mode, found in data["modes"].items():
+        assert found["limits_at"]["given"] == {"ttft_ms": 1000.0, "tpot_ms": 50.0}
+        held = found["limits_at"]["held"]
+        assert found["metrics"]["ttft_ms"] <= held["ttft_ms"] <= 1000.0
+        assert found["metrics"]["tpot_ms"] <= held["tpot_ms"] <= 50.0
+        figures = stored(mode, "trtllm")
+        assert quoted(figures, found["metrics"]["batch"], found["metrics"], (1000.0, 50.0))["over_limit"] == []
+
+
+@pytest.mark.parametrize(("extra", "reason"), [
+    (["--limits-at", "median-error"], "give one"),
+    (["--limits-at", "median-error", "--ttft-ms", "500", "--profile", "h200-sxm"], "another profile"),
+    (["--limits-at", "median-error", "--ttft-ms", "500", "--serving", "disagg", "--profile", "h200-sxm"],
+     "another profile"),
+])
+def test_median_error_without_a_limit_or_with_a_profile_of_no_measured_runs_is_bad_input(extra, reason, capsys):
+    code, out, err = run(["solve", "--model", "llama-3.1-8b", "--cluster", "1xH200", "--objective", "throughput",
+                          *extra], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "limits-at" in err and reason in err and "Traceback" not in err
+
+
+def test_an_sla_conflict_names_the_limit_given_beside_the_one_held():
+    from shardplan.rules.capacity import TpotLimit, TtftLimit
+
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", ttft_ms=480.0, tpot_ms=50.0))
+    held = problem.model_copy(update={"limits_given": GivenLimits(ttft_ms=1000.0, tpot_ms=50.0, rounds=1)})
+    assert TtftLimit().conflict_message(held) == ("TTFT must stay within 480 ms (held below the 1000 ms given, at "
+                                                  "the engine's median measured error)")
+    assert TpotLimit().conflict_message(held) == "TPOT must stay within 50 ms"  # held as given
+    assert TtftLimit().conflict_message(problem) == "TTFT must stay within 480 ms"
+
+
+def test_the_rounds_stop_at_their_cap_even_if_one_made_no_progress(monkeypatch):
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", objective="throughput",
+                                        ttft_ms=1000.0))
+    solves: list[float | None] = []
+
+    def solve(held):  # a solver whose plan never changes the limits: the worst case the cap is there for
+        solves.append(held.workload.ttft_ms)
+        return held
+
+    monkeypatch.setattr(limits_at, "next_round", lambda current, plan: current)
+    assert solve_within(problem, solve, lambda held: held) is not None
+    assert len(solves) == MAX_ROUNDS
+
+
+def test_every_round_returns_a_plan_that_passes_every_rule():
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", objective="throughput",
+                                        engine="trtllm", isl=1000, osl=200, ttft_ms=1000.0))
+    held, plan = limits_at.solve_colocated(problem, Deadline(None, None), "median-error")
+    assert not isinstance(plan, Exception)
+    assert plan.problem == held and held.limits_given is not None and held.limits_given.rounds == 1
+    assert errors_of(check_plan(plan)) == []
