@@ -59,6 +59,8 @@ class GivenLimits(BaseModel):
     ttft_ms: PositiveFloat | None = Field(description="limit on time to first token, as given")
     tpot_ms: PositiveFloat | None = Field(description="limit on time per output token, as given")
     rounds: NonNegativeInt = Field(default=0, description="times the limits held were tightened")
+    stopped: str | None = Field(default=None, description="why the rounds ended before the plan met the limits "
+                                                          "given (the time or work limit); None: they did not")
 
 
 class Pins(BaseModel):

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from shardplan.hardware.measured_error import Serving
-from shardplan.models import InfeasibleError
+from shardplan.models import InfeasibleError, SolverLimitError
 from shardplan.models.errors import SpecError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
@@ -102,18 +102,23 @@ def next_round(problem: Problem, plan: Plan | DisaggPlan) -> Problem | None:
 
 
 def solve_within(problem: Problem, solve: Callable[[Problem], Result],
-                 plan_of: Callable[[Result], Plan | DisaggPlan | None]) -> Result:
-    """``solve`` in rounds (the module docstring) from the user's limits in ``problem``; the last round's result.
-    A round without a plan (``plan_of`` None: no plan meets the limits held) ends the rounds with it."""
+                 plan_of: Callable[[Result], Plan | DisaggPlan | None]) -> tuple[Result, str | None]:
+    """``solve`` in rounds (the module docstring) from the user's limits in ``problem``: the last round's result,
+    and None; a round without a plan (``plan_of`` None: no plan meets the limits held) ends the rounds with it.
+    Where the time or work limit stops a round after the first before it has a plan (``SolverLimitError``), the
+    round before's result, over a limit at the median error (its ``measured_error`` says which), and why."""
     current = with_given_limits(problem)
-    for _ in range(MAX_ROUNDS):
-        result = solve(current)
+    result = solve(current)
+    for _ in range(MAX_ROUNDS - 1):
         plan = plan_of(result)
         following = None if plan is None else next_round(current, plan)
         if following is None:
-            return result
-        current = following
-    return result
+            return result, None
+        try:
+            result, current = solve(following), following
+        except SolverLimitError as exc:
+            return result, f"the next round, at the limits held lower, was stopped: {exc}"
+    return result, None
 
 
 def solve_colocated(problem: Problem, deadline: Deadline,
@@ -129,8 +134,21 @@ def solve_colocated(problem: Problem, deadline: Deadline,
 
     if limits_at == "prediction":
         return attempt(problem)
-    return solve_within(problem, attempt, lambda tried: tried[1] if isinstance(tried[1], Plan) else None)
+    (held, found), stopped = solve_within(problem, attempt, lambda tried: tried[1] if isinstance(tried[1], Plan)
+                                         else None)
+    if stopped is None or not isinstance(found, Plan):
+        return held, found
+    return held, found.model_copy(update={"problem": stopped_at(held, stopped)})
 
 
-__all__ = ["LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "check_limits_at", "next_round", "plan_latency", "solve_colocated",
-           "solve_within", "with_given_limits"]
+def stopped_at(problem: Problem, why: str) -> Problem:
+    """``problem`` (a round's, its limits given recorded) marked as the last round: the rounds stopped for ``why``."""
+    given = problem.limits_given
+    assert given is not None  # a round's problem: with_given_limits set it
+    return problem.model_copy(update={"limits_given": given.model_copy(update={"stopped": why})})
+
+
+__all__ = [
+    "LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "check_limits_at", "next_round", "plan_latency", "solve_colocated",
+    "solve_within", "stopped_at", "with_given_limits",
+]

@@ -198,7 +198,10 @@ def _plan_mode(planner: Planner, problem: Problem, rate_rps: float | None, deadl
     """One mode's answer (``_colocated``, ``_disagg``); under median-error, the last of its rounds."""
     if limits_at == "prediction":
         return planner(problem, rate_rps, deadline)
-    return solve_within(problem, lambda p: planner(p, rate_rps, deadline), lambda data: data.get("_plan"))
+    data, stopped = solve_within(problem, lambda p: planner(p, rate_rps, deadline), lambda data: data.get("_plan"))
+    if stopped is not None:  # the round before's plan, whose JSON was built before the rounds stopped
+        data["limits_at"]["stopped"] = stopped
+    return data
 
 
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
@@ -232,7 +235,7 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
     for data in modes.values():
         if rate_rps is not None:
             data["rate_rps"] = rate_rps
-    chosen = better_mode(plans.get("colocated"), plans.get("disagg"), rate_rps)
+    chosen = better_mode(*choosable(modes, plans), rate_rps)
     if serving == "auto":
         base = modes[chosen] if chosen else modes["colocated"]
         data = {**base, "serving": "auto", "chosen": chosen, "modes": modes}
@@ -240,6 +243,20 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
         data = modes[serving]
     cut = tuple(mode for mode, data in modes.items() if data["status"] == "feasible" and deadlines[mode].by_work())
     return ServingResult(problem, serving, rate_rps, data, modes, plans, chosen, cut)
+
+
+def choosable(modes: dict[str, dict[str, Any]],
+              plans: dict[str, Plan | DisaggPlan | None]) -> tuple[Plan | None, DisaggPlan | None]:
+    """The colocated and disaggregated plans auto chooses between. Under ``--limits-at median-error`` a mode whose
+    rounds a limit stopped (``limits_at.stopped``) holds a plan over a limit at the median error: it is chosen only
+    where the other mode has no plan that meets them either."""
+    meets = {mode: plan for mode, plan in plans.items()
+             if plan is not None and not (modes[mode].get("limits_at") or {}).get("stopped")}
+    kept = meets or plans
+    colocated, disagg = kept.get("colocated"), kept.get("disagg")
+    assert colocated is None or isinstance(colocated, Plan)
+    assert disagg is None or isinstance(disagg, DisaggPlan)
+    return colocated, disagg
 
 
 @dataclass(frozen=True)

@@ -106,14 +106,16 @@ def plan_dict(
 def limits_at_dict(problem: Problem) -> dict[str, Any]:
     """``limits_at``, where the plan was held to tighter limits than the user's so that it meets theirs at its
     engine's median measured error (``solve --limits-at median-error``, ``solver/limits_at.py``): the limits given,
-    those held (the plan's ``workload`` carries the same) and the rounds that tightened them. The key only then,
+    those held (the plan's ``workload`` carries the same), the rounds that tightened them and, where the time or
+    work limit stopped the rounds before the plan met the limits given, why (``stopped``). The key only then,
     so a plan held at the user's limits reads as before."""
     given = problem.limits_given
     if given is None:
         return {}
     wl = problem.workload
     return {"limits_at": {"basis": "median-error", "given": {"ttft_ms": given.ttft_ms, "tpot_ms": given.tpot_ms},
-                          "held": {"ttft_ms": wl.ttft_ms, "tpot_ms": wl.tpot_ms}, "rounds": given.rounds}}
+                          "held": {"ttft_ms": wl.ttft_ms, "tpot_ms": wl.tpot_ms}, "rounds": given.rounds,
+                          "stopped": given.stopped}}
 
 
 def notes_dict(problem: Problem) -> dict[str, list[str]]:

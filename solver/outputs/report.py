@@ -93,7 +93,11 @@ def limits_at_text(data: dict[str, Any]) -> str | None:
         if given is not None:
             parts.append(f"{name} {held:,g} ms" + (" as given" if held == given else f" for the {given:,g} given"))
     rounds = found["rounds"]
-    how = "none needed tightening" if not rounds else f"{rounds} round{'' if rounds == 1 else 's'} of tightening"
+    done = f"{rounds} round{'' if rounds == 1 else 's'} of tightening"
+    if found.get("stopped"):
+        how = f"{done} done; {found['stopped']}, so this plan is the last round's that finished"
+    else:
+        how = done if rounds else "none needed tightening"
     return f"limits held at the median measured error: {', '.join(parts)} ({how})"
 
 

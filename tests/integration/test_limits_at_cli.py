@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shardplan.models import SolverLimitError
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.problem import GivenLimits
 from shardplan.solver import limits_at
@@ -53,7 +54,7 @@ def test_a_plan_over_its_limit_at_the_median_error_is_replaced_by_one_within_it(
 
     data = solved([*LLAMA_8B, "--limits-at", "median-error"], capsys)
     assert data["limits_at"] == {"basis": "median-error", "given": {"ttft_ms": 1000.0, "tpot_ms": None},
-                                 "held": {"ttft_ms": held_ms, "tpot_ms": None}, "rounds": 1}
+                                 "held": {"ttft_ms": held_ms, "tpot_ms": None}, "rounds": 1, "stopped": None}
     assert data["workload"]["ttft_ms"] == held_ms and data["metrics"]["ttft_ms"] <= held_ms
     quote = quoted(figures, data["metrics"]["batch"], data["metrics"], (1000.0, None))
     assert quote["over_limit"] == [] and data["measured_error"]["over_limit"] == []
@@ -125,8 +126,8 @@ def test_the_rounds_stop_at_their_cap_even_if_one_made_no_progress(monkeypatch):
         return held
 
     monkeypatch.setattr(limits_at, "next_round", lambda current, plan: current)
-    assert solve_within(problem, solve, lambda held: held) is not None
-    assert len(solves) == MAX_ROUNDS
+    result, stopped = solve_within(problem, solve, lambda held: held)
+    assert len(solves) == MAX_ROUNDS and result.limits_given.rounds == 0 and stopped is None
 
 
 def test_every_round_returns_a_plan_that_passes_every_rule():
@@ -136,3 +137,37 @@ def test_every_round_returns_a_plan_that_passes_every_rule():
     assert not isinstance(plan, Exception)
     assert plan.problem == held and held.limits_given is not None and held.limits_given.rounds == 1
     assert errors_of(check_plan(plan)) == []
+
+
+def test_a_round_stopped_by_the_work_limit_returns_the_round_before_and_auto_prefers_the_mode_that_meets(capsys):
+    # Llama-3.1-70B for 20 requests/s on 8x8xH200 (vLLM, the default engine): the disaggregated deployment of 28
+    # GPUs is chosen as predicted, but its TTFT off as the median run is over 2 s, and its next round, at a limit
+    # held lower, finds nothing within 3 units of work; the colocated 48 GPUs meet the limits at their median error.
+    argv = ["solve", "--model", "llama-3.1-70b", "--cluster", "8x8xH200", "--rate", "20", "--ttft-ms", "2000",
+            "--tpot-ms", "50", "--isl", "4000", "--osl", "500", "--serving", "auto", "--work-limit", "3"]
+    as_predicted = solved(argv, capsys)
+    assert as_predicted["chosen"] == "disagg" and as_predicted["measured_error"]["over_limit"] == ["ttft_ms"]
+    data = solved([*argv, "--limits-at", "median-error"], capsys)
+    disagg, colocated = data["modes"]["disagg"], data["modes"]["colocated"]
+    assert disagg["limits_at"]["stopped"].startswith("the next round, at the limits held lower, was stopped: "
+                                                     "work-limit")
+    assert disagg["measured_error"]["over_limit"] == ["ttft_ms"] and disagg["num_gpus"] == 28
+    assert colocated["limits_at"]["stopped"] is None and colocated["measured_error"]["over_limit"] == []
+    assert data["chosen"] == "colocated"
+
+
+def test_the_rounds_return_the_round_before_when_a_limit_stops_one(monkeypatch):
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", objective="throughput",
+                                        ttft_ms=1000.0))
+    calls: list[int] = []
+
+    def solve(held):
+        calls.append(len(calls))
+        if len(calls) == 3:
+            raise SolverLimitError("time-limit: no plan found within 2 s")
+        return f"round {len(calls)}"
+
+    monkeypatch.setattr(limits_at, "next_round", lambda current, plan: current)
+    result, stopped = solve_within(problem, solve, lambda found: found)
+    assert result == "round 2" and len(calls) == 3
+    assert stopped == "the next round, at the limits held lower, was stopped: time-limit: no plan found within 2 s"
