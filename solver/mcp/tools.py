@@ -357,7 +357,8 @@ TOOLS: tuple[ToolSpec, ...] = (
              "(and rate): prefill and decode pools, or both modes, by tokens/s per GPU or the fewest GPUs for the "
              "rate. An infeasible problem comes back with status 'infeasible' and the conflicting rules. Each plan's "
              "measured_error says how far its engine's predictions fell from measured runs at its load, and "
-             "over_limit the TTFT/TPOT limits it would break were it off as the median run: leave that margin.",
+             "over_limit the TTFT/TPOT limits it would break were it off as the median run: leave that margin, or "
+             "ask for it with limits_at 'median-error'.",
              PlanInput, plan, _solver_wall),
     ToolSpec("enumerate", "Every feasible layout up to `limit`, within `time_limit` seconds, with the "
              "latency-throughput Pareto frontier's indices first (serving 'disagg': disaggregated deployments "

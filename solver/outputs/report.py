@@ -860,6 +860,7 @@ def serving_report(problem: Problem, modes: dict[str, dict[str, Any]], chosen: s
                      f"rate set by {data['metrics']['bottleneck']}"]
         else:
             lines = layout_lines(data, problem.cluster.num_gpus, problem.cluster.gpus_per_node)
+        lines += [line for line in (measured_error_text(data), limits_at_text(data)) if line is not None]
         parts.append(f"<h2>{e(MODE_NAMES[mode])}</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
     return _page(f"shardplan: {problem.model.name} serving", "\n".join(parts))
 

@@ -434,6 +434,8 @@ def serving_solve_case(rng: random.Random, quick: bool = False) -> Case:
                                                                               OUTPUT_PATHS, 0.5)]
     if rng.random() < 0.03:
         argv += ["--runner-up"]
+    if rng.random() < 0.2:  # drawn last, so every other flag of a seed's case is what it was before
+        argv += ["--limits-at", pick(rng, ("median-error", "median-error", "prediction"), ("MEDIAN", "", "p90"))]
     return Case("solve", argv, kind="serving")
 
 

@@ -1,0 +1,1 @@
+"""What planning to the measured error costs, and whether its plans keep what it promises."""
