@@ -61,6 +61,9 @@ class GivenLimits(BaseModel):
     rounds: NonNegativeInt = Field(default=0, description="times the limits held were tightened")
     stopped: str | None = Field(default=None, description="why the rounds ended before the plan met the limits "
                                                           "given (the time or work limit); None: they did not")
+    batch_cap: PositiveInt | None = Field(
+        default=None, description="the engine's batch per attention group capped at the upper end of a band of the "
+                                  "measured runs, whose error held the limits; None: the rounds' plan")
 
 
 class Pins(BaseModel):

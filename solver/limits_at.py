@@ -14,9 +14,17 @@ plan, so the limits are found by rounds:
 
 A limit held only falls, each time to one of finitely many values (the given limit x (1 + a band's median error),
 one per band), so the rounds end: at most one per band and metric and one more. The plan returned meets every
-given limit at its own band's median error. It may pass up a plan at another load whose band ran closer to its
-predictions: the limits held are the tightest any round needed. Half the measured runs were off by more than the
-median; this is a correction of the bias, not a guarantee.
+given limit at its own band's median error.
+
+The limits held are the tightest any round needed, so the rounds may pass up a plan at a lighter load whose band ran
+closer to its predictions. On one pool the load is the batch per replica, which the launch commands cap at the
+plan's batch, so where the rounds tightened a limit each band with an upper end is also solved once, with the
+engine's batch per attention group capped there and the limits held at that band's error (``band_problems``), and
+the best plan that meets the limits given is returned. With one attention group per replica that covers every band;
+with more, a capped plan may run more than the band's top per replica, and is then judged at its own band like any
+other. Disaggregated deployments take the rounds' plan: their load is the requests in flight over both pools, which
+no engine setting caps. Half the measured runs were off by more than the median; this is a correction of the bias,
+not a guarantee.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from shardplan.models import InfeasibleError, SolverLimitError
 from shardplan.models.errors import SpecError
 from shardplan.rules.disagg_plan import DisaggPlan
 from shardplan.rules.plan import Plan
-from shardplan.rules.problem import GivenLimits, Problem, engine_errors, given_limits, measured_error
+from shardplan.rules.problem import GivenLimits, Objective, Problem, engine_errors, given_limits, measured_error
 from shardplan.solver.optimise import solve
 from shardplan.solver.search_base import Deadline
 
@@ -102,29 +110,79 @@ def next_round(problem: Problem, plan: Plan | DisaggPlan) -> Problem | None:
 
 
 def solve_within(problem: Problem, solve: Callable[[Problem], Result],
-                 plan_of: Callable[[Result], Plan | DisaggPlan | None]) -> tuple[Result, str | None]:
+                 plan_of: Callable[[Result], Plan | DisaggPlan | None],
+                 better: Callable[[Plan, Plan], bool] | None = None) -> tuple[Result, str | None]:
     """``solve`` in rounds (the module docstring) from the user's limits in ``problem``: the last round's result,
     and None; a round without a plan (``plan_of`` None: no plan meets the limits held) ends the rounds with it.
     Where the time or work limit stops a round after the first before it has a plan (``SolverLimitError``), the
-    round before's result, over a limit at the median error (its ``measured_error`` says which), and why."""
+    round before's result, over a limit at the median error (its ``measured_error`` says which), and why.
+    With ``better`` (one pool: whether a plan beats another at the objective), where the rounds tightened a limit,
+    each band's plan too (``band_problems``), and the best that meets the limits given."""
     current = with_given_limits(problem)
-    result = solve(current)
+    result, stopped = solve(current), None
     for _ in range(MAX_ROUNDS - 1):
         plan = plan_of(result)
         following = None if plan is None else next_round(current, plan)
         if following is None:
-            return result, None
+            break
         try:
             result, current = solve(following), following
         except SolverLimitError as exc:
-            return result, f"the next round, at the limits held lower, was stopped: {exc}"
-    return result, None
+            stopped = f"the next round, at the limits held lower, was stopped: {exc}"
+            break
+    if better is None or (current.limits_given is not None and not current.limits_given.rounds and not stopped):
+        return result, stopped  # held as given: the plan as predicted, which no band's tighter problem can beat
+    for capped in band_problems(current):
+        try:
+            candidate = solve(capped)
+        except SolverLimitError:  # the rounds' result stands; a band the limit left unjudged is no plan
+            continue
+        plan, incumbent = plan_of(candidate), plan_of(result)
+        if not isinstance(plan, Plan) or next_round(capped, plan) is not None:
+            continue  # no plan, or one whose load fell in a band that breaks a limit given
+        if stopped is not None or not isinstance(incumbent, Plan) or better(plan, incumbent):
+            result, stopped = candidate, None
+    return result, stopped
+
+
+def band_problems(problem: Problem) -> list[Problem]:
+    """One pool: for each band of requests in flight with an upper end, ``problem`` with the engine's batch per
+    attention group capped there (``Problem.max_batch``; launch commands cap the engine at the plan's batch, so this
+    is a setting the plan keeps) and each limit given held at that band's median error, where it ran fast. The
+    rounds hold the tightest limit any round needed; a plan at a lighter load, in a band that ran closer to its
+    predictions, may meet the limits given with more to spare (module docstring)."""
+    found = engine_errors(problem, "colocated")
+    given = problem.limits_given
+    if found is None or given is None:
+        return []
+    out = []
+    for band in found.bands:
+        if band.high is None:
+            continue
+        held = {}
+        for key, limit in given_limits(problem).items():
+            error = getattr(band, key.removesuffix("_ms")).median
+            held[key] = None if limit is None else math.floor(round(limit * min(1.0, 1 + error) * 1000, 6)) / 1000
+        cap = band.high if problem.max_batch is None else min(problem.max_batch, band.high)
+        out.append(problem.model_copy(update={
+            "workload": problem.workload.model_copy(update=held), "max_batch": cap,
+            "limits_given": given.model_copy(update={"batch_cap": cap}),
+        }))
+    return out
+
+
+def better_at_objective(plan: Plan, other: Plan) -> bool:
+    """Whether ``plan`` beats ``other`` at their problem's objective: more output tokens/s over the cluster, or a
+    shorter end-to-end latency (``Objective``)."""
+    if plan.problem.objective is Objective.THROUGHPUT:
+        return plan.prediction.metrics.output_tokens_per_s > other.prediction.metrics.output_tokens_per_s
+    return plan.prediction.metrics.e2e_ms < other.prediction.metrics.e2e_ms
 
 
 def solve_colocated(problem: Problem, deadline: Deadline,
                     limits_at: LimitsAt) -> tuple[Problem, Plan | InfeasibleError]:
-    """``solve``'s colocated search (``solver.optimise.solve``), in rounds under median-error: the problem of the
-    last round (its limits held) and its plan, or why it has none."""
+    """``solve``'s colocated search (``solver.optimise.solve``), in rounds under median-error, then each band's
+    (``solve_within``): the problem of the plan returned (its limits held) and the plan, or why it has none."""
 
     def attempt(held: Problem) -> tuple[Problem, Plan | InfeasibleError]:
         try:
@@ -135,7 +193,7 @@ def solve_colocated(problem: Problem, deadline: Deadline,
     if limits_at == "prediction":
         return attempt(problem)
     (held, found), stopped = solve_within(problem, attempt, lambda tried: tried[1] if isinstance(tried[1], Plan)
-                                         else None)
+                                         else None, better_at_objective)
     if stopped is None or not isinstance(found, Plan):
         return held, found
     return held, found.model_copy(update={"problem": stopped_at(held, stopped)})
@@ -149,6 +207,6 @@ def stopped_at(problem: Problem, why: str) -> Problem:
 
 
 __all__ = [
-    "LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "check_limits_at", "next_round", "plan_latency", "solve_colocated",
-    "solve_within", "stopped_at", "with_given_limits",
+    "LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "band_problems", "better_at_objective", "check_limits_at", "next_round",
+    "plan_latency", "solve_colocated", "solve_within", "stopped_at", "with_given_limits",
 ]

@@ -108,6 +108,7 @@ def one(t: Tally, index: int, args: list[str], rows: list[dict[str, Any]]) -> No
             t.check("4 no better than the plan as predicted", cost(plan, args) <= cost(before[mode], args) + 1e-9,
                     here, f"{cost(plan, args)} vs {cost(before[mode], args)}")
             rows.append({"i": index, "mode": mode, "rounds": found["rounds"], "stopped": bool(found["stopped"]),
+                         "batch_cap": found["batch_cap"],
                          "kept": kept(cost(plan, args), cost(before[mode], args)),
                          "was_over": bool(before[mode]["measured_error"]["over_limit"]),
                          "time": (predicted_s, held_s)})
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(met)} now meet the limits and {len(over) - len(met)} had their rounds stopped; rounds "
               f"{dict(sorted((k, sum(1 for r in mine if r['rounds'] == k)) for k in {r['rounds'] for r in mine}))}; "
               f"objective kept by those that now meet them, median {statistics.median(met) if met else 1.0:.3f} "
-              f"(least {min(met, default=1.0):.3f})")
+              f"(least {min(met, default=1.0):.3f}); a band's capped plan won in "
+              f"{sum(r['batch_cap'] is not None for r in mine)}")
     times = [r["time"] for r in planned]
     if times:
         print(f"wall time per problem, median: as predicted {statistics.median(a for a, _ in times):.1f} s, held "

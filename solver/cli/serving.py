@@ -52,7 +52,7 @@ from shardplan.solver.disagg.serving import (
     why_no_deployment,
 )
 from shardplan.solver.disagg.workers import RATE_UNITS_PER_RPS
-from shardplan.solver.limits_at import LimitsAt, check_limits_at, solve_within
+from shardplan.solver.limits_at import LimitsAt, better_at_objective, check_limits_at, solve_within
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.outputs import report
 from shardplan.solver.outputs.disagg_json import disagg_dict
@@ -193,15 +193,28 @@ def mode_budget_s(time_limit_s: float | None, spent_s: float, modes_left: int) -
 Planner = Callable[[Problem, "float | None", Deadline], dict[str, Any]]
 
 
-def _plan_mode(planner: Planner, problem: Problem, rate_rps: float | None, deadline: Deadline,
+def _plan_mode(mode: str, planner: Planner, problem: Problem, rate_rps: float | None, deadline: Deadline,
                limits_at: LimitsAt) -> dict[str, Any]:
-    """One mode's answer (``_colocated``, ``_disagg``); under median-error, the last of its rounds."""
+    """One mode's answer (``_colocated``, ``_disagg``); under median-error, the best of its rounds and, colocated,
+    of its bands (``solver/limits_at.py``)."""
     if limits_at == "prediction":
         return planner(problem, rate_rps, deadline)
-    data, stopped = solve_within(problem, lambda p: planner(p, rate_rps, deadline), lambda data: data.get("_plan"))
+    better = None if mode == "disagg" else better_at_objective if rate_rps is None else fewer_gpus
+    data, stopped = solve_within(problem, lambda p: planner(p, rate_rps, deadline), lambda data: data.get("_plan"),
+                                 better)
     if stopped is not None:  # the round before's plan, whose JSON was built before the rounds stopped
         data["limits_at"]["stopped"] = stopped
     return data
+
+
+def fewer_gpus(plan: Plan, other: Plan) -> bool:
+    """Whether ``plan`` beats ``other`` at ``--rate``: fewer GPUs, then more tokens/s per GPU (``better_mode``'s
+    order)."""
+    mine, theirs = plan.layout.num_gpus, other.layout.num_gpus
+    if mine != theirs:
+        return mine < theirs
+    per_gpu = plan.prediction.metrics.output_tokens_per_s_per_gpu
+    return per_gpu > other.prediction.metrics.output_tokens_per_s_per_gpu
 
 
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,
@@ -223,7 +236,7 @@ def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_li
                                                                            len(selected) - index)
         deadlines[mode] = Deadline(budget_s, work_limit)
         try:
-            modes[mode] = _plan_mode(planners[mode], problem, rate_rps, deadlines[mode], limits_at)
+            modes[mode] = _plan_mode(mode, planners[mode], problem, rate_rps, deadlines[mode], limits_at)
         except SolverLimitError as exc:
             if serving != "auto":
                 raise

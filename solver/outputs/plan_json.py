@@ -107,7 +107,8 @@ def limits_at_dict(problem: Problem) -> dict[str, Any]:
     """``limits_at``, where the plan was held to tighter limits than the user's so that it meets theirs at its
     engine's median measured error (``solve --limits-at median-error``, ``solver/limits_at.py``): the limits given,
     those held (the plan's ``workload`` carries the same), the rounds that tightened them and, where the time or
-    work limit stopped the rounds before the plan met the limits given, why (``stopped``). The key only then,
+    work limit stopped the rounds before the plan met the limits given, why (``stopped``), and where a band's plan
+    beat the rounds', the engine batch per attention group it is capped at (``batch_cap``). The key only then,
     so a plan held at the user's limits reads as before."""
     given = problem.limits_given
     if given is None:
@@ -115,7 +116,7 @@ def limits_at_dict(problem: Problem) -> dict[str, Any]:
     wl = problem.workload
     return {"limits_at": {"basis": "median-error", "given": {"ttft_ms": given.ttft_ms, "tpot_ms": given.tpot_ms},
                           "held": {"ttft_ms": wl.ttft_ms, "tpot_ms": wl.tpot_ms}, "rounds": given.rounds,
-                          "stopped": given.stopped}}
+                          "stopped": given.stopped, "batch_cap": given.batch_cap}}
 
 
 def notes_dict(problem: Problem) -> dict[str, list[str]]:

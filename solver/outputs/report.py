@@ -96,6 +96,9 @@ def limits_at_text(data: dict[str, Any]) -> str | None:
     done = f"{rounds} round{'' if rounds == 1 else 's'} of tightening"
     if found.get("stopped"):
         how = f"{done} done; {found['stopped']}, so this plan is the last round's that finished"
+    elif found.get("batch_cap"):
+        how = (f"after {done}, a plan with the engine's batch capped at {found['batch_cap']:,} per attention group, "
+               "a band that measured closer, did better")
     else:
         how = done if rounds else "none needed tightening"
     return f"limits held at the median measured error: {', '.join(parts)} ({how})"

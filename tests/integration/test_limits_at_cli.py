@@ -17,7 +17,8 @@ from shardplan.models import SolverLimitError
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.problem import GivenLimits
 from shardplan.solver import limits_at
-from shardplan.solver.cli.inputs import ProblemArgs, build_problem
+from shardplan.solver.cli.inputs import ProblemArgs, build_problem, layout_from_pins
+from shardplan.solver.cost.evaluate import evaluate, max_batch
 from shardplan.solver.limits_at import MAX_ROUNDS, solve_within
 from shardplan.solver.search_base import Deadline
 from tests.integration.test_cli_disagg import run
@@ -54,7 +55,8 @@ def test_a_plan_over_its_limit_at_the_median_error_is_replaced_by_one_within_it(
 
     data = solved([*LLAMA_8B, "--limits-at", "median-error"], capsys)
     assert data["limits_at"] == {"basis": "median-error", "given": {"ttft_ms": 1000.0, "tpot_ms": None},
-                                 "held": {"ttft_ms": held_ms, "tpot_ms": None}, "rounds": 1, "stopped": None}
+                                 "held": {"ttft_ms": held_ms, "tpot_ms": None}, "rounds": 1, "stopped": None,
+                                 "batch_cap": None}
     assert data["workload"]["ttft_ms"] == held_ms and data["metrics"]["ttft_ms"] <= held_ms
     quote = quoted(figures, data["metrics"]["batch"], data["metrics"], (1000.0, None))
     assert quote["over_limit"] == [] and data["measured_error"]["over_limit"] == []
@@ -171,3 +173,34 @@ def test_the_rounds_return_the_round_before_when_a_limit_stops_one(monkeypatch):
     result, stopped = solve_within(problem, solve, lambda found: found)
     assert result == "round 2" and len(calls) == 3
     assert stopped == "the next round, at the limits held lower, was stopped: time-limit: no plan found within 2 s"
+
+
+def best_at_the_median_error_by_brute_force(engine: str, ttft_ms: float) -> tuple[int, float]:
+    """Llama-3.1-8B on one H200 (one layout): every batch priced, kept where its TTFT is within the limit as predicted
+    and off as its band's median run; the batch with the most tokens/s, and those."""
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", engine=engine, objective="throughput",
+                                        isl=1000, osl=200, ttft_ms=ttft_ms, pins={"tp": 1}))
+    layout = layout_from_pins(problem)
+    figures = stored("colocated", engine)
+    best: tuple[int, float] | None = None
+    for batch in range(1, max_batch(problem, layout) + 1):
+        metrics = evaluate(problem, layout.model_copy(update={"batch": batch})).metrics
+        off = round(metrics.ttft_ms / (1 + band_error(figures, batch, "ttft")), 3)
+        if metrics.ttft_ms <= ttft_ms and off <= ttft_ms and (best is None or metrics.output_tokens_per_s > best[1]):
+            best = (batch, metrics.output_tokens_per_s)
+    assert best is not None
+    return best
+
+
+@pytest.mark.parametrize(("engine", "ttft_ms", "capped"), [
+    ("sglang", 1000, True),  # the rounds hold 666 ms (129+ in flight: -33 %); 128 in flight (+1 %) meets 1 s
+    ("sglang", 3000, False), ("trtllm", 1000, False), ("trtllm", 300, False), ("vllm", 300, False),
+])
+def test_the_plan_held_at_the_median_error_is_the_best_such_plan_by_brute_force(engine, ttft_ms, capped, capsys):
+    batch, tokens_per_s = best_at_the_median_error_by_brute_force(engine, ttft_ms)
+    data = solved(["solve", "--model", "llama-3.1-8b", "--cluster", "1xH200", "--engine", engine, "--objective",
+                   "throughput", "--isl", "1000", "--osl", "200", "--ttft-ms", str(ttft_ms), "--no-runner-up",
+                   "--limits-at", "median-error"], capsys)
+    assert data["metrics"]["batch"] == batch
+    assert data["metrics"]["output_tokens_per_s"] == pytest.approx(tokens_per_s, rel=1e-6)
+    assert (data["limits_at"]["batch_cap"] is not None) == capped
