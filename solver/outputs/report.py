@@ -98,7 +98,7 @@ def limits_at_text(data: dict[str, Any]) -> str | None:
         how = f"{done} done; {found['stopped']}, so this plan is the last round's that finished"
     elif found.get("batch_cap"):
         how = (f"after {done}, a plan with the engine's batch capped at {found['batch_cap']:,} per attention group, "
-               "a band that measured closer, did better")
+               "a load whose runs measured closer to the predictions, did better")
     else:
         how = done if rounds else "none needed tightening"
     return f"limits held at the median measured error: {', '.join(parts)} ({how})"

@@ -20,6 +20,7 @@ from shardplan.solver import limits_at
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, layout_from_pins
 from shardplan.solver.cost.evaluate import evaluate, max_batch
 from shardplan.solver.limits_at import MAX_ROUNDS, solve_within
+from shardplan.solver.outputs.report import limits_at_text
 from shardplan.solver.search_base import Deadline
 from tests.integration.test_cli_disagg import run
 from tests.integration.test_measured_error_cli import quoted, stored
@@ -204,3 +205,26 @@ def test_the_plan_held_at_the_median_error_is_the_best_such_plan_by_brute_force(
     assert data["metrics"]["batch"] == batch
     assert data["metrics"]["output_tokens_per_s"] == pytest.approx(tokens_per_s, rel=1e-6)
     assert (data["limits_at"]["batch_cap"] is not None) == capped
+
+
+@pytest.mark.parametrize(("found", "line"), [
+    ({"given": {"ttft_ms": 1000.0, "tpot_ms": None}, "held": {"ttft_ms": 1000.0, "tpot_ms": None}, "rounds": 0,
+      "stopped": None, "batch_cap": None},
+     "limits held at the median measured error: TTFT 1,000 ms as given (none needed tightening)"),
+    ({"given": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "held": {"ttft_ms": 1078.0, "tpot_ms": 50.0}, "rounds": 2,
+      "stopped": None, "batch_cap": None},
+     "limits held at the median measured error: TTFT 1,078 ms for the 2,000 given, TPOT 50 ms as given (2 rounds of "
+     "tightening)"),
+    ({"given": {"ttft_ms": 1000.0, "tpot_ms": None}, "held": {"ttft_ms": 1000.0, "tpot_ms": None}, "rounds": 1,
+      "stopped": None, "batch_cap": 128},
+     "limits held at the median measured error: TTFT 1,000 ms as given (after 1 round of tightening, a plan with the "
+     "engine's batch capped at 128 per attention group, a load whose runs measured closer to the predictions, did "
+     "better)"),
+    ({"given": {"ttft_ms": 500.0, "tpot_ms": None}, "held": {"ttft_ms": 500.0, "tpot_ms": None}, "rounds": 0,
+      "stopped": "the next round, at the limits held lower, was stopped: work-limit: no plan", "batch_cap": None},
+     "limits held at the median measured error: TTFT 500 ms as given (0 rounds of tightening done; the next round, at "
+     "the limits held lower, was stopped: work-limit: no plan, so this plan is the last round's that finished)"),
+])
+def test_the_line_under_the_measured_error_says_what_was_held_and_why(found, line):
+    assert limits_at_text({"limits_at": {"basis": "median-error", **found}}) == line
+    assert limits_at_text({"measured_error": None}) is None
