@@ -148,9 +148,9 @@ def solve_within(problem: Problem, solve: Callable[[Problem], Result],
 def band_problems(problem: Problem) -> list[Problem]:
     """One pool: for each band of requests in flight with an upper end, ``problem`` with the engine's batch per
     attention group capped there (``Problem.max_batch``; launch commands cap the engine at the plan's batch, so this
-    is a setting the plan keeps) and each limit given held at that band's median error, where it ran fast. The
-    rounds hold the tightest limit any round needed; a plan at a lighter load, in a band that ran closer to its
-    predictions, may meet the limits given with more to spare (module docstring)."""
+    is a setting the plan keeps) and each limit given held at that band's median error where its predictions ran
+    fast. The rounds hold the tightest limit any round needed; a plan at a lighter load, in a band that ran closer to
+    its predictions, may meet the limits given with more to spare (module docstring)."""
     found = engine_errors(problem, "colocated")
     given = problem.limits_given
     if found is None or given is None:
