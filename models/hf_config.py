@@ -24,6 +24,8 @@ from shardplan.models.spec import Attention, AttentionKind, ModelSpec, MoE
 
 Config = dict[str, Any]
 
+CONFIG_FILE = "config.json"  # a Hugging Face checkpoint's model config, in the checkpoint's folder
+
 
 def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
     """Load a config.json from disk; ``name`` defaults to its ``_shardplan_id``, else, for a file called
@@ -37,9 +39,6 @@ def load_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
     path = Path(path)
     fallback = str(path.parent) if path.name == CONFIG_FILE else path.stem
     return _load_config_text(read_text(path, "model"), str(path), name, printable(fallback))
-
-
-CONFIG_FILE = "config.json"  # a Hugging Face checkpoint's model config, in the checkpoint's folder
 
 
 def load_config_object(cfg: object, name: str | None = None) -> ModelSpec:

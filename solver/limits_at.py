@@ -98,15 +98,19 @@ def next_round(problem: Problem, plan: Plan | DisaggPlan) -> Problem | None:
     for key in found["over_limit"]:
         limit, held_ms = given[key], held[key]
         assert limit is not None and held_ms is not None  # over_limit names only limits given
-        error = basis[key.removesuffix("_ms")]["median"]
-        # to the microsecond below; rounded first, so that 2,000 x 0.539 is 1,078, not 1,077.999
-        held[key] = min(held_ms, math.floor(round(limit * (1 + error) * 1000, 6)) / 1000)
+        held[key] = min(held_ms, held_at(limit, basis[key.removesuffix("_ms")]["median"]))
     recorded = problem.limits_given
     assert recorded is not None  # set by with_given_limits before the first round
     return problem.model_copy(update={
         "workload": problem.workload.model_copy(update=held),
         "limits_given": recorded.model_copy(update={"rounds": recorded.rounds + 1}),
     })
+
+
+def held_at(limit_ms: float, error: float) -> float:
+    """The limit held for ``limit_ms`` given, at a median error ``error`` (predicted / measured - 1): ``limit_ms`` x
+    (1 + ``error``), to the microsecond below; rounded first, so that 2,000 x 0.539 is 1,078, not 1,077.999."""
+    return math.floor(round(limit_ms * (1 + error) * 1000, 6)) / 1000
 
 
 def solve_within(problem: Problem, solve: Callable[[Problem], Result],
@@ -162,7 +166,7 @@ def band_problems(problem: Problem) -> list[Problem]:
         held = {}
         for key, limit in given_limits(problem).items():
             error = getattr(band, key.removesuffix("_ms")).median
-            held[key] = None if limit is None else math.floor(round(limit * min(1.0, 1 + error) * 1000, 6)) / 1000
+            held[key] = None if limit is None else held_at(limit, min(0.0, error))
         cap = band.high if problem.max_batch is None else min(problem.max_batch, band.high)
         out.append(problem.model_copy(update={
             "workload": problem.workload.model_copy(update=held), "max_batch": cap,
@@ -207,6 +211,6 @@ def stopped_at(problem: Problem, why: str) -> Problem:
 
 
 __all__ = [
-    "LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "band_problems", "better_at_objective", "check_limits_at", "next_round",
-    "plan_latency", "solve_colocated", "solve_within", "stopped_at", "with_given_limits",
+    "LIMITS_AT", "MAX_ROUNDS", "LimitsAt", "band_problems", "better_at_objective", "check_limits_at", "held_at",
+    "next_round", "plan_latency", "solve_colocated", "solve_within", "stopped_at", "with_given_limits",
 ]
