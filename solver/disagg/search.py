@@ -18,8 +18,11 @@ asked for ``--rate``).
   is screened without its objective first (``_screened``), which settles the last one, the proof. Ties (an equal
   ratio) are then broken toward fewer GPUs, then the first in brute force's order of choices (so the
   answer does not depend on which of equally good deployments CP-SAT met first, nor on pruning).
-- **rate** (``--rate R``): the fewest GPUs whose pools sustain R: minimise G subject to the rate, a
-  refused proposal (the TTFT floor at R first, then the exact check) forbidden (and its pair's TTFT cuts
+- **rate** (``--rate R``): the fewest GPUs whose pools sustain R. First the walk (``rate_walk.py``): the
+  deployments reaching R in brute force's order, each refused by the TTFT floor at R or judged exactly at R,
+  until one is accepted: brute force's answer. Cut short, the model is told that every deployment on fewer
+  GPUs than where it stopped was refused, and those it refused there are forbidden; then: minimise G subject
+  to the rate, a refused proposal (the TTFT floor at R first, then the exact check) forbidden (and its pair's TTFT cuts
   posted), until a proposal is accepted (then no
   deployment with fewer GPUs keeps the rules: every one the model could still propose was refused or
   costs more). Ties on those GPUs are then broken toward the most capacity (the rate the pools carry
@@ -46,6 +49,7 @@ from shardplan.rules.problem import Problem
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity, units_ahead
 from shardplan.solver.disagg.model import PoolModel
+from shardplan.solver.disagg.rate_walk import RATE_WALK_CHOICES, rate_walk
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.disagg.walk import Walk, fed_per_gpu, pair_bound, walk
 from shardplan.solver.disagg.workers import (
@@ -412,36 +416,46 @@ def _tie_ahead(m: PoolModel, capacity: cp_model.IntVar, best: Accepted) -> cp_mo
     return cp
 
 
-def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: bool = True) -> DisaggResult:
+def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: bool = True,
+                most_walked: int = RATE_WALK_CHOICES) -> DisaggResult:
     """The deployment on the fewest GPUs that sustains ``rate_rps`` within every limit. Among equally
     few GPUs: the most capacity (``Pools.rate``, the rate its pools and link carry at full load: the
     most headroom over ``rate_rps``, the most tokens/s per GPU at full load), then the most capacity in
     both pools together (``pools_capacity``: the headroom of the pool that does not bind, which runs
     lighter at the target, e.g. a decode pool at a smaller batch and so a shorter TPOT), then the first
-    in brute force's order of choices (``brute.fewest_gpus`` sorts the same way). So the answer does not depend
-    on which of equally few GPUs CP-SAT met first, nor on the TTFT cuts: ``cut_ttft`` posts a refused
-    pair's cuts (``ttft_cut.py``: sound here too, as a deployment the exact check accepts at the target
-    passes every cut at the target's rate, which the model's rate may take); it only saves proposals."""
+    in brute force's order of choices (``brute.fewest_gpus`` sorts the same way). First the walk in that
+    order (``rate_walk.py``), whose first accepted deployment is the answer; cut short (``most_walked``
+    deployments judged, or the deadline), the CP-SAT search goes on from where it stopped. So the answer
+    does not depend on which of equally few GPUs CP-SAT met first, nor on the TTFT cuts: ``cut_ttft`` posts
+    a refused pair's cuts (``ttft_cut.py``: sound here too, as a deployment the exact check accepts at the
+    target passes every cut at the target's rate, which the model's rate may take); it only saves proposals."""
     if not pools.prefill or not pools.decode:
         return DisaggResult(None, None, True, 0)
-    m = PoolModel(pools)
-    capacity = m.new_capacity()
-    if cut_ttft and len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
-        m.cut_ttft_all()  # few pairs: every pair's cuts before the first question, as max_throughput
     target = target_units(rate_rps)
-    m.cp.add(m.rate >= target)
     floor = ChoiceFloor(pools)  # sound at the target too (a deployment accepted there passes it there)
     if floor.refuses_every(target):
         # No deployment keeps the TTFT limit at the target (one floor per prefill candidate, its pair terms
         # at their least): each proposal would be refused by the floor, one pair at a time (on 8x72xGB200
         # 122,436 pairs, ~0.6 s a question). The first proposal is still asked, so the rules the answer
         # names are the same deployment's as when every proposal was refused in turn.
+        m, _ = _rate_model(pools, target, cut_ttft)
         first = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor,
                                 most=1)
         floor.explain()
         return DisaggResult(None, None, first.complete or floor.has_refused, first.proposals)
+    walked = rate_walk(pools, target, deadline, floor, most_walked)
+    if walked.complete:
+        if walked.accepted is None:
+            floor.explain()
+            return DisaggResult(None, None, True, walked.checks)
+        c, plan = walked.accepted
+        return DisaggResult(plan, c, True, walked.checks)
+    m, capacity = _rate_model(pools, target, cut_ttft)
+    m.cp.add(m.gpus >= walked.fewest_gpus)  # every deployment on fewer was refused (rate_walk.RateWalk)
+    for c in walked.refused_at_fewest:
+        m.forbid(c)
     asked = _first_accepted(m, pools, partial(_fewest, m), deadline, target, cut_ttft=cut_ttft, floor=floor)
-    proposals = asked.proposals
+    proposals = walked.checks + asked.proposals
     best = asked.accepted
     if best is None:
         floor.explain()
@@ -454,6 +468,17 @@ def fewest_gpus(pools: Pools, rate_rps: float, deadline: Deadline, cut_ttft: boo
             break
         best = ahead.accepted
     return DisaggResult(best.plan, best.choice, ahead.complete, proposals)
+
+
+def _rate_model(pools: Pools, target: int, cut_ttft: bool) -> tuple[PoolModel, cp_model.IntVar]:
+    """The pool model with its rate at least ``target`` and every pair's TTFT cuts where there are few pairs, and
+    its full-rate capacity (``PoolModel.new_capacity``: the tie-break's)."""
+    m = PoolModel(pools)
+    capacity = m.new_capacity()
+    if cut_ttft and len(pools.prefill) * len(pools.decode) <= EAGER_CUT_PAIRS:
+        m.cut_ttft_all()  # few pairs: every pair's cuts before the first question, as max_throughput
+    m.cp.add(m.rate >= target)
+    return m, capacity
 
 
 __all__ = [
