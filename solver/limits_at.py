@@ -30,6 +30,7 @@ not a guarantee.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
@@ -196,11 +197,15 @@ def solve_colocated(problem: Problem, deadline: Deadline,
 
     if limits_at == "prediction":
         return attempt(problem)
+    started = time.perf_counter()
     (held, found), stopped = solve_within(problem, attempt, lambda tried: tried[1] if isinstance(tried[1], Plan)
                                          else None, better_at_objective)
-    if stopped is None or not isinstance(found, Plan):
+    if not isinstance(found, Plan):
         return held, found
-    return held, found.model_copy(update={"problem": stopped_at(held, stopped)})
+    update: dict[str, object] = {"solve_time_s": time.perf_counter() - started}  # every round's, not the last's
+    if stopped is not None:
+        update["problem"] = stopped_at(held, stopped)
+    return held, found.model_copy(update=update)
 
 
 def stopped_at(problem: Problem, why: str) -> Problem:

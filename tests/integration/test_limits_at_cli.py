@@ -17,6 +17,7 @@ from shardplan.models import SolverLimitError
 from shardplan.rules.catalog import check_plan, errors_of
 from shardplan.rules.problem import GivenLimits
 from shardplan.solver import limits_at
+from shardplan.solver.cli import serving
 from shardplan.solver.cli.inputs import ProblemArgs, build_problem, layout_from_pins
 from shardplan.solver.cost.evaluate import evaluate, max_batch
 from shardplan.solver.limits_at import MAX_ROUNDS, solve_within
@@ -140,6 +141,44 @@ def test_every_round_returns_a_plan_that_passes_every_rule():
     assert not isinstance(plan, Exception)
     assert plan.problem == held and held.limits_given is not None and held.limits_given.rounds == 1
     assert errors_of(check_plan(plan)) == []
+
+
+def test_the_solve_time_covers_every_round_not_only_the_last(monkeypatch):
+    """``solve_time_s`` of a plan solved in rounds is the command's search time: at least the sum of the rounds'
+    own (the first round's plan is over the held limit here, so there are two)."""
+    problem = build_problem(ProblemArgs(model="llama-3.1-8b", cluster="1xH200", objective="throughput",
+                                        engine="trtllm", isl=1000, osl=200, ttft_ms=1000.0))
+    rounds: list[float] = []
+    real_solve = limits_at.solve
+
+    def timed_solve(held, deadline):
+        plan = real_solve(held, deadline=deadline)
+        rounds.append(plan.solve_time_s)
+        return plan
+
+    monkeypatch.setattr(limits_at, "solve", timed_solve)
+    _, plan = limits_at.solve_colocated(problem, Deadline(None, None), "median-error")
+    assert not isinstance(plan, Exception) and len(rounds) >= 2
+    assert plan.solve_time_s >= sum(rounds)
+
+
+def test_a_disaggregated_solve_time_covers_every_round(monkeypatch):
+    """The same for a mode of ``solve --serving``: Llama-3.1-70B FP8 on 8xH200 under TensorRT-LLM, TTFT 2 s, whose
+    disaggregated plan as predicted is over the limit at the median error (two rounds or more)."""
+    problem = build_problem(ProblemArgs(model="llama-3.1-70b", weights_dtype="fp8", cluster="8xH200", engine="trtllm",
+                                        isl=4000, osl=500, ttft_ms=2000.0, tpot_ms=50.0))
+    rounds: list[float] = []
+    real_disagg = serving._disagg
+
+    def timed_disagg(held, rate_rps, deadline):
+        data = real_disagg(held, rate_rps, deadline)
+        rounds.append(data["solve_time_s"])
+        return data
+
+    monkeypatch.setattr(serving, "_disagg", timed_disagg)
+    result = serving.plan_serving(problem, "disagg", None, None, None, "median-error")
+    assert len(rounds) >= 2 and result.data["limits_at"]["rounds"] == len(rounds) - 1
+    assert result.data["solve_time_s"] >= sum(rounds) - 0.001 * len(rounds)  # each round's rounded to the ms
 
 
 def test_a_round_stopped_by_the_work_limit_returns_the_round_before_and_auto_prefers_the_mode_that_meets(capsys):
