@@ -8,8 +8,6 @@ computes a time; it only holds and finds the numbers.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from functools import cache
 from pathlib import Path
 from typing import Literal, get_args
@@ -19,7 +17,7 @@ from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, Positiv
 from shardplan.hardware.compose import ANY_GPU, SEPARATOR, compose
 from shardplan.hardware.gpu import get_gpu, list_gpus
 from shardplan.models.errors import SpecError, printable, quoted
-from shardplan.models.files import parse_json
+from shardplan.models.files import parse_json, read_text
 from shardplan.models.frozen import HashOnce
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -286,22 +284,11 @@ def profile_for_gpu(gpu_name: str, engine: str = DEFAULT_ENGINE) -> Profile:
 
 def load_profile_file(path: str | Path) -> Profile:
     """A profile JSON file (what ``shardplan calibrate --out`` writes); a file that is not one is a
-    ``SpecError`` naming the field. Only a regular file is opened (a FIFO would block for ever)."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise SpecError("profile", f"{path}: not a regular file")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise SpecError("profile", f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise SpecError("profile", f"{path}: larger than {MAX_PROFILE_BYTES:,} bytes, not a profile")
-    try:
-        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("profile", f"{path}: not UTF-8 text") from None
-    # As strict as every other JSON input (a repeated key, a lone surrogate, an integer past any float are bad
-    # input), but NaN and Infinity are left to the fields' ranges, which name the field.
+    ``SpecError`` naming the field. Read as every input file is (``models.files.read_text``: a regular file
+    only, so a FIFO cannot block, within ``MAX_PROFILE_BYTES``, strict UTF-8, a path no file can have is bad
+    input), and as strict as every other JSON input (a repeated key, a lone surrogate, an integer past any float
+    are bad input), but NaN and Infinity are left to the fields' ranges, which name the field."""
+    text = read_text(path, "profile", MAX_PROFILE_BYTES)
     return profile_from_data(parse_json(text, "profile", str(path), keep_non_finite=True), str(path))
 
 

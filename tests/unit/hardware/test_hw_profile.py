@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -93,7 +94,8 @@ def test_every_stored_profile_names_a_preset_gpu_or_any():
 @pytest.mark.parametrize(
     "content, word",
     [
-        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b"\xff\xfe not utf-8", "is UTF-16 text (its byte-order mark says so); save it as UTF-8"),
+        (b'{"name": "\xe9"}', "is not UTF-8 text"),
         (b"{", "not valid JSON"),
         (b'{"name": "x"}', "gpu"),
         (b'{"name": "x", "name": "y"}', "repeats the key 'name'"),
@@ -108,6 +110,18 @@ def test_a_bad_profile_file_is_a_spec_error_naming_the_problem(tmp_path, content
     with pytest.raises(SpecError) as err:
         load_profile_file(path)
     assert word in str(err.value)
+
+
+@pytest.mark.parametrize("path, reason", [("a\x00b.json", "is not a path"), ("fifo", "is not a regular file")])
+def test_a_profile_path_that_is_no_regular_file_is_a_spec_error(tmp_path, monkeypatch, path, reason):
+    """A NUL byte in the path raised ValueError (an internal error to a library caller); a FIFO is refused before it
+    is opened, so the read cannot block."""
+    monkeypatch.chdir(tmp_path)
+    if path == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(SpecError) as err:
+        load_profile_file(path)
+    assert err.value.field == "profile" and reason in err.value.reason
 
 
 @pytest.mark.parametrize("value", ["Infinity", "NaN", "-Infinity"])
