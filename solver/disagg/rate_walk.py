@@ -17,8 +17,9 @@ off: they come off in brute force's order. A deployment past the cluster (``Pool
 anything after it (the end only grows with x and y). What comes off below the target (a link across scale-up
 domains slower than within) is skipped, as brute force lists only what reaches it.
 
-**Cut short** (``most`` deployments judged, or the deadline), it leaves the GPUs every deployment on fewer of was
-refused at, and those on exactly that many it refused: the CP-SAT search goes on from there.
+**Cut short** (``most`` deployments judged, ``POPS_PER_JUDGED`` times that popped, or the deadline), it leaves
+the GPUs every deployment on fewer of was refused at, and those on exactly that many it refused: the CP-SAT search
+goes on from there.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ from shardplan.solver.search_base import NODE_WORK
 # Llama-3.1-8B for 300 requests/s on 64x8xH200 under SGLang at a 300 ms TTFT limit judges 37,403 (3.2 s) to
 # its answer on 56 GPUs, where the CP-SAT search had found none within the default work limit.
 RATE_WALK_CHOICES = 1 << 18
+# Deployments popped per one judged, at most: those below the target (a pair whose link across scale-up domains
+# cannot carry it) are popped and skipped, and on thousands of 1-GPU workers there could be millions of them.
+POPS_PER_JUDGED = 8
 
 SortKey = tuple[int, int, int, Choice]  # (GPUs, -rate, -both pools' capacity, choice): brute force's order
 
@@ -82,8 +86,11 @@ def rate_walk(pools: Pools, target_units: int, deadline: Deadline, floor: Choice
             if least is not None and pools.end_gpu(c := Choice(i, k, *least)) <= n:
                 heap.append((sort_key(pools, c), least[1]))
     heapq.heapify(heap)
-    judged = 0
+    judged = popped = 0
     while heap:
+        if popped >= POPS_PER_JUDGED * most or deadline.passed():
+            return out  # nothing on fewer GPUs than the top is left (every one came off before it)
+        popped += 1
         (gpus, minus_rate, _, c), least_y = heapq.heappop(heap)
         if gpus > out.fewest_gpus:
             out.fewest_gpus, out.refused_at_fewest = gpus, []
@@ -95,7 +102,7 @@ def rate_walk(pools: Pools, target_units: int, deadline: Deadline, floor: Choice
                 heapq.heappush(heap, (sort_key(pools, c2), least_y))
         if -minus_rate < target_units:
             continue  # below the target (brute force does not list it)
-        if judged >= most or deadline.passed():
+        if judged >= most:
             return out
         judged += 1
         deadline.spend(NODE_WORK)  # each judged deployment is work, an exact check more (search_base.Deadline)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from shardplan.hardware import Tier
 from shardplan.solver.disagg import brute
-from shardplan.solver.disagg.deploy import pools_capacity
+from shardplan.solver.disagg import rate_walk as rate_walk_module
+from shardplan.solver.disagg.deploy import Pools, pools_capacity
 from shardplan.solver.disagg.rate_walk import least_workers, rate_walk
 from shardplan.solver.disagg.search import fewest_gpus, target_units
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
@@ -98,3 +100,41 @@ def test_the_search_from_a_walk_cut_short_equals_brute_force(case_rate, most) ->
     assert found.proven
     if best is not None:
         assert found.choice == best[0]
+
+
+@pytest.mark.parametrize("most, pops_per_judged", [(None, 8), (1, 8), (3, 1)], ids=["whole", "judged", "popped"])
+def test_deployments_a_slow_link_leaves_below_the_target_are_skipped_in_order(monkeypatch, most, pops_per_judged):
+    """Across scale-up domains a link at half the target per worker pair leaves deployments with one worker of a role
+    below the target: the walk pops and skips them (brute force does not list them), the rest still come in brute
+    force's order, a walk cut short (after one judged, or after three popped: the third is skipped, and the third
+    judged, the answer, is the seventh popped) names only refused deployments, and the search from it equals brute
+    force."""
+    case, rate_rps = SGL_TIGHT[0], 30.0  # 2x4xH200: two scale-up domains; the answer is the third judged
+    target = target_units(rate_rps)
+    real = Pools.kv_units
+
+    def slow_across(self, i, k, tier):
+        return real(self, i, k, tier) if tier is Tier.SCALE_UP else target // 2
+
+    monkeypatch.setattr(Pools, "kv_units", slow_across)
+    monkeypatch.setattr(rate_walk_module, "POPS_PER_JUDGED", pops_per_judged)
+    pools = pools_for(case)
+    expected = reaching(pools, target)
+    skipped = [c for c in brute.choices(pools) if pools.end_gpu(c) > 4 and pools.rate(c) < target
+               and min(c.x * pools.prefill[c.prefill].capacity_units, c.y * pools.decode[c.decode].capacity_units)
+               >= target]
+    assert skipped  # the link, not the pools, leaves these below the target
+    if most is None:
+        floor = RefuseAll(pools)
+        rate_walk(pools, target, Deadline(None), floor, most=10**9)
+        assert floor.asked == expected
+    else:
+        walked = rate_walk(pools, target, Deadline(None), ChoiceFloor(pools), most=most)
+        assert not walked.complete
+        below = [c for c in expected if pools.gpus(c) < walked.fewest_gpus]
+        assert all(pools.feasible_plan(c, target) is None for c in below + walked.refused_at_fewest)
+        judged = len(below) + len(walked.refused_at_fewest)
+        assert judged == (most if pops_per_judged > 1 else 2)  # three popped: two judged, one skipped
+    found = fewest_gpus(pools, rate_rps, Deadline(None), **({} if most is None else {"most_walked": most}))
+    best = brute.fewest_gpus(pools, target)
+    assert best is not None and found.choice == best[0]
