@@ -86,6 +86,7 @@ def check_serving_inputs(problem: Problem, rate_rps: float | None, objective_giv
 
 
 def _colocated(problem: Problem, rate_rps: float | None, deadline: Deadline) -> dict[str, Any]:
+    started = time.perf_counter()
     try:
         if rate_rps is None:
             plan = colocated_throughput(problem, deadline=deadline)
@@ -96,7 +97,8 @@ def _colocated(problem: Problem, rate_rps: float | None, deadline: Deadline) -> 
             if found is None:
                 raise InfeasibleError([("SLA-001", f"no colocated replicas sustain {rate_rps:g} requests/s "
                                                    "within the limits on this cluster")])
-            plan = found.plan
+            # the replicas' plan is decoded afresh, without a solve time: the whole search's
+            plan = found.plan.model_copy(update={"solve_time_s": time.perf_counter() - started})
     except InfeasibleError as exc:
         return {"serving": "colocated", **infeasible_dict(throughput_problem(problem), exc)}
     return {"serving": "colocated", **solved_dict(plan, report.binding_constraints(plan)), "_plan": plan}
