@@ -6,12 +6,15 @@ solved deployment priced exactly as ``evaluate --serving disagg`` prices it, and
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
 from shardplan.models import SolverLimitError
 from shardplan.solver.cli import serving as cli_serving
+from shardplan.solver.cli.results import without_timing
 from tests.integration.test_cli_disagg import run
 
 ASKED = ["--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]
@@ -105,6 +108,19 @@ def test_a_rate_is_sustained_on_the_fewest_gpus_in_both_modes(capsys) -> None:
 def test_bad_input_is_one_line_naming_the_field(argv, field, capsys) -> None:
     code, out, err = run(["solve", "--model", "llama-3.1-8b", "--cluster", "2xH100", *argv], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and field in err
+
+
+def test_a_rate_where_ttft_binds_is_walked_to_the_same_bytes_in_two_processes() -> None:
+    """``--rate`` where the TTFT limit refuses most small deployments (``rate_walk.py``: 243 CP-SAT proposals before,
+    one exact check now): two fresh processes, as users run it, print the same bytes, the search time aside, and the
+    deployment on 34 GPUs that brute force's order accepts first."""
+    cmd = [sys.executable, "-m", "shardplan.solver.cli", "solve", "--serving", "disagg", "--rate", "20",
+           "--model", "llama-3.1-70b", "--cluster", "8x8xH200", "--isl", "4000", "--osl", "500",
+           "--ttft-ms", "1154", "--tpot-ms", "50", "--json"]
+    first, second = (json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+                     for _ in range(2))
+    assert without_timing(first) == without_timing(second)
+    assert first["status"] == "optimal" and first["num_gpus"] == 34 and first["proposals"] == 1
 
 
 def test_rate_with_a_latency_objective_blames_the_rate(capsys) -> None:
