@@ -79,10 +79,9 @@ def with_given_limits(problem: Problem) -> Problem:
 def plan_latency(plan: Plan | DisaggPlan) -> tuple[Serving, int, float, float]:
     """What the measured error of a plan is read at: its serving mode, its requests in flight as the runs count
     them (per replica colocated, over the deployment disaggregated), its predicted TTFT and TPOT in ms."""
-    if isinstance(plan, DisaggPlan):
-        metrics = plan.prediction.metrics
-        return "disagg", plan.layout.concurrency, metrics.ttft_ms, metrics.tpot_ms
     metrics = plan.prediction.metrics
+    if isinstance(plan, DisaggPlan):
+        return "disagg", plan.layout.concurrency, metrics.ttft_ms, metrics.tpot_ms
     return "colocated", plan.layout.batch, metrics.ttft_ms, metrics.tpot_ms
 
 

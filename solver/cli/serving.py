@@ -47,6 +47,7 @@ from shardplan.solver.disagg.serving import (
     better_mode,
     colocated_rate,
     colocated_throughput,
+    rate_order,
     solve_disagg,
     throughput_problem,
     why_no_deployment,
@@ -213,13 +214,8 @@ def _plan_mode(mode: str, planner: Planner, problem: Problem, rate_rps: float | 
 
 
 def fewer_gpus(plan: Plan, other: Plan) -> bool:
-    """Whether ``plan`` beats ``other`` at ``--rate``: fewer GPUs, then more tokens/s per GPU (``better_mode``'s
-    order)."""
-    mine, theirs = plan.layout.num_gpus, other.layout.num_gpus
-    if mine != theirs:
-        return mine < theirs
-    per_gpu = plan.prediction.metrics.output_tokens_per_s_per_gpu
-    return per_gpu > other.prediction.metrics.output_tokens_per_s_per_gpu
+    """Whether ``plan`` beats ``other`` at ``--rate`` (``rate_order``, as ``better_mode`` compares the modes)."""
+    return rate_order(plan) < rate_order(other)
 
 
 def plan_serving(problem: Problem, serving: str, rate_rps: float | None, time_limit_s: float | None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.solver.disagg.deploy import Choice, Pools, best_served, pools_capacity
+from shardplan.solver.disagg.deploy import Choice, Pools, best_served
 
 
 def choices(pools: Pools) -> Iterator[Choice]:
@@ -35,8 +35,7 @@ def fewest_gpus(pools: Pools, target_units: int) -> tuple[Choice, DisaggPlan] | 
     """The feasible deployment on the fewest GPUs whose rate reaches ``target_units``; on a tie the
     most capacity (``Pools.rate``, headroom over the target), then the most in both pools together
     (``pools_capacity``), then the first listed (``choices``' order, which ``Choice``'s own order is)."""
-    for c in sorted((c for c in choices(pools) if pools.rate(c) >= target_units),
-                    key=lambda c: (pools.gpus(c), -pools.rate(c), -pools_capacity(pools, c), c)):
+    for c in sorted((c for c in choices(pools) if pools.rate(c) >= target_units), key=pools.fewest_gpus_key):
         plan = pools.feasible_plan(c, target_units)
         if plan is not None:
             return c, plan

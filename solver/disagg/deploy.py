@@ -79,6 +79,9 @@ class Choice:
     y: int
 
 
+FewestKey = tuple[int, int, int, Choice]  # (GPUs, -rate, -both pools' capacity, choice): Pools.fewest_gpus_key
+
+
 @dataclass(frozen=True)
 class Served:
     """A deployment at the most rate units it carries within every rule, and its plan there."""
@@ -160,6 +163,12 @@ class Pools:
         16,384 choices on 512 GPUs."""
         gpus = self.gpus(c)
         return -Fraction(self.rate(c), gpus), gpus
+
+    def fewest_gpus_key(self, c: Choice) -> FewestKey:
+        """``--rate``'s sort key, brute force's order (``brute.fewest_gpus``, ``rate_walk.py``): fewest GPUs, then the
+        most capacity (headroom over the rate), then the most in both pools together (``pools_capacity``), then
+        ``Choice``'s order."""
+        return self.gpus(c), -self.rate(c), -pools_capacity(self, c), c
 
     def layout(self, c: Choice, concurrency: int) -> DisaggLayout:
         p, d = self.prefill[c.prefill], self.decode[c.decode]
@@ -334,6 +343,6 @@ def pools_capacity(pools: Pools, c: Choice) -> int:
 
 
 __all__ = [
-    "LOAD_RULES", "MAX_CONCURRENCY", "Choice", "Pools", "Served", "Stopped", "best_served", "pools_capacity",
-    "units_ahead",
+    "LOAD_RULES", "MAX_CONCURRENCY", "Choice", "FewestKey", "Pools", "Served", "Stopped", "best_served",
+    "pools_capacity", "units_ahead",
 ]

@@ -1,5 +1,5 @@
 """The ``--rate`` search's first pass: the deployments that reach the target rate, listed lazily in brute force's
-order (``brute.fewest_gpus``: fewest GPUs, then the most capacity, then the most in both pools together, then
+order (``Pools.fewest_gpus_key``: fewest GPUs, then the most capacity, then the most in both pools together, then
 ``Choice``'s order) and judged in that order at the target (the TTFT floor first, ``ttft_cut.ChoiceFloor``; the
 exact check only for what it does not refuse) until one is accepted: that one is brute force's answer.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from shardplan.hardware import Tier
 from shardplan.rules.disagg_plan import DisaggPlan
-from shardplan.solver.disagg.deploy import Choice, Pools, pools_capacity
+from shardplan.solver.disagg.deploy import Choice, FewestKey, Pools
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.search_base import NODE_WORK
@@ -43,9 +43,6 @@ RATE_WALK_CHOICES = 1 << 18
 # cannot carry it) are popped and skipped, and on thousands of 1-GPU workers there could be millions of them.
 POPS_PER_JUDGED = 8
 
-SortKey = tuple[int, int, int, Choice]  # (GPUs, -rate, -both pools' capacity, choice): brute force's order
-
-
 @dataclass
 class RateWalk:
     """What the walk found and judged (module docstring)."""
@@ -55,10 +52,6 @@ class RateWalk:
     fewest_gpus: int = 1  # every deployment on fewer GPUs was judged and refused
     refused_at_fewest: list[Choice] = field(default_factory=list)  # judged and refused on exactly that many
     checks: int = 0  # deployments the exact check judged
-
-
-def sort_key(pools: Pools, c: Choice) -> SortKey:
-    return pools.gpus(c), -pools.rate(c), -pools_capacity(pools, c), c
 
 
 def least_workers(pools: Pools, i: int, k: int, target_units: int) -> tuple[int, int] | None:
@@ -79,12 +72,12 @@ def rate_walk(pools: Pools, target_units: int, deadline: Deadline, floor: Choice
     accepted, at most ``most`` of them (module docstring)."""
     n = pools.problem.cluster.num_gpus
     out = RateWalk()
-    heap: list[tuple[SortKey, int]] = []  # each with its pair's least y (which of its pushes it makes)
+    heap: list[tuple[FewestKey, int]] = []  # each with its pair's least y (which of its pushes it makes)
     for i in range(len(pools.prefill)):
         for k in range(len(pools.decode)):
             least = least_workers(pools, i, k, target_units)
             if least is not None and pools.end_gpu(c := Choice(i, k, *least)) <= n:
-                heap.append((sort_key(pools, c), least[1]))
+                heap.append((pools.fewest_gpus_key(c), least[1]))
     heapq.heapify(heap)
     judged = popped = 0
     while heap:
@@ -99,7 +92,7 @@ def rate_walk(pools: Pools, target_units: int, deadline: Deadline, floor: Choice
             after.append(Choice(c.prefill, c.decode, c.x + 1, c.y))
         for c2 in after:
             if pools.end_gpu(c2) <= n:
-                heapq.heappush(heap, (sort_key(pools, c2), least_y))
+                heapq.heappush(heap, (pools.fewest_gpus_key(c2), least_y))
         if -minus_rate < target_units:
             continue  # below the target (brute force does not list it)
         if judged >= most:
@@ -117,4 +110,4 @@ def rate_walk(pools: Pools, target_units: int, deadline: Deadline, floor: Choice
     return out
 
 
-__all__ = ["RATE_WALK_CHOICES", "RateWalk", "least_workers", "rate_walk", "sort_key"]
+__all__ = ["POPS_PER_JUDGED", "RATE_WALK_CHOICES", "RateWalk", "least_workers", "rate_walk"]

@@ -199,18 +199,23 @@ def _stack_exceeds(pools: Pools) -> str:
             f"exceed --ttft-ms {pools.problem.workload.ttft_ms}{held_for_given(pools.problem, 'ttft_ms')}")
 
 
+def rate_order(plan: Plan | DisaggPlan) -> tuple[int, float]:
+    """``--rate``'s order of plans, the best first: fewer GPUs, then more tokens/s per GPU."""
+    return plan.layout.num_gpus, -plan.prediction.metrics.output_tokens_per_s_per_gpu
+
+
 def better_mode(colocated: Plan | None, disagg: DisaggPlan | None, rate_rps: float | None) -> str | None:
     """'colocated' or 'disagg': more tokens/s per GPU, or for a rate the fewer GPUs (then more tokens/s
-    per GPU); colocated on a tie (one layout is the simpler deployment)."""
+    per GPU, ``rate_order``); colocated on a tie (one layout is the simpler deployment)."""
     if colocated is None or disagg is None:
         return "colocated" if colocated is not None else ("disagg" if disagg is not None else None)
+    if rate_rps is not None:
+        return "disagg" if rate_order(disagg) < rate_order(colocated) else "colocated"
     c, d = colocated.prediction.metrics, disagg.prediction.metrics
-    if rate_rps is not None and colocated.layout.num_gpus != disagg.layout.num_gpus:
-        return "colocated" if colocated.layout.num_gpus < disagg.layout.num_gpus else "disagg"
     return "disagg" if d.output_tokens_per_s_per_gpu > c.output_tokens_per_s_per_gpu else "colocated"
 
 
 __all__ = [
-    "ColocatedRate", "DisaggOutcome", "better_mode", "colocated_rate", "colocated_throughput", "solve_disagg",
-    "throughput_problem", "why_no_deployment",
+    "ColocatedRate", "DisaggOutcome", "better_mode", "colocated_rate", "colocated_throughput", "rate_order",
+    "solve_disagg", "throughput_problem", "why_no_deployment",
 ]
