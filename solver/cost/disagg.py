@@ -23,8 +23,8 @@ an operator; this module only joins the two pools (DESIGN.md "Cost model", disag
   batch limit, the engine's per attention-DP rank, or the most sequences its memory holds: the requests
   beyond wait), unless ``C`` requests in flight cannot carry that: then the highest ``X`` with
   ``X x e2e0(X) <= C``, ``e2e0(X)`` the unloaded request (serving stack + prefill + transfer + ``OSL - 1``
-  rounds) at the chunk and batch ``X`` needs (the closed loop's own bound, a fixed point found by
-  bisection: ``X x e2e0(X)`` grows with ``X``);
+  rounds) at the chunk and batch ``X`` needs (the closed loop's own bound, a fixed point: ``X x e2e0(X)``
+  grows with ``X``, and ``most_carried`` finds the largest such float);
 - **serving stack**: every request also carries the engine profile's ``request_overhead_ms`` (front end,
   router, KV connector hand-off) and a queue at the prefill pool from the closed loop's clumped arrivals,
   ``ttft_queue_share x (C - 1)`` prompts at the pool's time per prompt (``serving_stack_ns``): the
@@ -66,6 +66,7 @@ from shardplan.solver.cost.evaluate import NS_PER_S, WAIT_DIV, ServingStack, eva
 from shardplan.solver.cost.stage import kv_split
 
 RATE_BISECTIONS = 200  # halvings of the rate interval; it stops far sooner, at float resolution
+SUSTAIN_SLACK = 1e-12  # relative: a step sustains a rate within this of its capacity (``smallest_sustaining``)
 
 
 def role_problem(problem: Problem, role: str, batch: int) -> Problem:
@@ -187,11 +188,36 @@ def smallest_sustaining(top: int, rate_at: Callable[[int], float], rate: float) 
     lo, hi = 1, top
     while lo < hi:
         mid = (lo + hi) // 2
-        if rate_at(mid) >= rate * (1 - 1e-12):
+        if rate_at(mid) >= rate * (1 - SUSTAIN_SLACK):
             hi = mid
         else:
             lo = mid + 1
     return lo
+
+
+def sustained_until(top: int, rate_at: Callable[[int], float], rate: float) -> float:
+    """The largest rate at which ``smallest_sustaining(top, rate_at, .)`` answers as it does at ``rate`` (inf: at
+    every higher rate). As the rate grows a probe's test only turns from passing to failing, and the answer
+    moves exactly when one that passed on its path fails: at the least of their ``last_sustained``."""
+    lo, hi, end = 1, top, math.inf
+    while lo < hi:
+        mid = (lo + hi) // 2
+        capacity = rate_at(mid)
+        if capacity >= rate * (1 - SUSTAIN_SLACK):
+            hi, end = mid, min(end, last_sustained(capacity))
+        else:
+            lo = mid + 1
+    return end
+
+
+def last_sustained(capacity: float) -> float:
+    """The largest float rate a step of ``capacity`` sustains (``smallest_sustaining``'s test)."""
+    r = capacity / (1 - SUSTAIN_SLACK)
+    while r > 0 and capacity < r * (1 - SUSTAIN_SLACK):
+        r = math.nextafter(r, 0.0)
+    while capacity >= (up := math.nextafter(r, math.inf)) * (1 - SUSTAIN_SLACK):
+        r = up
+    return r
 
 
 # --- the KV cache's move -------------------------------------------------------------------------
@@ -333,10 +359,10 @@ class _Pools:
 
 
 class _SteadyStates:
-    """How many times ``steady_state`` ran in this process. Each bisects the rate, and at every rate the chunk
-    and the batch, over memoised prices: about 0.4 ms of CPU that no ``evaluate`` call shows, and a
-    disaggregated exact check (``deploy.Pools.served``) solves some 40 of them, so the searches count them
-    as work too (``search_base.Deadline.checking``)."""
+    """How many times ``steady_state`` ran in this process. Each seeks the rate (``most_carried``), and at every
+    rate it tries the chunk and the batch, over memoised prices: 0.2-0.4 ms of CPU that no ``evaluate`` call
+    shows, and a disaggregated exact check (``deploy.Pools.served``) solves some 30 of them, so the searches
+    count them as work too (``search_base.Deadline.checking``)."""
 
     count = 0
 
@@ -375,6 +401,13 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
         admit = admission_ns(profile, dc.round_ns, C) if osl > 1 else 0
         return pf, dc, stack_ns + pf.pass_ns + transfer_ns + admit + (osl - 1) * dc.round_ns
 
+    def segment_end(rate: float) -> float:
+        """The largest rate at which both pools run the steps they run at ``rate`` (``sustained_until``)."""
+        end = sustained_until(top_chunk, lambda n: pools.prefill(n).capacity_rps(x), rate)
+        if osl > 1:
+            end = min(end, sustained_until(top_batch, lambda n: pools.decode(n).capacity_rps(y, osl), rate))
+        return end
+
     caps = {
         "prefill": pools.prefill(top_chunk).capacity_rps(x),
         "kv_transfer": kv.capacity_rps,
@@ -388,18 +421,82 @@ def steady_state(problem: Problem, layout: DisaggLayout, kv: KvTransfer, profile
         return r * settled(r)[2] <= C * NS_PER_S
 
     if not carried(rate):
-        # The concurrency binds: the highest rate C requests in flight carry. X x e2e0(X) grows with X
-        # (a faster rate needs a bigger chunk and batch, each a longer step), so a bisection finds it.
-        bottleneck, lo, hi = "concurrency", 0.0, rate
-        for _ in range(RATE_BISECTIONS):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if carried(mid) else (lo, mid)
-            if hi - lo <= hi * 1e-15:
-                break
-        rate = lo
+        # The concurrency binds: the highest rate C requests in flight carry (``most_carried``).
+        bottleneck, rate = "concurrency", most_carried(settled, rate, C * NS_PER_S, segment_end)
         pf, dc, e2e0 = settled(rate)
     admit = admission_ns(profile, dc.round_ns, C) if osl > 1 else 0
     return SteadyState(pf, dc, rate, bottleneck, e2e0, overhead_ns, queue_ns, admit)
+
+
+Settled = tuple[PrefillStep, DecodeStep, int]  # each pool's step at the rate, and the unloaded e2e (ns)
+
+
+def most_carried(settled: Callable[[float], Settled], top: float, budget: float,
+                 segment_end: Callable[[float], float]) -> float:
+    """The highest rate ``X`` below ``top`` (which is not carried) that ``budget`` = C x 10^9 requests-ns in
+    flight carry: ``X x e2e0(X) <= budget``, ``settled(X)`` giving the steps and ``e2e0``. ``X x e2e0(X)``
+    grows with ``X`` (a faster rate needs a bigger chunk and batch, each a longer step), so a bisection finds it,
+    as it did alone (about 50 settled rates, to float resolution). Three facts make it a few:
+
+    - the chunk and the batch ``settled`` picks never fall as the rate grows (each a bisection over one array
+      against a rising threshold), so the rates at one pair of steps are an interval, at one ``e2e0``: where
+      both ends of the bracket run the same steps, the answer is the largest float ``r`` with ``r x e2e0 <=
+      budget``;
+    - from an end that is not carried, ``budget / e2e0`` there is carried (its own ``e2e0`` is no more), so the
+      low end jumps there;
+    - the low end's interval ends where its chunk or batch stops sustaining the rate (``segment_end``, checked
+      by settling that rate and the next float): if its own ``e2e0`` carries that far, the answer is that end
+      or lies past it; if not, it lies within.
+
+    The answer is the bisection's limit itself, where the bisection stopped within 10^-15 below it."""
+
+    def carried(r: float, state: Settled) -> bool:
+        return r * state[2] <= budget
+
+    def same(a: Settled, b: Settled) -> bool:
+        return a[0] is b[0] and a[1] is b[1]
+
+    lo, hi = 0.0, top
+    low, high = settled(lo), settled(hi)
+    for _ in range(RATE_BISECTIONS):
+        jump = budget / high[2]
+        if lo < jump < hi:
+            state = settled(jump)
+            if carried(jump, state):
+                lo, low = jump, state
+        if same(low, high):
+            return _largest_within(lo, hi, low[2], budget)
+        end = segment_end(lo)
+        if lo <= end < hi and same(settled(end), low):
+            above = math.nextafter(end, math.inf)
+            state = settled(above)
+            if not same(state, low):  # low's steps run exactly up to ``end``
+                if not carried(end, low):
+                    return _largest_within(lo, above, low[2], budget)
+                if not carried(above, state):
+                    return end
+                lo, low = above, state
+        mid = (lo + hi) / 2
+        if hi - lo <= hi * 1e-15 or not lo < mid < hi:
+            break
+        mid = min(mid, budget / low[2])  # no rate above it is carried: its e2e0 is at least low's
+        state = settled(mid)
+        if carried(mid, state):
+            lo, low = mid, state
+        else:
+            hi, high = mid, state
+    return lo
+
+
+def _largest_within(lo: float, hi: float, e2e_ns: int, budget: float) -> float:
+    """The largest float ``r`` in ``[lo, hi)`` with ``r x e2e_ns <= budget``, ``lo`` being one (the product
+    grows with ``r`` in floats too)."""
+    r = min(max(budget / e2e_ns, lo), math.nextafter(hi, 0.0))
+    while r > lo and r * e2e_ns > budget:
+        r = math.nextafter(r, 0.0)
+    while (up := math.nextafter(r, math.inf)) < hi and up * e2e_ns <= budget:
+        r = up
+    return r
 
 
 def pool_plan(problem: Problem, pool: Pool, prediction: Prediction, batch: int) -> Plan:
