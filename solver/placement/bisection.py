@@ -18,9 +18,9 @@ def lowest_reached(attempt: Callable[[float], _Result | None], lo: float, hi: fl
     if found is None:
         return None
     for _ in range(steps):
-        if hi - lo <= rel * hi:
-            break
         mid = (lo + hi) / 2
+        if hi - lo <= rel * hi or not lo < mid < hi:  # no float between them (subnormal loads: mid rounds to 0)
+            break
         tried = attempt(mid)
         if tried is None:
             lo = mid
@@ -34,11 +34,13 @@ def highest_proven(proves: Callable[[float], bool], proven: float, feasible: flo
     """The largest target ``proves`` rules out between ``proven`` (a valid bound) and ``feasible`` (a
     reached load), keeping "``lo`` is proven"; ``proven`` itself if ``proves`` cannot rule it out. The
     default ``rel`` is finer than place.OPTIMAL_TOLERANCE, so a met bound reads as optimal."""
-    if feasible <= proven or not proves(proven):
+    if feasible <= proven or proven > 0 and not proves(proven):  # a bound of 0 needs no proof (nor divides by it)
         return proven
     lo, hi = proven, feasible
     for _ in range(steps):
         mid = (lo + hi) / 2
+        if not lo < mid < hi:
+            break
         if proves(mid):
             lo = mid
         else:
