@@ -218,14 +218,20 @@ class ChoiceFloor:
     the capacity ``x ranks n / slowest(n)`` (``PrefillStep``: chunk ``n ranks``), so its ``n`` satisfies
     ``n >= r slowest(n) / (x ranks)``; as ``slowest`` grows with ``n``, any ``m <= n`` gives ``n >= r
     slowest(m) / (x ranks)``, and from ``m = 1`` that step repeated climbs to a fixed point, never past
-    ``n``. Likewise the batch, ``b >= r (OSL - 1) round(b) / y``, the round read at the highest rung at
-    or under the batch (``rungs``: still at most ``round(b)``, and never falling). The pass and the round grow with the
-    chunk and the batch, so the pass is at least ``pass(m)`` and the round ``round(m')`` at those fixed
-    points, and the floor is ``pair_cuts``' at exactly them, with the pool's own time per prompt (its
-    largest chunk's over x workers), so it is close to the exact TTFT wherever the requests in flight
-    bind. tests/unit/solver/disagg hold every deployment the exact check accepts to it (brute force), at
-    its own rate and at target rates, and check its premises (the step's chunk is ``n ranks``; the
-    slowest stage, the pass and the round grow with the chunk or batch) on every candidate."""
+    ``n``. Likewise the batch, ``b >= r (OSL - 1) round(b) / y``, the round read first at the highest rung at
+    or under the batch (``rungs``: still at most ``round(b)``, and never falling; their rounds are shared by
+    every worker count, so this costs few ``evaluate`` calls). The pass and the round grow with the chunk and
+    the batch, so the pass is at least ``pass(m)`` and the round ``round(m')`` at those fixed points, and the
+    floor is ``pair_cuts``' at exactly them, with the pool's own time per prompt (its largest chunk's over x
+    workers) and the transfer over the deployment's own link (``Pools.tier``, its placement's), so it is close
+    to the exact TTFT wherever the requests in flight bind. Where it does not refuse at the rungs it is asked
+    again at the exact rounds, climbing on from the rungs' fixed point (at most the exact one: its rounds are no
+    longer): a rung may read a round 2-3 % short, which let through deployments held just below the best found
+    (Qwen3-235B-A22B on 64x8xH200, TensorRT-LLM, TTFT 2 s: 462 exact checks and proposals before, 22 after, and
+    the walk then ends with a proven answer). tests/unit/solver/disagg hold every deployment the exact check
+    accepts to it (brute force), at its own rate and at target rates, and what each deployment held below its
+    full rate carries, and check its premises (the step's chunk is ``n ranks``; the slowest stage, the pass and
+    the round grow with the chunk or batch) on every candidate."""
 
     def __init__(self, pools: Pools):
         self.pools = pools
@@ -240,7 +246,7 @@ class ChoiceFloor:
         # memos by candidate index: the same few prices are read for every worker count
         self._prefill: dict[tuple[int, int], PrefillStep] = {}  # _prefill[(i, n)]: candidate i at n per rank
         self._round: dict[tuple[int, int], int] = {}  # _round[(k, b)]: candidate k's round at batch b
-        self._transfer: dict[tuple[int, int], int] = {}  # _transfer[(i, k)]: least_transfer_ns of the pair
+        self._transfer: dict[tuple[int, int, Tier], int] = {}  # _transfer[(i, k, tier)]: the pair's over that tier
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
         self._least_round: int | None = None  # _least_round_ns()'s memo
         self._feed: dict[int, dict[int, int]] = {}  # _feed[i][2 round + two]: feed_cap_units' memo
@@ -253,9 +259,15 @@ class ChoiceFloor:
             return False
         osl = self.pools.problem.workload.osl
         rps = target_units / RATE_UNITS_PER_RPS * (1 - FLOAT_SLACK)  # at most the steady state's X
-        round_ns = self._round_below(c.decode, self._least_batch(c.decode, c.y, rps)) if osl > 1 else 0
-        transfer = self._transfer_ns(c.prefill, c.decode)
-        refused = self._refused_at(c.prefill, c.x, rps, transfer, round_ns, FLOAT_SLACK)
+        transfer = self._transfer_ns(c.prefill, c.decode, self.pools.tier(c))
+        if osl <= 1:
+            refused = self._refused_at(c.prefill, c.x, rps, transfer, 0, FLOAT_SLACK)
+        else:
+            batch = self._least_batch(c.decode, c.y, rps, self._round_below)
+            refused = self._refused_at(c.prefill, c.x, rps, transfer, self._round_below(c.decode, batch), FLOAT_SLACK)
+            if not refused:  # the rungs' rounds only loosen it: again at the exact rounds (class docstring)
+                batch = self._least_batch(c.decode, c.y, rps, self._round_at, batch)
+                refused = self._refused_at(c.prefill, c.x, rps, transfer, self._round_at(c.decode, batch), FLOAT_SLACK)
         if refused and self._first_refused is None:
             self._first_refused = (c, target_units)
         return refused
@@ -384,9 +396,13 @@ class ChoiceFloor:
         ranks = self.pools.prefill[i].layout.attn_dp
         return _climb(self.top_chunk, lambda n: rps * self._step(i, n).slowest_ns / (x * ranks * NS_PER_S))
 
-    def _least_batch(self, k: int, y: int, rps: float) -> int:
+    def _least_batch(self, k: int, y: int, rps: float, round_at: Callable[[int, int], int], start: int = 1) -> int:
+        """The least batch the decode pool runs at (the class docstring's climb), its round read by ``round_at``
+        (at most the round at that batch, never falling as it grows), climbing from ``start`` (at most the
+        answer: the climb's own answer with rounds no longer)."""
         osl = self.pools.problem.workload.osl
-        return _climb(self.pools.decode[k].batch, lambda b: rps * (osl - 1) * self._round_below(k, b) / (y * NS_PER_S))
+        return _climb(self.pools.decode[k].batch,
+                      lambda b: rps * (osl - 1) * round_at(k, b) / (y * NS_PER_S), start)
 
     def _round_below(self, k: int, b: int) -> int:
         """At most the round at batch ``b`` and never falling as ``b`` grows (what the climb needs): the
@@ -415,12 +431,14 @@ class ChoiceFloor:
             self._round[(k, b)] = decode_step(pools.problem, pools.decode[k].layout, b, pools.profile).round_ns
         return self._round[(k, b)]
 
-    def _transfer_ns(self, i: int, k: int) -> int:
-        if (i, k) not in self._transfer:
+    def _transfer_ns(self, i: int, k: int, tier: Tier) -> int:
+        """One prompt's KV transfer between the pair's workers over ``tier`` (moved and re-laid out): the exact
+        check's own, as a deployment's tier is its placement's (``Pools.tier``)."""
+        if (i, k, tier) not in self._transfer:
             pools = self.pools
-            self._transfer[(i, k)] = least_transfer_ns(pools.problem, pools.profile, pools.prefill[i].layout,
-                                                       pools.decode[k].layout)
-        return self._transfer[(i, k)]
+            self._transfer[(i, k, tier)] = sum(transfer_ns(pools.problem, pools.prefill[i].layout,
+                                                           pools.decode[k].layout, tier, pools.profile))
+        return self._transfer[(i, k, tier)]
 
 
 RUNG_STEP = 1 / 16  # rungs above 16 grow by a sixteenth: a round between two is at most ~6% more KV read
@@ -435,11 +453,12 @@ def rungs(top: int) -> list[int]:
     return out
 
 
-def _climb(top: int, least_after: Callable[[int], float]) -> int:
-    """The fixed point of ``n -> ceil(least_after(n))`` from 1, within ``top``: with ``least_after``
-    nondecreasing and the answer ``n*`` (in 1..``top``) at least ``least_after(n*)``, every step stays at
-    or under ``n*`` (``ChoiceFloor``); the float is shaved by ``FLOAT_SLACK`` before rounding up."""
-    n = 1
+def _climb(top: int, least_after: Callable[[int], float], start: int = 1) -> int:
+    """The fixed point of ``n -> ceil(least_after(n))`` from ``start`` (1, or any point at most the answer),
+    within ``top``: with ``least_after`` nondecreasing and the answer ``n*`` (in 1..``top``) at least
+    ``least_after(n*)``, every step stays at or under ``n*`` (``ChoiceFloor``); the float is shaved by
+    ``FLOAT_SLACK`` before rounding up."""
+    n = start
     while n < top:
         need = math.ceil(least_after(n) * (1 - FLOAT_SLACK))
         if need <= n:
