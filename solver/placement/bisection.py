@@ -13,7 +13,10 @@ _Result = TypeVar("_Result")
 def lowest_reached(attempt: Callable[[float], _Result | None], lo: float, hi: float, steps: int,
                    rel: float) -> _Result | None:
     """``attempt(target)`` at the lowest target in ``[lo, hi]`` where it succeeds (``hi`` first; None if
-    even that fails)."""
+    even that fails, or if ``hi`` is not above 0: a split of subnormal loads may round every GPU's to 0,
+    leaving no target to reach and one to divide by)."""
+    if hi <= 0:
+        return None
     found = attempt(hi)
     if found is None:
         return None

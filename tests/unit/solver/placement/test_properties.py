@@ -20,6 +20,8 @@ def layers(draw):
 @given(layers())
 # Found by Hypothesis (2026-12-07): one subnormal load; the target's bisection halved to 0 and divided by it.
 @example((ExpertLoadProfile(num_experts=5, layers=(0,), loads=((0.0, 0.0, 0.0, 0.0, 5e-324),)), 3, 2))
+# And (the same day): the greedy's copies halve it to 0, so the best max load is 0 and a split was tried at 0.
+@example((ExpertLoadProfile(num_experts=5, layers=(0,), loads=((0.0, 0.0, 0.0, 5e-324, 0.0),)), 3, 2))
 def test_bound_ours_greedy(case):
     profile, gpus, slots = case
     ours = place_experts(profile, gpus, slots, time_limit_s=2.0)
