@@ -250,7 +250,7 @@ class ChoiceFloor:
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
         self._least_round: int | None = None  # _least_round_ns()'s memo
         self._feed: dict[int, dict[int, int]] = {}  # _feed[i][2 round + two]: feed_cap_units' memo
-        self._bands: dict[int, list[tuple[int, int]]] = {}  # _bands[k]: decode_bands(k)'s memo
+        self._bands: dict[tuple[int, bool], list[tuple[int, int]]] = {}  # _bands[(k, fine)]: decode_bands' memo
 
     def refuses(self, c: Choice, target_units: int) -> bool:
         """Whether no steady state of ``c`` reaching ``target_units`` keeps the TTFT limit (so the exact
@@ -359,7 +359,7 @@ class ChoiceFloor:
                                   round_ns, full.slowest_ns / full.chunk, in_flight_two)
         return memo[key]
 
-    def decode_bands(self, k: int) -> list[tuple[int, int]]:
+    def decode_bands(self, k: int, fine: bool = False) -> list[tuple[int, int]]:
         """Decode candidate ``k``'s batches in bands, each as (its least round, the most rate units one worker
         sustains at a batch in it): from batch 1, each power of two, and the candidate's batch alone (its
         capacity). A worker sustaining its share of a rate runs a batch whose capacity reaches it (the steady
@@ -368,17 +368,22 @@ class ChoiceFloor:
         workers' capacity at the candidate's batch (``Pools.rate``), though a smaller batch may sustain a hair more
         (parts per million, ``capacity_below``), so each band's rate is at most that capacity. The rounds read are those
         ``workers.capped_workers`` priced (its caps are the powers of two), so under a TTFT limit they cost no
-        ``evaluate``. Call only with OSL above 1."""
-        if k not in self._bands:
+        ``evaluate``. ``fine``: the bands start at every rung instead (``rungs``: 1 to 16, then a sixteenth apart), a
+        round each, some shared with the floor's climbs; each band's round is then closer to its batches'. Call only
+        with OSL above 1."""
+        if (k, fine) not in self._bands:
             d, osl = self.pools.decode[k], self.pools.problem.workload.osl
-            starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
+            if fine:
+                starts = rungs(d.batch)
+            else:
+                starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
             bands = []
             for lo, hi in zip(starts, starts[1:], strict=False):
                 round_ns = self._round_at(k, lo)
                 sustained = _units_above((hi - 1) * NS_PER_S / ((osl - 1) * round_ns))
                 bands.append((round_ns, min(d.capacity_units, sustained)))
-            self._bands[k] = bands + [(d.round_ns, d.capacity_units)]
-        return self._bands[k]
+            self._bands[(k, fine)] = bands + [(d.round_ns, d.capacity_units)]
+        return self._bands[(k, fine)]
 
     @property
     def has_refused(self) -> bool:

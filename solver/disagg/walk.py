@@ -14,8 +14,9 @@ tight limit), the CP-SAT search proposed and refused them one at a time, a CP-SA
 per GPU within every rule (``first_pair_bound``: no deployment of the pair carries more, the TTFT limit
 capping what a prefill worker feeds at the decode round of batch one), ahead of any deployment of an equal
 rate per GPU; at the top it goes back in at its own bound (``held_pair_bound``, band by band of the decode
-batch: no higher, and far lower where a large decode batch makes the TTFT limit bind), and when it comes to
-the top again its deployments that can still beat the seed are listed into the heap, each at its full rate per
+batch: no higher, and far lower where a large decode batch makes the TTFT limit bind), at the top again at that
+bound over finer bands (the rungs: a round each, so only for the pairs that get there), and when it comes to
+the top once more its deployments that can still beat the seed are listed into the heap, each at its full rate per
 GPU or the pair's bound if lower. So the keys popped never rise, each is at least what every deployment
 left carries, deployments of equal keys come off in brute force's order, and a pair whose bound is below
 the seed's rate per GPU is never listed (under SGLang's queue share at a tight TTFT limit, most pairs).
@@ -67,7 +68,7 @@ def first_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fracti
     return PairKeys(pools, floor).first(i, k)
 
 
-def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fraction:
+def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int, fine: bool = False) -> Fraction:
     """The most rate units per GPU any deployment of the pair carries within every rule, band by band of the
     decode batch it runs at (``ChoiceFloor.decode_bands``): in a band the decode worker sustains at most the
     band's rate and rounds in at least its least round, and the longer the round, the more requests are in
@@ -75,8 +76,13 @@ def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int) -> Fractio
     (``ChoiceFloor.feed_cap_units``); the bound is the best band's ``pair_bound``, at most
     ``first_pair_bound`` (whose band is the whole range at batch one's round). Where the TTFT limit binds on a
     large decode batch this is far lower: Kimi-K2 on 16x8xH100 under TensorRT-LLM at TTFT 1 s, the deployments
-    keyed above the best found fell from 255,674 to about 15,000 (2026-12-07)."""
-    return PairKeys(pools, floor).held(i, k)
+    keyed above the best found fell from 255,674 to about 15,000 (2026-12-07).
+
+    ``fine``: the same over bands at every rung (``ChoiceFloor.decode_bands``), a round each: on Qwen3-235B-A22B
+    over 64x8xH200 under SGLang at TTFT 2 s, the pairs with a bound above the answer fell from 2,236 to 67, the best
+    pair's bound from 18 % above what its deployments carry to 1 % (2026-12-07). The walk reads it only for the
+    pairs that reach the top of its heap."""
+    return PairKeys(pools, floor).held(i, k, fine)
 
 
 class PairKeys:
@@ -93,12 +99,12 @@ class PairKeys:
         (a, g), (b, h) = self.prefill[i], self.decode[k]
         return _pair_ratio(_fed_units(a, self.floor.worker_cap_units(i, k)), g, b, h)
 
-    def held(self, i: int, k: int) -> Fraction:
+    def held(self, i: int, k: int, fine: bool = False) -> Fraction:
         if not self.banded:
             return self.first(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
         num, den = 0, 1  # the best band's _pair_ratio, compared as integers
-        for band, (round_ns, most_units) in enumerate(self.floor.decode_bands(k)):
+        for band, (round_ns, most_units) in enumerate(self.floor.decode_bands(k, fine)):
             feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
             if feed <= 0:
                 if band > 0:
@@ -158,12 +164,12 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     # Each entry: the key as a float, then exactly (a float's order never contradicts the exact one, and it is
     # compared far faster), the kind and what it is.
     heap: list[tuple[float, Fraction, int, tuple[int, ...]]] = []
-    held = 0 if keys.banded else 1  # without bands the first key is the pair's own bound
+    level = FIRST if keys.banded else OWN  # without bands the first key is the pair's own bound
     for i in range(len(pools.prefill)):
         for k in range(len(pools.decode)):
             bound = keys.first(i, k)
             if bound > 0 and bound >= floor_per_gpu:
-                heap.append(_entry(bound, 0, (i, k, held)))  # 0: ahead of the deployments of an equal rate per GPU
+                heap.append(_entry(bound, 0, (i, k, level)))  # 0: ahead of the deployments of an equal rate per GPU
     heapq.heapify(heap)
     listed = 0
     while heap:
@@ -177,11 +183,15 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         if out.frontier is None or ratio != out.frontier:
             out.frontier, out.capped_at_frontier = ratio, []
         if kind == 0:
-            i, k, own = entry
-            if not own:  # first at its cheap key: back in at its own bound, which is no higher
-                bound = keys.held(i, k)
+            i, k, at = entry
+            if at != OWN:  # at a key it may tighten: back in at the next, never higher than this one
+                if at == FIRST:
+                    bound = keys.held(i, k)
+                else:  # the finer bands cost a round each; a pair with few deployments is listed sooner than that
+                    many = _most_listed(pools, i, k, most_gpus) > FINE_LISTED
+                    bound = min(keys.held(i, k, fine=True), ratio) if many else ratio
                 if bound > 0 and bound >= floor_per_gpu:
-                    heapq.heappush(heap, _entry(bound, 0, (i, k, 1)))
+                    heapq.heappush(heap, _entry(bound, 0, (i, k, at + 1)))
                 continue
             found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
             if found is None:  # too many to list: the rest is CP-SAT's
@@ -213,6 +223,21 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     out.capped_at_frontier = out.capped_at_frontier if out.frontier == floor_per_gpu else []
     out.frontier = floor_per_gpu
     return out
+
+
+# A pair's keys in the heap, each no higher than the last: ``first_pair_bound``, then ``held_pair_bound`` over the
+# powers of two, then over the rungs (``fine``), at which its deployments are listed.
+FIRST, HELD, OWN = 0, 1, 2
+# Deployments a pair may list past which its bound over the rungs is read: below, listing them costs less than
+# the rounds (on 2x8xH200 under SGLang the walks of the seed read 1,185 rounds for pairs of a deployment or two).
+FINE_LISTED = 64
+
+
+def _most_listed(pools: Pools, i: int, k: int, most_gpus: int | None) -> int:
+    """How many worker counts of the pair fit the GPUs (``x g + y h <= n``, both at least 1; alignment aside)."""
+    n = pools.problem.cluster.num_gpus if most_gpus is None else most_gpus
+    g, h = pools.prefill[i].gpus, pools.decode[k].gpus
+    return sum(max(0, (n - y * h) // g) for y in range(1, n // h + 1))
 
 
 def _entry(key: Fraction, kind: int, what: tuple[int, ...]) -> tuple[float, Fraction, int, tuple[int, ...]]:

@@ -16,7 +16,7 @@ from shardplan.solver.disagg import brute
 from shardplan.solver.disagg import walk as walk_module
 from shardplan.solver.disagg.model import PoolModel, bounded_ratio
 from shardplan.solver.disagg.search import max_throughput
-from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor, rungs
 from shardplan.solver.disagg.walk import first_pair_bound, held_pair_bound, pair_bound, walk
 from shardplan.solver.disagg.workers import capacity_units
 from shardplan.solver.encode import new_solver
@@ -31,12 +31,21 @@ def per_gpu(pools, c) -> Fraction:
 
 
 def key(pools, c) -> Fraction:
-    """Where the walk lists a deployment: its full rate per GPU, or its pair's bound within every rule if lower."""
-    return min(per_gpu(pools, c), held_pair_bound(pools, ChoiceFloor(pools), c.prefill, c.decode))
+    """Where the walk lists a deployment: its full rate per GPU, or its pair's bound within every rule if lower (over
+    the rungs too where the pair may list more than ``FINE_LISTED``)."""
+    floor = ChoiceFloor(pools)
+    bound = held_pair_bound(pools, floor, c.prefill, c.decode)
+    if walk_module._most_listed(pools, c.prefill, c.decode, None) > walk_module.FINE_LISTED:
+        bound = min(bound, held_pair_bound(pools, floor, c.prefill, c.decode, fine=True))
+    return min(per_gpu(pools, c), bound)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_the_walk_accepts_brute_force_s_answer(case) -> None:
+@pytest.mark.parametrize("fine_listed", [walk_module.FINE_LISTED, 0])
+def test_the_walk_accepts_brute_force_s_answer(case, fine_listed, monkeypatch) -> None:
+    """Brute force's deployment, with the bound over the rungs read where the walk reads it and (0: these small
+    cases list fewer than ``FINE_LISTED`` a pair) for every pair."""
+    monkeypatch.setattr(walk_module, "FINE_LISTED", fine_listed)
     pools = pools_for(case)
     walked = walk(pools, Fraction(0), Deadline(None))
     best = brute.best_throughput(pools)
@@ -47,10 +56,14 @@ def test_the_walk_accepts_brute_force_s_answer(case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 @pytest.mark.parametrize("most", [0, 3, 40])
-def test_a_walk_cut_short_leaves_only_refused_deployments_above_its_frontier(case, most) -> None:
+@pytest.mark.parametrize("fine_listed", [walk_module.FINE_LISTED, 0])
+def test_a_walk_cut_short_leaves_only_refused_deployments_above_its_frontier(case, most, fine_listed,
+                                                                             monkeypatch) -> None:
     """No deployment of a listed pair strictly above the frontier carries more than the frontier per GPU
     within every rule (``Pools.served``), and each one it names at the frontier carries at most its cap, or
-    nothing where the cap is None (what ``PoolModel.cap_pair``, ``cap_choice`` and ``forbid`` then post)."""
+    nothing where the cap is None (what ``PoolModel.cap_pair``, ``cap_choice`` and ``forbid`` then post); with
+    the bound over the rungs read for every pair too (``fine_listed`` 0)."""
+    monkeypatch.setattr(walk_module, "FINE_LISTED", fine_listed)
     pools = pools_for(case)
     walked = walk(pools, Fraction(0), Deadline(None), most=most)
     if walked.frontier is None:
@@ -127,42 +140,48 @@ def test_a_walk_within_a_gpu_budget_accepts_brute_force_s_answer_on_that_budget(
 def test_no_deployment_carries_more_than_its_pair_s_bound_within_every_rule(case) -> None:
     """Brute force over every deployment: what it carries within every rule (``Pools.served``) is at most x times
     what its prefill candidate feeds with its decode candidate (``ChoiceFloor.worker_cap_units``), and with any
-    decode candidate, and at most its pair's ``held_pair_bound`` per GPU, which is at most the heap's first key
-    (``first_pair_bound``). The held bound is below the first key on some pair of each case, so the check is not
-    the first key's again; the first key is below the plain pair bound only for Qwen3-30B-A3B under SGLang at
-    TTFT 400 ms (on every pair; measured)."""
+    decode candidate, and at most its pair's ``held_pair_bound`` per GPU (over the powers of two and over the
+    rungs), the first at most the heap's first key (``first_pair_bound``). Each is below the one before on some
+    pair of each case, so no check is the last one's again; the first key is below the plain pair bound only for
+    Qwen3-30B-A3B under SGLang at TTFT 400 ms (on every pair; measured)."""
     pools = pools_for(case)
     floor = ChoiceFloor(pools)
-    first_tighter = held_tighter = False
+    first_tighter = held_tighter = fine_tighter = False
     for c in brute.choices(pools):
         cap, any_cap = floor.worker_cap_units(c.prefill, c.decode), floor.worker_cap_units(c.prefill)
         assert cap is not None and any_cap is not None and cap <= any_cap
         first = first_pair_bound(pools, floor, c.prefill, c.decode)
         held = held_pair_bound(pools, floor, c.prefill, c.decode)
+        fine = held_pair_bound(pools, floor, c.prefill, c.decode, fine=True)
         assert held <= first, c
+        fine_tighter |= fine < held
         p, d = pools.prefill[c.prefill], pools.decode[c.decode]
         first_tighter |= first < pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
         held_tighter |= held < first
         served = pools.served(c) if pools.rate(c) > 0 else None
         if served is not None:
             assert served.units <= c.x * cap, c
-            assert Fraction(served.units, pools.gpus(c)) <= held, c
+            assert Fraction(served.units, pools.gpus(c)) <= min(held, fine), c
     assert first_tighter == (case is SGL_TIGHT[1])
-    assert held_tighter
+    assert held_tighter and fine_tighter
 
 
 @pytest.mark.parametrize("case", SGL_TIGHT[1:] + [SMALL[1]], ids=case_id)
-def test_each_decode_band_bounds_what_a_worker_sustains_at_every_batch_in_it(case) -> None:
+@pytest.mark.parametrize("fine", [False, True])
+def test_each_decode_band_bounds_what_a_worker_sustains_at_every_batch_in_it(case, fine) -> None:
     """``ChoiceFloor.decode_bands``, held to every batch (brute force over ``decode_step``): the bands start at
-    batch 1 and each power of two below the candidate's batch, then the batch alone; at every batch of a band the
-    round is at least the band's and a worker's requests per second (at most the candidate's capacity, as every
-    deployment's rate is, ``Pools.rate``) at most the band's rate."""
+    batch 1 and each power of two below the candidate's batch (``fine``: at every rung), then the batch alone; at
+    every batch of a band the round is at least the band's and a worker's requests per second (at most the
+    candidate's capacity, as every deployment's rate is, ``Pools.rate``) at most the band's rate."""
     pools = pools_for(case)
     floor = ChoiceFloor(pools)
     osl = pools.problem.workload.osl
     for k, d in enumerate(pools.decode):
-        bands = floor.decode_bands(k)
-        starts = [b for b in (1 << n for n in range(d.batch.bit_length())) if b < d.batch] + [d.batch]
+        bands = floor.decode_bands(k, fine)
+        if fine:  # every rung: 1 to 16, then each a sixteenth more, and the batch itself
+            starts = rungs(d.batch)
+        else:
+            starts = [b for b in (1 << n for n in range(d.batch.bit_length())) if b < d.batch] + [d.batch]
         assert len(bands) == len(starts)
         ends = [*starts[1:], d.batch + 1]
         for (round_ns, most_units), lo, hi in zip(bands, starts, ends, strict=True):
