@@ -6,15 +6,19 @@
 - parts: where the time of the disaggregated half goes, in one process (CPU time per phase): the
   candidates priced as far as the pruning needs and the search on those left (what ``solve`` runs),
   against every candidate priced and the search on all of them (what it ran before the pruning);
+- engines: the speed question's ``solve --serving auto`` under each engine (vLLM, SGLang, TensorRT-LLM), with
+  what the disaggregated half ended with (``optimal``, or ``feasible`` and its gap where the default work limit
+  stopped it): acceptance 5 names the default engine, and users run all three;
 - rate (acceptance 3): ``--rate 20 --ttft-ms 2000 --tpot-ms 50`` for Llama-3.1-70B on 8x8xH200, the
   disaggregated search against brute force over the same candidates.
 
-Run: ``python -m benchmarks.disagg_solve [speed|parts|rate]``.
+Run: ``python -m benchmarks.disagg_solve [speed|parts|engines|rate]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -64,6 +68,24 @@ def speed() -> None:
                *ASKED, *pools, "--dag", dag])
         wall, cpu, code = timed(["validate", dag])
         print(f"validate the DAG of a 64-GPU disaggregated plan: {wall:.1f} s wall, {cpu:.1f} s CPU, exit {code}")
+
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def engines() -> None:
+    for cluster, gpus in (("2x8xH200", 16), ("64x8xH200", 512)):
+        for engine in ENGINES:
+            argv = ["solve", "--serving", "auto", "--model", "qwen3-235b-a22b", "--cluster", cluster, *ASKED,
+                    "--engine", engine, "--json"]
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "shardplan.solver.cli", *argv], capture_output=True,
+                                  check=False)
+            wall = time.perf_counter() - start
+            disagg = json.loads(done.stdout)["modes"]["disagg"] if done.returncode == 0 else {}
+            gap = f", gap {disagg['gap']:.1%}" if disagg.get("gap") is not None else ""
+            print(f"auto, qwen3-235b-a22b, {cluster} ({gpus} GPUs), {engine}: {wall:.1f} s wall, exit "
+                  f"{done.returncode}, disaggregated {disagg.get('status')}{gap}")
 
 
 def _cpu(run: Callable[[], T]) -> tuple[float, T]:
@@ -125,7 +147,7 @@ def rate() -> None:
 
 def main() -> None:
     """The question on the command line (``speed`` without one); ``--help`` prints the module's text."""
-    questions = {"speed": speed, "parts": parts, "rate": rate}
+    questions = {"speed": speed, "parts": parts, "engines": engines, "rate": rate}
     parser = argparse.ArgumentParser(prog="python -m benchmarks.disagg_solve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("question", nargs="?", choices=sorted(questions), default="speed")
