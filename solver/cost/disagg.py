@@ -212,6 +212,8 @@ def sustained_until(top: int, rate_at: Callable[[int], float], rate: float) -> f
 
 def last_sustained(capacity: float) -> float:
     """The largest float rate a step of ``capacity`` sustains (``smallest_sustaining``'s test)."""
+    if math.isinf(capacity):
+        return capacity
     r = capacity / (1 - SUSTAIN_SLACK)
     while r > 0 and capacity < r * (1 - SUSTAIN_SLACK):
         r = math.nextafter(r, 0.0)
@@ -480,6 +482,8 @@ def most_carried(settled: Callable[[float], Settled], top: float, budget: float,
         if hi - lo <= hi * 1e-15 or not lo < mid < hi:
             break
         mid = min(mid, budget / low[2])  # no rate above it is carried: its e2e0 is at least low's
+        if mid <= lo:
+            break  # lo carries all low's e2e0 allows, and no rate above it is carried
         state = settled(mid)
         if carried(mid, state):
             lo, low = mid, state

@@ -188,7 +188,7 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
                 if at == FIRST:
                     bound = keys.held(i, k)
                 else:  # the finer bands cost a round each; a pair with few deployments is listed sooner than that
-                    many = _most_listed(pools, i, k, most_gpus) > FINE_LISTED
+                    many = _lists_many(pools, i, k, most_gpus)
                     bound = min(keys.held(i, k, fine=True), ratio) if many else ratio
                 if bound > 0 and bound >= floor_per_gpu:
                     heapq.heappush(heap, _entry(bound, 0, (i, k, at + 1)))
@@ -233,11 +233,17 @@ FIRST, HELD, OWN = 0, 1, 2
 FINE_LISTED = 64
 
 
-def _most_listed(pools: Pools, i: int, k: int, most_gpus: int | None) -> int:
-    """How many worker counts of the pair fit the GPUs (``x g + y h <= n``, both at least 1; alignment aside)."""
+def _lists_many(pools: Pools, i: int, k: int, most_gpus: int | None) -> bool:
+    """Whether more than ``FINE_LISTED`` worker counts of the pair fit the GPUs (``x g + y h <= n``, both at least 1;
+    alignment aside), counted only that far (a 1-GPU decode worker on 65,536 GPUs has 65,535 values of y)."""
     n = pools.problem.cluster.num_gpus if most_gpus is None else most_gpus
     g, h = pools.prefill[i].gpus, pools.decode[k].gpus
-    return sum(max(0, (n - y * h) // g) for y in range(1, n // h + 1))
+    counted = 0
+    for y in range(1, n // h + 1):
+        counted += max(0, (n - y * h) // g)
+        if counted > FINE_LISTED:
+            return True
+    return False
 
 
 def _entry(key: Fraction, kind: int, what: tuple[int, ...]) -> tuple[float, Fraction, int, tuple[int, ...]]:

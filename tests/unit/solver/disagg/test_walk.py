@@ -35,7 +35,7 @@ def key(pools, c) -> Fraction:
     the rungs too where the pair may list more than ``FINE_LISTED``)."""
     floor = ChoiceFloor(pools)
     bound = held_pair_bound(pools, floor, c.prefill, c.decode)
-    if walk_module._most_listed(pools, c.prefill, c.decode, None) > walk_module.FINE_LISTED:
+    if walk_module._lists_many(pools, c.prefill, c.decode, None):
         bound = min(bound, held_pair_bound(pools, floor, c.prefill, c.decode, fine=True))
     return min(per_gpu(pools, c), bound)
 
