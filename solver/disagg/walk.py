@@ -241,7 +241,9 @@ def _lists_many(pools: Pools, i: int, k: int, most_gpus: int | None) -> bool:
     g, h = pools.prefill[i].gpus, pools.decode[k].gpus
     counted = 0
     for y in range(1, n // h + 1):
-        counted += max(0, (n - y * h) // g)
+        if n - y * h < g:
+            return False  # no prefill worker fits beside this many decode workers, nor beside more
+        counted += (n - y * h) // g
         if counted > FINE_LISTED:
             return True
     return False
