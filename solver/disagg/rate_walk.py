@@ -43,6 +43,7 @@ RATE_WALK_CHOICES = 1 << 18
 # cannot carry it) are popped and skipped, and on thousands of 1-GPU workers there could be millions of them.
 POPS_PER_JUDGED = 8
 
+
 @dataclass
 class RateWalk:
     """What the walk found and judged (module docstring)."""
