@@ -166,12 +166,13 @@ def test_a_seed_from_the_next_pairs_when_the_best_pair_has_none() -> None:
 
 
 
-@pytest.mark.parametrize("case", [SMALL[3], SGL_TIGHT[1], SGL_TIGHT[2]], ids=case_id)
+@pytest.mark.parametrize("case", [SMALL[3], SGL_TIGHT[1], SGL_TIGHT[2], SMALL[1], SGL_TIGHT[0]], ids=case_id)
 def test_the_walked_seed_is_brute_force_s_best_on_one_scale_up_domain(case) -> None:
     """Cases where no pair ``first_seed`` tries has a seed (Qwen3-30B-A3B on 4xH100 at 1 s and on 4xH200
-    under SGLang's queue at 400 ms; Llama-3.1-8B on 4xH200 at 500 ms, which has no deployment at all):
-    ``walked_seed`` returns the first deployment brute force's order accepts among those on at most one
-    scale-up domain of the candidates that fit in it (None where there is none)."""
+    under SGLang's queue at 400 ms; Llama-3.1-8B on 4xH200 at 500 ms, which has no deployment at all), and two
+    of two scale-up domains, whose second budget is the whole cluster (left to the search's own walk once one
+    domain has a deployment): ``walked_seed`` returns the first deployment brute force's order accepts among
+    those on at most one scale-up domain of the candidates that fit in it (None where there is none)."""
     p = problem(**case, objective="throughput")
     profile = resolve_profile(p)
     prefill = PrefillJudged(p, profile)
