@@ -103,6 +103,12 @@ class Pools:
         # refused[rule id]: the first message of each rule a proposed deployment broke (infeasibility's why).
         self.refused: dict[str, str] = {}
         self._kv: dict[tuple[float, float, bool, Tier], int] = {}
+        # Read for every deployment a search lists (hundreds of thousands on 512 GPUs), so once per candidate:
+        # its GPUs, where a decode worker may start (``alignment_gpus``), and each pair's link by tier.
+        self._prefill_gpus = [w.gpus for w in prefill]
+        self._decode_gpus = [w.gpus for w in decode]
+        self._decode_unit = [alignment_gpus(w.layout, problem.cluster) for w in decode]
+        self._pair_kv: dict[tuple[int, int, Tier], int] = {}
         self._served: dict[Choice, Served | None] = {}
 
     @cached_property
@@ -114,9 +120,9 @@ class Pools:
     def end_gpu(self, c: Choice) -> int:
         """One past the decode pool's last GPU: the prefill pool's GPUs rounded up to the decode
         worker's alignment, plus the decode pool's."""
-        unit = alignment_gpus(self.decode[c.decode].layout, self.problem.cluster)
-        start = -(-c.x * self.prefill[c.prefill].gpus // unit) * unit
-        return start + c.y * self.decode[c.decode].gpus
+        unit = self._decode_unit[c.decode]
+        start = -(-c.x * self._prefill_gpus[c.prefill] // unit) * unit
+        return start + c.y * self._decode_gpus[c.decode]
 
     def keeping_up(self, i: int, k: int, most: int) -> list[Choice]:
         """Worker counts of the pair (prefill ``i``, decode ``k``), the fewest decode workers first: for each
@@ -135,7 +141,7 @@ class Pools:
         return kept
 
     def gpus(self, c: Choice) -> int:
-        return c.x * self.prefill[c.prefill].gpus + c.y * self.decode[c.decode].gpus
+        return c.x * self._prefill_gpus[c.prefill] + c.y * self._decode_gpus[c.decode]
 
     def tier(self, c: Choice) -> Tier:
         inside = self.end_gpu(c) <= self.problem.cluster.scaleup_domain_gpus
@@ -143,6 +149,12 @@ class Pools:
 
     def kv_units(self, prefill: int, decode: int, tier: Tier) -> int:
         """One worker pair's link rate in rate units (the pool's is min(x, y) times it)."""
+        pair = (prefill, decode, tier)
+        if pair not in self._pair_kv:
+            self._pair_kv[pair] = self._kv_units(prefill, decode, tier)
+        return self._pair_kv[pair]
+
+    def _kv_units(self, prefill: int, decode: int, tier: Tier) -> int:
         p, d = self.prefill[prefill].layout, self.decode[decode].layout
         key = (self.prefill_share[prefill], self.decode_share[decode], same_cache_layout(self.problem, p, d),
                tier)  # what the link's time depends on

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from shardplan.hardware.profile import Profile
 from shardplan.rules.base import ShapeRule
@@ -59,8 +60,8 @@ class PrefillWorker:
     first_pass_ns: int  # one prompt alone: the least prefill any load gives (a bound on TTFT)
     capacity_units: int  # one worker's prompts per second, in rate units
 
-    @property
-    def gpus(self) -> int:
+    @cached_property
+    def gpus(self) -> int:  # read for every deployment a search lists: once
         return self.layout.gpus_per_replica
 
 
@@ -71,8 +72,8 @@ class DecodeWorker:
     round_ns: int
     capacity_units: int  # one worker's finished requests per second at that batch, in rate units
 
-    @property
-    def gpus(self) -> int:
+    @cached_property
+    def gpus(self) -> int:  # read for every deployment a search lists: once
         return self.layout.gpus_per_replica
 
 
