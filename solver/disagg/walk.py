@@ -30,6 +30,7 @@ deadline) it leaves what it had judged and the best it found, and the CP-SAT sea
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -94,6 +95,7 @@ class PairKeys:
         self.prefill = [(p.capacity_units, p.gpus) for p in pools.prefill]
         self.decode = [(d.capacity_units, d.gpus) for d in pools.decode]
         self.banded = floor.active and pools.problem.workload.osl > 1
+        self._most: dict[tuple[int, bool], list[int]] = {}  # _most_below's memo
 
     def first(self, i: int, k: int) -> Fraction:
         (a, g), (b, h) = self.prefill[i], self.decode[k]
@@ -103,17 +105,31 @@ class PairKeys:
         if not self.banded:
             return self.first(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
+        bands = self.floor.decode_bands(k, fine)
+        most_below = self._most_below(k, fine)
         num, den = 0, 1  # the best band's _pair_ratio, compared as integers
-        for band, (round_ns, most_units) in enumerate(self.floor.decode_bands(k, fine)):
+        # From the largest batch down, until no band left can beat the best, even with the prefill worker's whole
+        # capacity (the TTFT cap falls as the round grows, the rate rises with the batch: the best band is
+        # often near the top; on 64x8xH200 under SGLang a third of the bands are read).
+        for band in range(len(bands) - 1, -1, -1):
+            n, m = _pair_terms(a, g, most_below[band], h)
+            if n * den <= num * m:
+                break
+            round_ns, most_units = bands[band]
             feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
             if feed <= 0:
-                if band > 0:
-                    break  # past batch one the cap only falls as the round grows
                 continue
             n, m = _pair_terms(feed, g, most_units, h)
             if n * den > num * m:
                 num, den = n, m
         return Fraction(num, den)
+
+    def _most_below(self, k: int, fine: bool) -> list[int]:
+        """For each band of decode candidate ``k``, the most rate units a worker sustains in it or any band below."""
+        if (k, fine) not in self._most:
+            self._most[(k, fine)] = list(itertools.accumulate((most for _, most in self.floor.decode_bands(k, fine)),
+                                                              max))
+        return self._most[(k, fine)]
 
 
 def _pair_ratio(a: int, g: int, b: int, h: int) -> Fraction:

@@ -7,6 +7,7 @@ brute force."""
 from __future__ import annotations
 
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 from ortools.sat.python import cp_model
@@ -17,7 +18,7 @@ from shardplan.solver.disagg import walk as walk_module
 from shardplan.solver.disagg.model import PoolModel, bounded_ratio
 from shardplan.solver.disagg.search import max_throughput
 from shardplan.solver.disagg.ttft_cut import ChoiceFloor, rungs
-from shardplan.solver.disagg.walk import first_pair_bound, held_pair_bound, pair_bound, walk
+from shardplan.solver.disagg.walk import PairKeys, first_pair_bound, held_pair_bound, pair_bound, walk
 from shardplan.solver.disagg.workers import capacity_units
 from shardplan.solver.encode import new_solver
 from shardplan.solver.optimise import Deadline
@@ -164,6 +165,58 @@ def test_no_deployment_carries_more_than_its_pair_s_bound_within_every_rule(case
             assert Fraction(served.units, pools.gpus(c)) <= min(held, fine), c
     assert first_tighter == (case is SGL_TIGHT[1])
     assert held_tighter and fine_tighter
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT + [SMALL[1]], ids=case_id)
+@pytest.mark.parametrize("fine", [False, True])
+def test_a_pair_s_held_bound_is_its_best_band_s_bound(case, fine) -> None:
+    """``held_pair_bound`` reads the bands from the largest batch down and stops where no band left could beat
+    the best even with the prefill worker's whole capacity; it equals the plain maximum over every band of
+    ``pair_bound`` with the prefill worker's rate at most what it feeds at the band's round (0 where it feeds
+    none), on every pair of each case."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    for i, p in enumerate(pools.prefill):
+        for k in range(len(pools.decode)):
+            best = Fraction(0)
+            for band, (round_ns, most_units) in enumerate(floor.decode_bands(k, fine)):
+                feed = min(p.capacity_units, floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
+                if feed > 0:
+                    best = max(best, pair_bound(Fraction(feed, p.gpus), Fraction(most_units, pools.decode[k].gpus)))
+            assert held_pair_bound(pools, floor, i, k, fine) == best, (i, k)
+
+
+class _Bands:
+    """A TTFT floor of given bands (round, most rate units) and feed caps by round, for ``PairKeys``."""
+
+    active = True
+
+    def __init__(self, bands, feeds):
+        self.bands, self.feeds = bands, feeds
+
+    def decode_bands(self, k, fine=False):
+        return self.bands
+
+    def feed_cap_units(self, i, round_ns, in_flight_two=False):
+        return self.feeds[round_ns]
+
+
+@pytest.mark.parametrize(("feeds", "expected"), [
+    # the top band feeds nothing; the best is band 1's: 90 x 50 / (50 + 90)
+    ({1: 100, 2: 90, 3: 80, 4: 0}, Fraction(4500, 140)),
+    # the rate dips at band 2: band 3 gives 100 x 40 / 140, band 2 cannot beat it, band 1 does (100 x 50 / 150)
+    ({1: 100, 2: 100, 3: 100, 4: 100}, Fraction(100, 3)),
+])
+def test_the_held_bound_reads_past_a_band_that_feeds_nothing_or_dips(feeds, expected) -> None:
+    """``PairKeys.held`` from the largest batch down, by hand: a prefill worker of 100 rate units on one GPU, a
+    decode worker on one, bands of most 5, 50, 10 and 40 rate units (a dip, which real bands rarely show); each
+    band's bound is ``feed x most / (feed + most)``. Stopping at a band that feeds nothing, or on a band's own rate
+    rather than the most of it and every band below, returns less."""
+    pools = SimpleNamespace(prefill=[SimpleNamespace(capacity_units=100, gpus=1)],
+                            decode=[SimpleNamespace(capacity_units=60, gpus=1)],
+                            problem=SimpleNamespace(workload=SimpleNamespace(osl=10)))
+    floor = _Bands([(1, 5), (2, 50), (3, 10), (4, 40)], feeds)
+    assert PairKeys(pools, floor).held(0, 0) == expected
 
 
 @pytest.mark.parametrize("case", SGL_TIGHT[1:] + [SMALL[1]], ids=case_id)
