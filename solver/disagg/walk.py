@@ -98,16 +98,25 @@ class PairKeys:
         self._most: dict[tuple[int, bool], list[int]] = {}  # _most_below's memo
 
     def first(self, i: int, k: int) -> Fraction:
-        (a, g), (b, h) = self.prefill[i], self.decode[k]
-        return _pair_ratio(_fed_units(a, self.floor.worker_cap_units(i, k)), g, b, h)
+        return Fraction(*self.first_terms(i, k))
 
     def held(self, i: int, k: int, fine: bool = False) -> Fraction:
+        return Fraction(*self.held_terms(i, k, fine))
+
+    def first_terms(self, i: int, k: int) -> Terms:
+        """``first`` as (numerator, denominator), no Fraction made: the walk reads it for every pair."""
+        (a, g), (b, h) = self.prefill[i], self.decode[k]
+        fed = _fed_units(a, self.floor.worker_cap_units(i, k))
+        return _pair_terms(fed, g, b, h) if fed > 0 and b > 0 else (0, 1)
+
+    def held_terms(self, i: int, k: int, fine: bool = False) -> Terms:
+        """``held`` as (numerator, denominator)."""
         if not self.banded:
-            return self.first(i, k)
+            return self.first_terms(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
         bands = self.floor.decode_bands(k, fine)
         most_below = self._most_below(k, fine)
-        num, den = 0, 1  # the best band's _pair_ratio, compared as integers
+        num, den = 0, 1  # the best band's _pair_terms
         # From the largest batch down, until no band left can beat the best, even with the prefill worker's whole
         # capacity (the TTFT cap falls as the round grows, the rate rises with the batch: the best band is
         # often near the top; on 64x8xH200 under SGLang a third of the bands are read).
@@ -122,7 +131,7 @@ class PairKeys:
             n, m = _pair_terms(feed, g, most_units, h)
             if n * den > num * m:
                 num, den = n, m
-        return Fraction(num, den)
+        return num, den
 
     def _most_below(self, k: int, fine: bool) -> list[int]:
         """For each band of decode candidate ``k``, the most rate units a worker sustains in it or any band below."""
@@ -132,12 +141,10 @@ class PairKeys:
         return self._most[(k, fine)]
 
 
-def _pair_ratio(a: int, g: int, b: int, h: int) -> Fraction:
-    """``pair_bound(a / g, b / h)`` from integers (``_pair_terms``)."""
-    return Fraction(*_pair_terms(a, g, b, h)) if a > 0 and b > 0 else Fraction(0)
+Terms = tuple[int, int]  # a ratio as (numerator, denominator), the denominator above 0
 
 
-def _pair_terms(a: int, g: int, b: int, h: int) -> tuple[int, int]:
+def _pair_terms(a: int, g: int, b: int, h: int) -> Terms:
     """``pair_bound(a / g, b / h)`` as numerator and denominator: ``a b / (g b + h a)``."""
     return a * b, g * b + h * a
 
@@ -178,44 +185,51 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
     keys = PairKeys(pools, judge)
     out = Walk()
     # Each entry: the key as a float, then exactly (a float's order never contradicts the exact one, and it is
-    # compared far faster), the kind and what it is.
-    heap: list[tuple[float, Fraction, int, tuple[int, ...]]] = []
+    # compared far faster), the kind and what it is. Keys are kept as integer terms, a Fraction made only for what
+    # the walk reports: it pushes one per pair and per listed deployment (593,160 on 64x8xH200).
+    heap: list[tuple[float, _Key, int, tuple[int, ...]]] = []
+    floor_n, floor_d = floor_per_gpu.numerator, floor_per_gpu.denominator
     level = FIRST if keys.banded else OWN  # without bands the first key is the pair's own bound
     for i in range(len(pools.prefill)):
         for k in range(len(pools.decode)):
-            bound = keys.first(i, k)
-            if bound > 0 and bound >= floor_per_gpu:
-                heap.append(_entry(bound, 0, (i, k, level)))  # 0: ahead of the deployments of an equal rate per GPU
+            n, m = keys.first_terms(i, k)
+            if n > 0 and n * floor_d >= floor_n * m:
+                heap.append(_entry(n, m, 0, (i, k, level)))  # 0: ahead of the deployments of an equal rate per GPU
     heapq.heapify(heap)
     listed = 0
+    front: Terms | None = None  # the frontier's terms (``out.frontier`` once the walk returns)
     while heap:
         if deadline.passed():
-            return out
+            return _reported(out, front)
         _, key, kind, entry = heap[0]
-        ratio = -key
-        if out.accepted is not None and not _may_beat(pools, out.accepted, ratio, kind, entry):
+        rn, rd = key.num, key.den
+        if out.accepted is not None and not _may_beat(pools, out.accepted, (rn, rd), kind, entry):
             break
         heapq.heappop(heap)
-        if out.frontier is None or ratio != out.frontier:
-            out.frontier, out.capped_at_frontier = ratio, []
+        if front is None or rn * front[1] != front[0] * rd:
+            front, out.capped_at_frontier = (rn, rd), []
         if kind == 0:
             i, k, at = entry
             if at != OWN:  # at a key it may tighten: back in at the next, never higher than this one
                 if at == FIRST:
-                    bound = keys.held(i, k)
+                    n, m = keys.held_terms(i, k)
+                elif _lists_many(pools, i, k, most_gpus):
+                    n, m = keys.held_terms(i, k, fine=True)
+                    if n * rd > rn * m:
+                        n, m = rn, rd
                 else:  # the finer bands cost a round each; a pair with few deployments is listed sooner than that
-                    many = _lists_many(pools, i, k, most_gpus)
-                    bound = min(keys.held(i, k, fine=True), ratio) if many else ratio
-                if bound > 0 and bound >= floor_per_gpu:
-                    heapq.heappush(heap, _entry(bound, 0, (i, k, at + 1)))
+                    n, m = rn, rd
+                if n > 0 and n * floor_d >= floor_n * m:
+                    heapq.heappush(heap, _entry(n, m, 0, (i, k, at + 1)))
                 continue
             found = _listed(pools, i, k, floor_per_gpu, most - listed, most_gpus)
             if found is None:  # too many to list: the rest is CP-SAT's
-                return out
+                return _reported(out, front)
             listed += len(found)
             for c in found:  # each at most the pair's bound, so the keys popped never rise (the frontier's premise)
-                heapq.heappush(heap, _entry(min(Fraction(pools.rate(c), pools.gpus(c)), ratio), 1,
-                                            (pools.gpus(c), c.prefill, c.decode, c.x, c.y)))
+                rate, gpus = pools.rate(c), pools.gpus(c)
+                n, m = (rate, gpus) if rate * rd <= rn * gpus else (rn, rd)
+                heapq.heappush(heap, _entry(n, m, 1, (gpus, c.prefill, c.decode, c.x, c.y)))
             out.expanded.append((i, k))
             continue
         c = Choice(*entry[1:])
@@ -236,9 +250,34 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
         out.frontier, out.capped_at_frontier = Fraction(served.units, pools.gpus(best)), []
         return out
     # every deployment left judged at its key, the last popped: at the floor's, those stay capped there
+    _reported(out, front)
     out.capped_at_frontier = out.capped_at_frontier if out.frontier == floor_per_gpu else []
     out.frontier = floor_per_gpu
     return out
+
+
+def _reported(out: Walk, front: Terms | None) -> Walk:
+    """``out`` with its frontier as the Fraction of the walk's terms."""
+    out.frontier = None if front is None else Fraction(*front)
+    return out
+
+
+class _Key:
+    """A heap key's exact ratio, the highest first, compared only where two keys' floats tie: by integer
+    products, with no Fraction made (whose comparisons check abstract number types each time)."""
+
+    __slots__ = ("num", "den")
+
+    def __init__(self, num: int, den: int):
+        self.num, self.den = num, den
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.num * other.den == other.num * self.den
+
+    def __lt__(self, other: _Key) -> bool:
+        return self.num * other.den > other.num * self.den  # the higher ratio first
+
+    __hash__ = None  # type: ignore[assignment]  # equal keys of unequal terms: not for sets
 
 
 # A pair's keys in the heap, each no higher than the last: ``first_pair_bound``, then ``held_pair_bound`` over the
@@ -265,9 +304,10 @@ def _lists_many(pools: Pools, i: int, k: int, most_gpus: int | None) -> bool:
     return False
 
 
-def _entry(key: Fraction, kind: int, what: tuple[int, ...]) -> tuple[float, Fraction, int, tuple[int, ...]]:
-    """A heap entry, the highest key first."""
-    return -float(key), -key, kind, what
+def _entry(num: int, den: int, kind: int, what: tuple[int, ...]) -> tuple[float, _Key, int, tuple[int, ...]]:
+    """A heap entry at the key ``num / den``, the highest key first (an integer division is correctly rounded, so
+    equal ratios of unequal terms get the same float)."""
+    return -(num / den), _Key(num, den), kind, what
 
 
 def _need(pools: Pools, best: tuple[Choice, Served] | None, floor_per_gpu: Fraction, c: Choice) -> int:
@@ -280,16 +320,17 @@ def _need(pools: Pools, best: tuple[Choice, Served] | None, floor_per_gpu: Fract
     return units_ahead(served.units, pools.gpus(b), b, gpus, c)
 
 
-def _may_beat(pools: Pools, best: tuple[Choice, Served], ratio: Fraction, kind: int, entry: tuple[int, ...]) -> bool:
-    """Whether the heap's top (a pair at its bound, or a deployment at its key) may still hold a deployment that
-    comes before ``best``: what a deployment carries is at most its key, so one at a lower key, or at an equal
-    one on as many GPUs or more and later, cannot."""
+def _may_beat(pools: Pools, best: tuple[Choice, Served], ratio: Terms, kind: int, entry: tuple[int, ...]) -> bool:
+    """Whether the heap's top (a pair at its bound, or a deployment at its key, ``ratio`` as terms) may still hold a
+    deployment that comes before ``best``: what a deployment carries is at most its key, so one at a lower key, or
+    at an equal one on as many GPUs or more and later, cannot."""
     b, served = best
-    best_ratio = Fraction(served.units, pools.gpus(b))
-    if ratio != best_ratio or kind == 0:
-        return ratio > best_ratio or kind == 0 and ratio == best_ratio
+    best_gpus = pools.gpus(b)
+    above, level = ratio[0] * best_gpus, served.units * ratio[1]  # the key and best's rate per GPU, cross-multiplied
+    if above != level or kind == 0:
+        return above > level or kind == 0 and above == level
     gpus, *rest = entry
-    return (gpus, Choice(*rest)) < (pools.gpus(b), b)
+    return (gpus, Choice(*rest)) < (best_gpus, b)
 
 
 def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,

@@ -6,6 +6,7 @@ brute force."""
 
 from __future__ import annotations
 
+import random
 from fractions import Fraction
 from types import SimpleNamespace
 
@@ -263,3 +264,18 @@ def test_the_model_s_feed_caps_keep_every_deployment_at_what_it_carries() -> Non
         for var, value in ((m.p[c.prefill], 1), (m.d[c.decode], 1), (m.x, c.x), (m.y, c.y), (m.rate, served.units)):
             cp.add(var == value)
         assert new_solver(None).solve(cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE), c
+
+
+def test_heap_entries_order_as_their_exact_keys_then_kind_and_what() -> None:
+    """The walk's heap entries (a float, then integer terms compared only where floats tie): sorted, they come in
+    the order of the exact keys, highest first, then kind and what, also for ratios whose floats tie ((10^17 + 1)
+    / 3 and 10^17 / 3) and equal ratios of unequal terms (1/2, 2/4, 3/6)."""
+    rng = random.Random(20261207)
+    terms = [(rng.randrange(0, 50), rng.randrange(1, 50)) for _ in range(400)]
+    terms += [(10**17 + 1, 3), (10**17, 3), (1, 2), (2, 4), (3, 6), (0, 5)]
+    entries = [(n, m, rng.randrange(2), (rng.randrange(5),)) for n, m in terms]
+    by_heap = sorted(entries, key=lambda e: walk_module._entry(*e))
+    exact = sorted(entries, key=lambda e: (-Fraction(e[0], e[1]), e[2], e[3]))
+    assert [(Fraction(n, m), kind, what) for n, m, kind, what in by_heap] == \
+        [(Fraction(n, m), kind, what) for n, m, kind, what in exact]
+    assert (10**17 + 1) / 3 == 10**17 / 3  # their floats tie: the terms decide
