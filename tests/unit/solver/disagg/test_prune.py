@@ -23,6 +23,8 @@ from shardplan.solver.disagg.prune import (
     walked_seed,
 )
 from shardplan.solver.disagg.search import Accepted, build_pools, max_throughput, max_throughput_from
+from shardplan.solver.disagg.ttft_cut import ChoiceFloor
+from shardplan.solver.disagg.walk import PairKeys
 from shardplan.solver.disagg.workers import (
     DecodeSearch,
     PrefillPriced,
@@ -232,6 +234,35 @@ def test_growing_a_pair_finds_brute_force_s_best_of_it_past_keeping_up(case) -> 
             assert grown is not None and pair.feasible_plan(grown.choice) is not None
             best = max(Fraction(pair.rate(c), pair.gpus(c)) for c in accepted)
             assert Fraction(grown.rate_units, grown.gpus) == best, (i, k)
+
+
+@pytest.mark.parametrize("case", SMALL + SGL_TIGHT, ids=case_id)
+def test_growing_skips_a_pair_only_where_its_bound_says_nothing_beats_the_incumbent(case, monkeypatch) -> None:
+    """From an incumbent at exactly a pair's ``held_pair_bound`` (no deployment of the pair carries more: the walk's
+    tests, brute force), ``Grower.grow`` reads no deployment (no work) and finds none; and from that incumbent or
+    one just below it, it returns what it returns with the bound taken away (every y read), on every pair."""
+    pools = pools_for(case)
+    p = pools.problem
+    bounded = []
+    for pw in pools.prefill:
+        for dw in pools.decode:
+            pair = Pools(p, pools.profile, [pw], [dw])
+            num, den = PairKeys(pair, ChoiceFloor(pair)).held_terms(0, 0)
+            if num > 0:
+                bounded.append((pair, num, den))
+                deadline = Deadline(None)
+                at = Accepted(Choice(0, 0, 1, 1), None, num, den)  # type: ignore[arg-type]
+                assert Grower(at, deadline, most_checks=1 << 20).grow(pair) is None
+                assert deadline.work_done == 0
+
+    def grown(pair, units, gpus):
+        found = Grower(Accepted(Choice(0, 0, 1, 1), None, units, gpus),  # type: ignore[arg-type]
+                       Deadline(None), most_checks=1 << 20).grow(pair)
+        return None if found is None else (found.choice, found.rate_units, found.gpus)
+
+    with_bound = [(grown(pair, num, den), grown(pair, num - 1, den)) for pair, num, den in bounded]
+    monkeypatch.setattr(Grower, "_pair_bound", lambda self, keys: (1, 0))  # above any incumbent
+    assert with_bound == [(grown(pair, num, den), grown(pair, num - 1, den)) for pair, num, den in bounded]
 
 
 @pytest.mark.parametrize("case", [SMALL[3], SGL_TIGHT[1]], ids=case_id)
