@@ -46,7 +46,7 @@ from shardplan.solver.disagg.workers import (
     DecodeWorker,
     PrefillPriced,
     PrefillWorker,
-    capped_workers,
+    capped_reaching,
     decode_searches,
     offers_batch_caps,
     prefill_priced,
@@ -172,8 +172,12 @@ def _may_pass(problem: Problem, prefill: PrefillJudged, kept_p: list[int], searc
         return kept_p, with_batch_caps(problem, searches)
     best_p = max(per_gpu(prefill.worker(j)) for j in kept_p)
     reaching = [s for s in searches if pair_bound(best_p, decode_bound_per_gpu(s)) >= floor]
-    decode = [w for w in with_batch_caps(problem, reaching)
-              if pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor]
+
+    def reaches(w: DecodeWorker) -> bool:
+        return pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor
+
+    decode = [w for w in (s.worker() for s in reaching) if reaches(w)]
+    decode += capped_reaching(reaching, reaches) if offers_batch_caps(problem) else []
     if not decode:
         return [], []
     best_d = max(Fraction(w.capacity_units, w.gpus) for w in decode)
@@ -221,8 +225,8 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     # A layout's capped workers carry at most what it carries at its largest batch (a worker's capacity grows
     # with its batch, up to the parts-per-million dips ``ttft_cut.capacity_below`` names), so only the kept
     # layouts' are read; each is kept on its own pair bound.
-    capped = [w for w in capped_workers([searches[j] for j in kept_d]) if caps
-              and pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor]
+    capped = capped_reaching([searches[j] for j in kept_d],
+                             lambda w: pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor) if caps else []
     best_d = max([decode_bound_per_gpu(searches[k]), *(Fraction(w.capacity_units, w.gpus) for w in capped)])
     kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
               and prefill.admitted(j) is not None]

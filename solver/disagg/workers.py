@@ -291,6 +291,22 @@ def capped_workers(searches: list[DecodeSearch]) -> list[DecodeWorker]:
     return [s.worker(cap) for s in searches for cap in batch_caps(s.finish())]
 
 
+def capped_reaching(searches: list[DecodeSearch], reaches: Callable[[DecodeWorker], bool]) -> list[DecodeWorker]:
+    """``capped_workers`` that ``reaches`` keeps, in the same order, each judged first at its cap priced at the round
+    of batch 1 (the round grows with the batch, so a worker's capacity there is at least its own), so a cap the
+    bound already refuses costs no ``evaluate``. ``reaches`` must keep no worse a worker when it refuses a better
+    one (a floor on rate per GPU does)."""
+    kept = []
+    for s in searches:
+        osl, first_ns = s.problem.workload.osl, s.round_ns(1)
+        for cap in batch_caps(s.finish()):
+            if reaches(DecodeWorker(s.layout, cap, first_ns, capacity_units(cap, first_ns, osl))):
+                w = s.worker(cap)
+                if reaches(w):
+                    kept.append(w)
+    return kept
+
+
 def decode_workers(problem: Problem, profile: Profile, smaller_batches: bool = False,
                    check: Check = None, caps: bool = False) -> list[DecodeWorker]:
     """Each decode layout at the largest batch its memory holds at ISL + OSL (and the engine's limit)
@@ -319,7 +335,7 @@ def _limit_ns(ms: float | None) -> int | None:
 
 __all__ = [
     "MAX_WORKER_GPUS", "RATE_UNITS_PER_RPS", "DecodeSearch", "DecodeWorker", "PrefillPriced", "PrefillWorker",
-    "alignment", "batch_caps", "capacity_units", "capped_workers", "decode_searches", "decode_workers",
-    "largest_batch_steps", "offers_batch_caps", "prefill_priced",
+    "alignment", "batch_caps", "capacity_units", "capped_reaching", "capped_workers", "decode_searches",
+    "decode_workers", "largest_batch_steps", "offers_batch_caps", "prefill_priced",
     "prefill_workers", "rate_units", "with_batch_caps", "worker_layouts",
 ]

@@ -4,12 +4,23 @@ they are, that they change no ``--rate`` answer, and that they reach deployments
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
+from shardplan.solver.cost.disagg import resolve_profile
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.search import fewest_gpus, max_throughput, target_units
-from shardplan.solver.disagg.workers import batch_caps
+from shardplan.solver.disagg.workers import (
+    DecodeSearch,
+    batch_caps,
+    capacity_units,
+    capped_reaching,
+    capped_workers,
+    decode_searches,
+)
 from shardplan.solver.optimise import Deadline
+from tests.factory import problem
 from tests.unit.solver.disagg.test_search import SGL_TIGHT, SMALL, case_id, pools_for
 
 
@@ -34,6 +45,33 @@ def test_the_capped_candidates_follow_every_uncapped_one_each_below_its_layout_s
     extra = capped[len(plain):]
     assert len(extra) == sum(len(batch_caps(b)) for b in largest.values())
     assert all(w.batch < largest[w.layout] for w in extra)
+
+
+@pytest.mark.parametrize("case", [SMALL[1], SGL_TIGHT[0], SGL_TIGHT[1]], ids=case_id)
+def test_the_capped_workers_a_floor_keeps_are_read_without_pricing_the_others(case, monkeypatch) -> None:
+    """``capped_reaching`` with a floor on rate units per GPU (the median of the case's capped workers, and 0)
+    returns the capped workers at or above it in ``capped_workers``' order, and prices exactly the caps whose
+    batch at the round of batch 1 reaches it (fewer than all at the median)."""
+    p = problem(**case, objective="throughput")
+    searches = decode_searches(p, resolve_profile(p))
+    every = capped_workers(searches)
+    ratios = sorted(Fraction(w.capacity_units, w.gpus) for w in every)
+    priced: list[tuple[object, int]] = []
+    worker = DecodeSearch.worker
+
+    def pricing(self, batch=None):
+        priced.append((self.layout, batch))
+        return worker(self, batch)
+
+    monkeypatch.setattr(DecodeSearch, "worker", pricing)
+    for floor in (ratios[len(ratios) // 2], Fraction(0)):
+        priced.clear()
+        kept = capped_reaching(searches, lambda w, floor=floor: Fraction(w.capacity_units, w.gpus) >= floor)
+        assert kept == [w for w in every if Fraction(w.capacity_units, w.gpus) >= floor]
+        bounded = [(s.layout, cap) for s in searches for cap in batch_caps(s.finish())
+                   if Fraction(capacity_units(cap, s.round_ns(1), p.workload.osl), s.gpus) >= floor]
+        assert priced == bounded
+        assert len(priced) < len(every) if floor else len(priced) == len(every)
 
 
 RATES = [(c, r) for c in [SMALL[0], SMALL[1], SGL_TIGHT[0], SGL_TIGHT[1]] for r in (1.0, 12.5)]
