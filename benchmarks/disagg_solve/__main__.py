@@ -78,14 +78,17 @@ def engines() -> None:
         for engine in ENGINES:
             argv = ["solve", "--serving", "auto", "--model", "qwen3-235b-a22b", "--cluster", cluster, *ASKED,
                     "--engine", engine, "--json"]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "shardplan.solver.cli", *argv], capture_output=True,
                                   check=False)
             wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             disagg = json.loads(done.stdout)["modes"]["disagg"] if done.returncode == 0 else {}
             gap = f", gap {disagg['gap']:.1%}" if disagg.get("gap") is not None else ""
-            print(f"auto, qwen3-235b-a22b, {cluster} ({gpus} GPUs), {engine}: {wall:.1f} s wall, exit "
-                  f"{done.returncode}, disaggregated {disagg.get('status')}{gap}")
+            print(f"auto, qwen3-235b-a22b, {cluster} ({gpus} GPUs), {engine}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                  f"exit {done.returncode}, disaggregated {disagg.get('status')}{gap}")
 
 
 def _cpu(run: Callable[[], T]) -> tuple[float, T]:
