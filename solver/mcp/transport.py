@@ -6,9 +6,11 @@ it cannot read to the server as an exception, which the server logs and drops: a
 ``this is not json``, a batch array or a request without a method waited for an answer that never came.
 Here such a line gets ``-32700`` (not JSON) or ``-32600`` (JSON, but not a JSON-RPC message) with id
 null (or the request's id when the object names a usable one), and the next line is served. A message
-is read as strictly as an input file (NaN, a repeated key, deep nesting: ``-32602`` naming where), and
-how serving ends is the CLI's contract (``StdioTransport``, ``Ending``). A message read here goes to the
-server as the SDK's ``SessionMessage``, and its answers are written as the SDK writes them. No tool runs here.
+is read as strictly as an input file (NaN, a repeated key, deep nesting: ``-32602`` naming where), a
+request's params as its SDK model reads them and a request before initialize refused by name (the SDK
+answered both with -32602 'Invalid request parameters', naming nothing), and how serving ends is the CLI's
+contract (``StdioTransport``, ``Ending``). A message read here goes to the server as the SDK's
+``SessionMessage``, and its answers are written as the SDK writes them. No tool runs here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, get_args
 
 import anyio
 import anyio.abc
@@ -30,7 +32,7 @@ import anyio.to_thread
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shardplan.models.errors import quoted
 from shardplan.models.files import MAX_JSON_DEPTH, SURROGATE, lone_surrogate
@@ -210,26 +212,51 @@ def parse_line(raw: bytes) -> types.JSONRPCMessage | types.JSONRPCError:
 # The params each request this server serves needs, for _params_problem: the SDK answers a request without them
 # with -32602 'Invalid request parameters' and an empty data field, naming nothing.
 _NEEDED_PARAMS: dict[str, tuple[str, ...]] = {"tools/call": ("name",), "resources/read": ("uri",)}
+# Every request a client may send, by method (the SDK's ClientRequest members): the SDK answers one whose params
+# its model refuses (a cursor that is no string, a log level it does not know) the same way, naming nothing.
+_REQUESTS: dict[str, type[BaseModel]] = {get_args(member.model_fields["method"].annotation)[0]: member
+                                         for member in get_args(types.ClientRequest)}
 
 
 def _params_problem(data: dict[str, Any]) -> str | None:
-    """What is wrong with a ``tools/call`` or ``resources/read`` request's ``params``, naming the field."""
+    """What is wrong with a client request's ``params``, naming the field: where a ``tools/call`` or
+    ``resources/read`` request lacks what it needs, or the request's model (``_REQUESTS``) refuses it."""
     method = data.get("method")
-    needed = _NEEDED_PARAMS.get(method) if isinstance(method, str) else None
-    if needed is None or "id" not in data:
+    if not isinstance(method, str) or method not in _REQUESTS or "id" not in data:
         return None
-    if "params" not in data:
+    params = data.get("params")
+    if params is not None and not isinstance(params, dict):  # not a JSON-RPC message: -32600, from its own check
+        return None
+    needed = _NEEDED_PARAMS.get(method, ())
+    if needed and params is None:
         return f"params: {method} needs an object with {', '.join(needed)}"
-    params = data["params"]
-    if not isinstance(params, dict):  # not a JSON-RPC message at all: -32600, from the message's own check
-        return None
+    given = params or {}
     for key in needed:
-        if not isinstance(params.get(key), str):
-            return f"params.{key}: must be a string, got {quoted(json.dumps(params.get(key)))}"
-    arguments = params.get("arguments")
+        if not isinstance(given.get(key), str):
+            return f"params.{key}: must be a string, got {quoted(json.dumps(given.get(key)))}"
+    arguments = given.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
         return f"params.arguments: must be an object of the tool's inputs, got {quoted(json.dumps(arguments))}"
+    try:
+        _REQUESTS[method].model_validate({"method": method, "params": params}, by_name=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "params"
+        return f"{where}: {first['msg'][:1].lower()}{first['msg'][1:]}, got {quoted(json.dumps(first['input']))}"
     return None
+
+
+# What the SDK serves before a session's initialize request: the rest it answers with -32602 'Invalid request
+# parameters' and an empty data field, naming nothing.
+_BEFORE_INITIALIZE = frozenset({"initialize", "ping"})
+
+
+def _before_initialize(request: types.JSONRPCRequest) -> types.JSONRPCError | None:
+    """The answer to a request read before any initialize request, where the SDK would refuse it unnamed."""
+    if request.method in _BEFORE_INITIALIZE or request.method not in _REQUESTS:
+        return None  # an unknown method: the SDK's 'Method not found', named
+    return error_reply(types.INVALID_PARAMS, f"method: {quoted(request.method)} before initialize; a session "
+                                             "begins with an initialize request", request.id)
 
 
 def read_line(stream: BinaryIO) -> bytes | None:
@@ -292,6 +319,7 @@ class StdioTransport:
         self.unanswered: set[Any] = set()  # ids of requests read and not yet answered
         self.answered = anyio.Event()  # set when an answer was written
         self.ending = Ending()
+        self.initialized = False  # an initialize request was read (and handed to the server)
 
     async def read(self, replies: MemoryObjectSendStream[SessionMessage]) -> None:
         """Every line of stdin: a message to the server, anything else answered at once."""
@@ -303,6 +331,12 @@ class StdioTransport:
                 if isinstance(message, types.JSONRPCError):
                     await replies.send(SessionMessage(message))
                     continue
+                if isinstance(message, types.JSONRPCRequest) and not self.initialized:
+                    early = _before_initialize(message)
+                    if early is not None:
+                        await replies.send(SessionMessage(early))
+                        continue
+                    self.initialized = message.method == "initialize"
                 if isinstance(message, types.JSONRPCRequest):
                     self.unanswered.add(message.id)
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":

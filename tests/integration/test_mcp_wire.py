@@ -22,9 +22,13 @@ REPLY_S = 120.0  # generous: a loaded CI machine imports the solver slowly
 class Wire:
     """One ``shardplan mcp`` process, initialised, spoken to a line at a time."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, initialise: bool = True):
         self.proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.cli", "mcp", "--root", str(root)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if initialise:
+            self.initialise()
+
+    def initialise(self) -> None:
         reply = self.ask({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
         assert "result" in reply, self.diagnosis(reply)
@@ -105,6 +109,12 @@ def ping(request_id: int) -> bytes:
     (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "plan", "arguments": [1]}}', -32602, 3,
      "params.arguments: must be an object"),
     (b'{"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {}}', -32602, 3, "params.uri:"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"cursor": 7}}', -32602, 3,
+     "params.cursor: input should be a valid string, got '7'"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {"_meta": 5}}', -32602, 3, "params._meta:"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel", "params": {"level": "loud"}}', -32602, 3,
+     "params.level: input should be 'debug'"),
+    (b'{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {}}', -32602, 3, "params.name: field required"),
 ])
 def test_a_line_that_is_no_message_is_answered_and_the_next_is_served(wire: Wire, line, code, request_id,
                                                                       says) -> None:
@@ -113,6 +123,26 @@ def test_a_line_that_is_no_message_is_answered_and_the_next_is_served(wire: Wire
     assert reply["id"] == request_id and reply["error"]["code"] == code, wire.diagnosis(reply)
     assert reply["error"]["message"].startswith(f"shardplan: error: {says}"), wire.diagnosis(reply)
     assert wire.ask(ping(7)) == {"jsonrpc": "2.0", "id": 7, "result": {}}
+
+
+def test_a_request_before_initialize_is_refused_by_name_and_the_session_then_begins(tmp_path: Path) -> None:
+    """The SDK answered a request before the session's initialize with -32602 'Invalid request parameters', naming
+    nothing; ping and an unknown method are answered as the SDK answers them, and after initialize the same request
+    is served."""
+    wire = Wire(tmp_path, initialise=False)
+    try:
+        reply = wire.ask({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert reply["id"] == 1 and reply["error"]["code"] == -32602, wire.diagnosis(reply)
+        assert reply["error"]["message"] == ("shardplan: error: method: 'tools/list' before initialize; a session "
+                                             "begins with an initialize request"), wire.diagnosis(reply)
+        assert wire.ask(ping(2)) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        unknown = wire.ask({"jsonrpc": "2.0", "id": 3, "method": "nothing/here"})
+        assert unknown["error"]["code"] == -32601, wire.diagnosis(unknown)  # JSON-RPC: method not found
+        wire.initialise()
+        listed = wire.ask({"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
+        assert "plan" in [tool["name"] for tool in listed["result"]["tools"]], wire.diagnosis(listed)
+    finally:
+        wire.close()
 
 
 def test_a_line_past_the_limit_is_refused_unread_and_the_next_is_served(wire: Wire) -> None:
