@@ -372,18 +372,34 @@ class ChoiceFloor:
         round each, some shared with the floor's climbs; each band's round is then closer to its batches'. Call only
         with OSL above 1."""
         if (k, fine) not in self._bands:
-            d, osl = self.pools.decode[k], self.pools.problem.workload.osl
-            if fine:
-                starts = rungs(d.batch)
-            else:
-                starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
-            bands = []
-            for lo, hi in zip(starts, starts[1:], strict=False):
-                round_ns = self._round_at(k, lo)
-                sustained = _units_above((hi - 1) * NS_PER_S / ((osl - 1) * round_ns))
-                bands.append((round_ns, min(d.capacity_units, sustained)))
+            d = self.pools.decode[k]
+            bands = [self.band(k, lo, hi) for lo, hi in self.band_spans(k, fine)]
             self._bands[(k, fine)] = bands + [(d.round_ns, d.capacity_units)]
         return self._bands[(k, fine)]
+
+    def band_spans(self, k: int, fine: bool = False) -> list[tuple[int, int]]:
+        """``decode_bands``' bands but the last (the candidate's batch alone), each as (its least batch, one past its
+        last)."""
+        d = self.pools.decode[k]
+        if fine:
+            starts = rungs(d.batch)
+        else:
+            starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
+        return list(zip(starts, starts[1:], strict=False))
+
+    def band(self, k: int, lo: int, hi: int, round_ns: int | None = None) -> tuple[int, int]:
+        """The band of decode candidate ``k``'s batches ``lo`` to ``hi - 1`` (``decode_bands``): (its least round, the
+        most rate units one worker sustains in it). ``round_ns``: read at that round instead, at most ``lo``'s (the
+        round at a power of two under it, which the bands over powers of two priced): no evaluate, and at least the
+        band's rate."""
+        d, osl = self.pools.decode[k], self.pools.problem.workload.osl
+        round_ns = self._round_at(k, lo) if round_ns is None else round_ns
+        return round_ns, min(d.capacity_units, _units_above((hi - 1) * NS_PER_S / ((osl - 1) * round_ns)))
+
+    def round_under(self, k: int, b: int) -> int:
+        """The round of decode candidate ``k`` at the highest power of two at or under batch ``b`` (at most the round
+        at ``b``: the round grows with the batch)."""
+        return self._round_at(k, 1 << (b.bit_length() - 1))
 
     @property
     def has_refused(self) -> bool:

@@ -79,7 +79,8 @@ def held_pair_bound(pools: Pools, floor: ChoiceFloor, i: int, k: int, fine: bool
     large decode batch this is far lower: Kimi-K2 on 16x8xH100 under TensorRT-LLM at TTFT 1 s, the deployments
     keyed above the best found fell from 255,674 to about 15,000 (2026-12-07).
 
-    ``fine``: the same over bands at every rung (``ChoiceFloor.decode_bands``), a round each: on Qwen3-235B-A22B
+    ``fine``: the same over bands at every rung (``ChoiceFloor.decode_bands``), a round each, read only where the band
+    may beat the best read so far (``PairKeys._fine_terms``): on Qwen3-235B-A22B
     over 64x8xH200 under SGLang at TTFT 2 s, the pairs with a bound above the answer fell from 2,236 to 67, the best
     pair's bound from 18 % above what its deployments carry to 2.8 % (1 % with a band at every batch; 2026-12-07).
     The walk reads it only for the pairs that reach the top of its heap."""
@@ -113,6 +114,8 @@ class PairKeys:
         """``held`` as (numerator, denominator)."""
         if not self.banded:
             return self.first_terms(i, k)
+        if fine:
+            return self._fine_terms(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
         bands = self.floor.decode_bands(k, fine)
         most_below = self._most_below(k, fine)
@@ -126,6 +129,38 @@ class PairKeys:
                 break
             round_ns, most_units = bands[band]
             feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
+            if feed <= 0:
+                continue
+            n, m = _pair_terms(feed, g, most_units, h)
+            if n * den > num * m:
+                num, den = n, m
+        return num, den
+
+    def _fine_terms(self, i: int, k: int) -> Terms:
+        """``held_terms`` over the rungs, each band's round (an ``evaluate`` call) read only where a bound on the band,
+        read at the round of the power of two under it (priced by the bands over powers of two), may beat the best
+        band read so far: a longer round only lowers what the prefill worker feeds and what the decode worker
+        sustains, so that bound is at least the band's own. The same value as every band read in turn; on
+        64x8xH200 under SGLang reading them all was the walk's most ``evaluate`` calls."""
+        (a, g), (b, h) = self.prefill[i], self.decode[k]
+        floor = self.floor
+        spans = floor.band_spans(k, fine=True)
+        round_ns = floor.pools.decode[k].round_ns  # the last band, the candidate's batch alone: exact already
+        feed = min(a, floor.feed_cap_units(i, round_ns, in_flight_two=bool(spans)))
+        num, den = _pair_terms(feed, g, b, h) if feed > 0 else (0, 1)
+        bounds = []
+        for band, (lo, hi) in enumerate(spans):
+            under, most_units = floor.band(k, lo, hi, floor.round_under(k, lo))
+            feed = min(a, floor.feed_cap_units(i, under, in_flight_two=band > 0))
+            if feed > 0:
+                bounds.append((Fraction(*_pair_terms(feed, g, most_units, h)), band))
+        bounds.sort(key=lambda bound: bound[0], reverse=True)
+        for bound, band in bounds:
+            if bound.numerator * den <= num * bound.denominator:
+                break  # no band left can beat the best
+            lo, hi = spans[band]
+            round_ns, most_units = floor.band(k, lo, hi)
+            feed = min(a, floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
             if feed <= 0:
                 continue
             n, m = _pair_terms(feed, g, most_units, h)
