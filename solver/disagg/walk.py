@@ -153,11 +153,14 @@ class PairKeys:
             under, most_units = floor.band(k, lo, hi, floor.round_under(k, lo))
             feed = min(a, floor.feed_cap_units(i, under, in_flight_two=band > 0))
             if feed > 0:
-                bounds.append((Fraction(*_pair_terms(feed, g, most_units, h)), band))
-        bounds.sort(key=lambda bound: bound[0], reverse=True)
-        for bound, band in bounds:
-            if bound.numerator * den <= num * bound.denominator:
-                break  # no band left can beat the best
+                n, m = _pair_terms(feed, g, most_units, h)
+                bounds.append((n / m, n, m, band))
+        bounds.sort(reverse=True)  # by the float first: a float below another's is of a ratio below the other's
+        for key, n, m, band in bounds:
+            if key < num / den:
+                break  # this band's bound, and every one after it, is below the best
+            if n * den <= num * m:
+                continue  # at most the best, though its float may tie it
             lo, hi = spans[band]
             round_ns, most_units = floor.band(k, lo, hi)
             feed = min(a, floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
