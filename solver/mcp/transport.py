@@ -241,7 +241,7 @@ def _params_problem(data: dict[str, Any]) -> str | None:
         _REQUESTS[method].model_validate({"method": method, "params": params}, by_name=False)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "params"
+        where = _path_text([part if isinstance(part, int) else str(part) for part in first["loc"]])
         return f"{where}: {first['msg'][:1].lower()}{first['msg'][1:]}, got {quoted(json.dumps(first['input']))}"
     return None
 
