@@ -40,7 +40,7 @@ from shardplan.solver.disagg.ttft_cut import ChoiceFloor
 from shardplan.solver.optimise import Deadline
 from shardplan.solver.search_base import NODE_WORK
 
-# Deployments the walk may list in all (each costs a Fraction, a heap entry and, judged, a floor of
+# Deployments the walk may list in all (each costs its rate, a heap entry and, judged, a floor of
 # about half a millisecond); past it, CP-SAT searches what is left. 2x8xH200 lists under 3,000. Past 2^15 the
 # walk still gains on CP-SAT, whose questions on 512 GPUs take about a second each (0.55 units): on
 # Qwen3-235B-A22B, 64x8xH200, SGLang, TTFT 2 s, the default work limit left a gap of 16 % through CP-SAT after
