@@ -30,7 +30,7 @@ hold the search on these candidates to brute force over all of them.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from itertools import islice
 
@@ -172,16 +172,18 @@ def _may_pass(problem: Problem, prefill: PrefillJudged, kept_p: list[int], searc
         return kept_p, with_batch_caps(problem, searches)
     best_p = max(per_gpu(prefill.worker(j)) for j in kept_p)
     reaching = [s for s in searches if pair_bound(best_p, decode_bound_per_gpu(s)) >= floor]
-
-    def reaches(w: DecodeWorker) -> bool:
-        return pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor
-
+    reaches = _pairs_to(best_p, floor)
     decode = [w for w in (s.worker() for s in reaching) if reaches(w)]
     decode += capped_reaching(reaching, reaches) if offers_batch_caps(problem) else []
     if not decode:
         return [], []
     best_d = max(Fraction(w.capacity_units, w.gpus) for w in decode)
     return [j for j in kept_p if pair_bound(per_gpu(prefill.worker(j)), best_d) >= floor], decode
+
+
+def _pairs_to(best_prefill: Fraction, floor: Fraction) -> Callable[[DecodeWorker], bool]:
+    """Whether a decode worker paired with the best prefill rate per GPU can reach ``floor`` per GPU."""
+    return lambda w: pair_bound(best_prefill, Fraction(w.capacity_units, w.gpus)) >= floor
 
 
 def grown_seed(problem: Problem, profile: Profile, prefill: PrefillJudged, searches: list[DecodeSearch],
@@ -225,8 +227,7 @@ def pruned_pools(problem: Problem, profile: Profile, deadline: Deadline | None =
     # A layout's capped workers carry at most what it carries at its largest batch (a worker's capacity grows
     # with its batch, up to the parts-per-million dips ``ttft_cut.capacity_below`` names), so only the kept
     # layouts' are read; each is kept on its own pair bound.
-    capped = capped_reaching([searches[j] for j in kept_d],
-                             lambda w: pair_bound(best_p, Fraction(w.capacity_units, w.gpus)) >= floor) if caps else []
+    capped = capped_reaching([searches[j] for j in kept_d], _pairs_to(best_p, floor)) if caps else []
     best_d = max([decode_bound_per_gpu(searches[k]), *(Fraction(w.capacity_units, w.gpus) for w in capped)])
     kept_p = [j for j, w in enumerate(prefill.priced) if pair_bound(per_gpu(w), best_d) >= floor
               and prefill.admitted(j) is not None]

@@ -382,7 +382,7 @@ class ChoiceFloor:
         last)."""
         d = self.pools.decode[k]
         if fine:
-            starts = rungs(d.batch)
+            starts = self._ladder(k)
         else:
             starts = [1 << n for n in range(d.batch.bit_length()) if 1 << n < d.batch] + [d.batch]
         return list(zip(starts, starts[1:], strict=False))
@@ -429,10 +429,14 @@ class ChoiceFloor:
         """At most the round at batch ``b`` and never falling as ``b`` grows (what the climb needs): the
         round at the highest rung of ``rungs`` at or under ``b``. Rungs rather than every batch: each
         round is an ``evaluate`` call, and exact batches cost 3,000 of them on 2x8xH200 (1.5 s)."""
+        ladder = self._ladder(k)
+        return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
+
+    def _ladder(self, k: int) -> list[int]:
+        """``rungs`` of decode candidate ``k``'s batch, memoised."""
         if k not in self._rungs:
             self._rungs[k] = rungs(self.pools.decode[k].batch)
-        ladder = self._rungs[k]
-        return self._round_at(k, ladder[bisect.bisect_right(ladder, b) - 1])
+        return self._rungs[k]
 
     def _least_round_ns(self) -> int:
         """The least round at batch 1 of any decode candidate (``refuses_every`` and ``worker_cap_units``)."""

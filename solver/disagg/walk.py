@@ -96,7 +96,7 @@ class PairKeys:
         self.prefill = [(p.capacity_units, p.gpus) for p in pools.prefill]
         self.decode = [(d.capacity_units, d.gpus) for d in pools.decode]
         self.banded = floor.active and pools.problem.workload.osl > 1
-        self._most: dict[tuple[int, bool], list[int]] = {}  # _most_below's memo
+        self._most: dict[int, list[int]] = {}  # _most_below's memo
 
     def first(self, i: int, k: int) -> Fraction:
         return Fraction(*self.first_terms(i, k))
@@ -117,8 +117,8 @@ class PairKeys:
         if fine:
             return self._fine_terms(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
-        bands = self.floor.decode_bands(k, fine)
-        most_below = self._most_below(k, fine)
+        bands = self.floor.decode_bands(k)
+        most_below = self._most_below(k)
         num, den = 0, 1  # the best band's _pair_terms
         # From the largest batch down, until no band left can beat the best, even with the prefill worker's whole
         # capacity (the TTFT cap falls as the round grows, the rate rises with the batch: the best band is
@@ -127,11 +127,7 @@ class PairKeys:
             n, m = _pair_terms(a, g, most_below[band], h)
             if n * den <= num * m:
                 break
-            round_ns, most_units = bands[band]
-            feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
-            if feed <= 0:
-                continue
-            n, m = _pair_terms(feed, g, most_units, h)
+            n, m = self._band_terms(i, k, *bands[band], in_flight_two=band > 0)
             if n * den > num * m:
                 num, den = n, m
         return num, den
@@ -142,18 +138,14 @@ class PairKeys:
         band read so far: a longer round only lowers what the prefill worker feeds and what the decode worker
         sustains, so that bound is at least the band's own. The same value as every band read in turn; on
         64x8xH200 under SGLang reading them all was the walk's most ``evaluate`` calls."""
-        (a, g), (b, h) = self.prefill[i], self.decode[k]
         floor = self.floor
         spans = floor.band_spans(k, fine=True)
-        round_ns = floor.pools.decode[k].round_ns  # the last band, the candidate's batch alone: exact already
-        feed = min(a, floor.feed_cap_units(i, round_ns, in_flight_two=bool(spans)))
-        num, den = _pair_terms(feed, g, b, h) if feed > 0 else (0, 1)
+        last = floor.pools.decode[k]  # the last band, the candidate's batch alone: exact already
+        num, den = self._band_terms(i, k, last.round_ns, last.capacity_units, in_flight_two=bool(spans))
         bounds = []
         for band, (lo, hi) in enumerate(spans):
-            under, most_units = floor.band(k, lo, hi, floor.round_under(k, lo))
-            feed = min(a, floor.feed_cap_units(i, under, in_flight_two=band > 0))
-            if feed > 0:
-                n, m = _pair_terms(feed, g, most_units, h)
+            n, m = self._band_terms(i, k, *floor.band(k, lo, hi, floor.round_under(k, lo)), in_flight_two=band > 0)
+            if n > 0:
                 bounds.append((n / m, n, m, band))
         bounds.sort(reverse=True)  # by the float first: a float below another's is of a ratio below the other's
         for key, n, m, band in bounds:
@@ -161,22 +153,25 @@ class PairKeys:
                 break  # this band's bound, and every one after it, is below the best
             if n * den <= num * m:
                 continue  # at most the best, though its float may tie it
-            lo, hi = spans[band]
-            round_ns, most_units = floor.band(k, lo, hi)
-            feed = min(a, floor.feed_cap_units(i, round_ns, in_flight_two=band > 0))
-            if feed <= 0:
-                continue
-            n, m = _pair_terms(feed, g, most_units, h)
+            n, m = self._band_terms(i, k, *floor.band(k, *spans[band]), in_flight_two=band > 0)
             if n * den > num * m:
                 num, den = n, m
         return num, den
 
-    def _most_below(self, k: int, fine: bool) -> list[int]:
-        """For each band of decode candidate ``k``, the most rate units a worker sustains in it or any band below."""
-        if (k, fine) not in self._most:
-            self._most[(k, fine)] = list(itertools.accumulate((most for _, most in self.floor.decode_bands(k, fine)),
-                                                              max))
-        return self._most[(k, fine)]
+    def _band_terms(self, i: int, k: int, round_ns: int, most_units: int, in_flight_two: bool) -> Terms:
+        """The pair's ``_pair_terms`` in one band of the decode batch (its round, the most rate units a decode worker
+        sustains in it): the prefill worker's capacity, or what it feeds at that round within the TTFT limit if less
+        (``ChoiceFloor.feed_cap_units``); (0, 1) where it feeds nothing."""
+        (a, g), h = self.prefill[i], self.decode[k][1]
+        feed = min(a, self.floor.feed_cap_units(i, round_ns, in_flight_two))
+        return _pair_terms(feed, g, most_units, h) if feed > 0 else (0, 1)
+
+    def _most_below(self, k: int) -> list[int]:
+        """For each band of decode candidate ``k`` over the powers of two, the most rate units a worker sustains in it
+        or any band below."""
+        if k not in self._most:
+            self._most[k] = list(itertools.accumulate((most for _, most in self.floor.decode_bands(k)), max))
+        return self._most[k]
 
 
 Terms = tuple[int, int]  # a ratio as (numerator, denominator), the denominator above 0
