@@ -49,8 +49,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 from shardplan.hardware import ClusterSpec, Collective, Tier, collective_time_on_tier_s, tier_of
 from shardplan.hardware.profile import Profile
@@ -62,7 +62,15 @@ from shardplan.rules.layout import Layout
 from shardplan.rules.plan import Plan
 from shardplan.rules.prediction import Metrics, Prediction
 from shardplan.rules.problem import Objective, Pins, Problem, resolve_profile
-from shardplan.solver.cost.evaluate import NS_PER_S, WAIT_DIV, ServingStack, evaluate, max_batch
+from shardplan.solver.cost.evaluate import (
+    NS_PER_S,
+    WAIT_DIV,
+    ServingStack,
+    decode_round_ns,
+    evaluate,
+    max_batch,
+    prediction_of,
+)
 from shardplan.solver.cost.stage import kv_split
 
 RATE_BISECTIONS = 200  # halvings of the rate interval; it stops far sooner, at float resolution
@@ -93,7 +101,13 @@ class PrefillStep:
 class DecodeStep:
     batch: int
     round_ns: int
-    prediction: Prediction
+    priced: tuple[Problem, Layout, Profile] = field(repr=False, compare=False)  # what ``prediction`` prices
+
+    @cached_property
+    def prediction(self) -> Prediction:
+        """The worker's whole prediction at this batch, priced when first read (the plans checked read it; a
+        batch search reads only the round)."""
+        return prediction_of(*self.priced)
 
     def capacity_rps(self, workers: int, osl: int) -> float:
         if osl <= 1:
@@ -130,8 +144,8 @@ def prefill_step(problem: Problem, layout: Layout, chunk: int, profile: Profile)
 @lru_cache(maxsize=1 << 16)
 def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) -> DecodeStep:
     worker = layout.model_copy(update={"batch": batch, "dp": 1})
-    pred = evaluate(role_problem(problem, "decode", batch), worker, profile)
-    return DecodeStep(batch, _ns(pred.metrics.decode_step_ms), pred)
+    role = role_problem(problem, "decode", batch)
+    return DecodeStep(batch, decode_round_ns(role, worker, profile), (role, worker, profile))
 
 
 def forget_worker_prices() -> None:

@@ -399,55 +399,60 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
     """Predict TTFT, TPOT, throughput and per-GPU memory of ``layout`` for ``problem``
     (priced with ``profile`` if given, else the problem's or the GPU's default profile)."""
     _Evaluations.count += 1
-    model, cluster, wl = problem.model, problem.cluster, problem.workload
+    return prediction_of(problem, layout, profile)
+
+
+def decode_round_ns(problem: Problem, layout: Layout, profile: Profile | None = None) -> int:
+    """``evaluate``'s decode round (``metrics.decode_step_ms``) in integer nanoseconds, the same integer, without
+    pricing the prefill, the memory or the operators' breakdown: a disaggregated decode worker's batch search asks
+    only this, about ten times per layout (over half of a 512-GPU solve's ``evaluate`` time went to the rest).
+    Counted as an ``evaluate`` call (a search's work is the same either way)."""
+    _Evaluations.count += 1
+    priced = _Priced.of(problem, layout, resolve_profile(problem, profile))
+    return priced.round_ns(priced.decode_stages(problem))
+
+
+def prediction_of(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
+    """``evaluate``, not counted: for a price whose ``evaluate`` call was counted already (a decode worker's
+    prediction, read only for the plans checked, after ``decode_round_ns`` counted its pricing)."""
+    wl = problem.workload
     profile = resolve_profile(problem, profile)
     memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence
-    concurrency, held = layout.batch, slots_held(problem, layout, profile)
-    if held != concurrency:  # only an engine that reserves whole sequences, at a batch memory does not hold
-        layout = layout.model_copy(update={"batch": held})
-    shape = stage_shape(model, layout)
-    ctx = CostContext(model, cluster, profile, shape, problem.redundant_slots)
-    batch, S = layout.batch, layout.pp
-    mu, micro = microbatching(S, batch)
+    concurrency = layout.batch
+    priced = _Priced.of(problem, layout, profile)
+    layout, ctx, factors, counts = priced.layout, priced.ctx, priced.factors, priced.counts
+    batch, S, mu, micro = layout.batch, layout.pp, priced.mu, priced.micro
     chunk = prefill_chunk(problem, profile, micro)
-    factors = layer_load_factors(model, layout)
-
-    counts = [kind_counts(model, layout.stage_layers(s)) for s in range(S)]
-    kinds = sorted({k for c in counts for k in c}, key=lambda k: (k.moe, k.windowed))
     chunk_step = Step(Phase.PREFILL, chunk, wl.isl, wl.isl)
-    decode_step = Step(Phase.DECODE, micro, 1, decode_context(problem))
-    chunk_table = LoadedLayers(ctx, chunk_step, phase_table(ctx, chunk_step, kinds), factors)
-    decode_table = LoadedLayers(ctx, decode_step, phase_table(ctx, decode_step, kinds), factors)
+    chunk_table = LoadedLayers(ctx, chunk_step, phase_table(ctx, chunk_step, priced.kinds), factors)
+    decode = priced.decode_stages(problem)
 
-    timings, chunk_ns, dec_ns, send_chunk, send_dec = [], [], [], [], []
+    timings, chunk_ns, send_chunk = [], [], []
     for s in range(S):
         first, last = s == 0, s == S - 1
         gpus = layout.stage_gpus(0, s)
         layers = layout.stage_layers(s)
         chunk_ns.append(chunk_table.stage_ns(layers, counts[s], first, last))
-        dec_ns.append(decode_table.stage_ns(layers, counts[s], first, last))
         if last:
             send_chunk.append(0)
-            send_dec.append(0)
         else:
             nxt = layout.stage_gpus(0, s + 1).start
             send_chunk.append(round(ctx.send_recv_s(chunk_step, gpus.start, nxt) * NS_PER_S))
-            send_dec.append(round(ctx.send_recv_s(decode_step, gpus.start, nxt) * NS_PER_S))
         timings.append(
             StageTiming(
                 index=s,
                 layers=layout.stages[s],
                 gpus=tuple(gpus),
                 prefill_ms=chunk_ns[s] / 1e6,
-                decode_ms=dec_ns[s] / 1e6,
+                decode_ms=decode.stage_ns[s] / 1e6,
                 send_prefill_ms=send_chunk[s] / 1e6,
-                send_decode_ms=send_dec[s] / 1e6,
+                send_decode_ms=decode.send_ns[s] / 1e6,
                 prefill_ops_us=chunk_table.stage_ops_us(layers, counts[s], first, last),
-                decode_ops_us=decode_table.stage_ops_us(layers, counts[s], first, last),
+                decode_ops_us=decode.table.stage_ops_us(layers, counts[s], first, last),
             )
         )
 
-    round_ns = max(sum(dec_ns) + sum(send_dec), mu * max(d + x for d, x in zip(dec_ns, send_dec, strict=True)))
+    round_ns = priced.round_ns(decode)
     slowest_chunk_ns = max(c + x for c, x in zip(chunk_ns, send_chunk, strict=True))
     steps = prefill_steps(problem, profile, micro, layout.attn_dp)
     prefill_ns = sum(chunk_ns) + sum(send_chunk)
@@ -473,6 +478,60 @@ def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -
         microbatches=mu,
         prefill_chunk=chunk,
     )
+
+
+@dataclass(frozen=True)
+class _DecodeStages:
+    """One decode round's pieces: its step, the step's table, and per stage its time and its send onward."""
+
+    table: LoadedLayers
+    stage_ns: list[int]
+    send_ns: list[int]
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """What ``prediction_of`` and ``decode_round_ns`` both price from: the layout at the batch the engine holds
+    (``slots_held``), its cost context, microbatching, load factors and layer kinds per stage."""
+
+    layout: Layout
+    ctx: CostContext
+    mu: int
+    micro: int
+    factors: dict[int, float]
+    counts: list[Counter[LayerKind]]
+    kinds: list[LayerKind]
+
+    @classmethod
+    def of(cls, problem: Problem, layout: Layout, profile: Profile) -> _Priced:
+        model = problem.model
+        held = slots_held(problem, layout, profile)
+        if held != layout.batch:  # only an engine that reserves whole sequences, at a batch memory does not hold
+            layout = layout.model_copy(update={"batch": held})
+        ctx = CostContext(model, problem.cluster, profile, stage_shape(model, layout), problem.redundant_slots)
+        mu, micro = microbatching(layout.pp, layout.batch)
+        counts = [kind_counts(model, layout.stage_layers(s)) for s in range(layout.pp)]
+        kinds = sorted({k for c in counts for k in c}, key=lambda k: (k.moe, k.windowed))
+        return cls(layout, ctx, mu, micro, layer_load_factors(model, layout), counts, kinds)
+
+    def decode_stages(self, problem: Problem) -> _DecodeStages:
+        layout, ctx, S = self.layout, self.ctx, self.layout.pp
+        step = Step(Phase.DECODE, self.micro, 1, decode_context(problem))
+        table = LoadedLayers(ctx, step, phase_table(ctx, step, self.kinds), self.factors)
+        stage_ns, send_ns = [], []
+        for s in range(S):
+            stage_ns.append(table.stage_ns(layout.stage_layers(s), self.counts[s], s == 0, s == S - 1))
+            if s == S - 1:
+                send_ns.append(0)
+            else:
+                start, nxt = layout.stage_gpus(0, s).start, layout.stage_gpus(0, s + 1).start
+                send_ns.append(round(ctx.send_recv_s(step, start, nxt) * NS_PER_S))
+        return _DecodeStages(table, stage_ns, send_ns)
+
+    def round_ns(self, decode: _DecodeStages) -> int:
+        """A decode round: one microbatch through every stage and send, or ``mu`` times the busiest stage."""
+        d, x = decode.stage_ns, decode.send_ns
+        return max(sum(d) + sum(x), self.mu * max(a + b for a, b in zip(d, x, strict=True)))
 
 
 def memory_reports(problem: Problem, layout: Layout, profile: Profile | None = None) -> tuple[MemoryReport, ...]:
