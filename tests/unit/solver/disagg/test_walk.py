@@ -279,3 +279,22 @@ def test_heap_entries_order_as_their_exact_keys_then_kind_and_what() -> None:
     assert [(Fraction(n, m), kind, what) for n, m, kind, what in by_heap] == \
         [(Fraction(n, m), kind, what) for n, m, kind, what in exact]
     assert (10**17 + 1) / 3 == 10**17 / 3  # their floats tie: the terms decide
+
+
+@pytest.mark.parametrize("case", SGL_TIGHT + [SMALL[1]], ids=case_id)
+def test_the_rung_bands_of_a_group_are_bounded_higher_the_larger_their_batches(case) -> None:
+    """The premise of the lazy order of ``PairKeys._fine_terms``: the rung bands under one power of two (a group,
+    ``PairKeys._groups``) are bounded at one round, so within a group a band's bound is at least the one before
+    it, on every pair of each case; and the groups cover every rung band once, in order."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    keys = PairKeys(pools, floor)
+    for k in range(len(pools.decode)):
+        spans = floor.band_spans(k, fine=True)
+        groups = keys._groups(k)
+        assert [band for first, end in groups for band in range(first, end)] == list(range(len(spans)))
+        for i in range(len(pools.prefill)):
+            for first, end in groups:
+                bounds = [keys._bound_at(i, k, spans, band, first) for band in range(first, end)]
+                ratios = [Fraction(0) if b is None else Fraction(b[1], b[2]) for b in bounds]
+                assert ratios == sorted(ratios), (i, k, first)
