@@ -482,7 +482,8 @@ def prediction_of(problem: Problem, layout: Layout, profile: Profile | None = No
 
 @dataclass(frozen=True)
 class _DecodeStages:
-    """One decode round's pieces: its step, the step's table, and per stage its time and its send onward."""
+    """One decode round's pieces: its step's table (the operators' breakdown reads it), and per stage its time and
+    its send onward."""
 
     table: LoadedLayers
     stage_ns: list[int]
