@@ -75,8 +75,9 @@ def _speed(row: dict[str, Any]) -> tuple[float, float]:
 def deferred_sigint() -> Iterator[None]:
     """Hold a Ctrl-C back until the block is done: a row is printed and kept whole or not at all, so the
     output an interruption closes is valid and its count is the rows printed. (A handler that notes the
-    signal, not a blocked signal: the process's other threads, CP-SAT's, would still take it.)"""
-    if threading.current_thread() is not threading.main_thread():
+    signal, not a blocked signal: the process's other threads, CP-SAT's, would still take it.) A process started
+    with Ctrl-C ignored (a script's background job, ``cmd &``) keeps ignoring it here too."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield  # Python runs signal handlers in the main thread only
         return
     noted: list[int] = []

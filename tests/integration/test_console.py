@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,10 +19,11 @@ import pytest
 from shardplan.solver.cli import main as package_main
 from shardplan.solver.cli.main import cli as package_cli
 from shardplan.solver.cli.main import main as cli_main
+from shardplan.solver.cli.stream import deferred_sigint
 
 # Seconds of work whatever the machine (both serving modes on 512 GPUs under SGLang, about 7 s alone): a signal
 # sent at 1 s must not find the process already finishing, where the interpreter's shutdown restores SIGINT's
-# default. Under vLLM the same question took 1.7 s alone (2026-12-07), and the signal came after the end.
+# default. Under vLLM the same question takes 1.5-1.7 s alone (2026-12-07), so the signal would land near its end.
 LARGE = ["solve", "--model", "qwen3-235b-a22b", "--cluster", "64x8xH200", "--serving", "auto", "--engine", "sglang",
          "--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50", "--json"]
 
@@ -163,3 +167,33 @@ def test_shardplan_debug_on_values_re_raise(monkeypatch, value):
     monkeypatch.setattr(package_cli, "invoke", _command_raising(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
         cli_main(["solve"])
+
+
+def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it():
+    """A script's background job (``shardplan ... &`` with no job control) starts with SIGINT ignored, so that the
+    script's Ctrl-C is not its own. The console's start-up handler took it anyway (exit 130, "interrupted")."""
+    proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.console", "models", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    wait_until_importing(proc.pid)
+    assert proc.poll() is None  # still starting: the signal lands where the handler was
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)
+
+
+def test_rows_printed_with_ctrl_c_ignored_stay_uninterrupted():
+    """``stream.deferred_sigint`` holds a Ctrl-C back while a row prints; with SIGINT ignored there is none to hold
+    back: the signal stays ignored, in the block and after it (before, the block noted it and raised)."""
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_sigint():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    except KeyboardInterrupt:
+        pytest.fail("the ignored Ctrl-C was raised after the row")
+    finally:
+        signal.signal(signal.SIGINT, previous)
