@@ -20,6 +20,8 @@ import threading
 from ortools.sat.python import cp_model
 from ortools.sat.python.cp_model_helper import CpSolverStatus
 
+from shardplan.solver.held_sigint import deferred_sigint
+
 POLL_S = 0.05  # how often the waiting thread looks up: Python delivers signals between its waits
 
 
@@ -62,14 +64,20 @@ class InterruptibleSolver(cp_model.CpSolver):
             finally:
                 finished.set()
 
-        threading.Thread(target=search, name="cp-sat", daemon=True).start()
+        thread = threading.Thread(target=search, name="cp-sat", daemon=True)
+        started = False
         # An Event, not Thread.join: a join that KeyboardInterrupt broke into can return early (CPython 3.11),
         # and a process that exits while the search still runs aborts in OR-Tools' C++.
         try:
+            # Started whole, or not at all: a Ctrl-C inside Thread.start (its wait for the new thread) left the
+            # search running unstopped while the interruption went on; held back, it is raised here, started known.
+            with deferred_sigint():
+                thread.start()
+                started = True
             while not finished.wait(POLL_S):
                 pass
         except KeyboardInterrupt:
-            while not finished.is_set():  # stopped until it ends: the search may not have begun at the first stop
+            while started and not finished.is_set():  # stopped until it ends: it may not have begun at the first stop
                 self.stop_search()
                 try:
                     finished.wait(POLL_S)

@@ -13,11 +13,7 @@ layout (its time limit, ``--limit``, or Ctrl-C).
 from __future__ import annotations
 
 import json
-import signal
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -25,6 +21,7 @@ import click
 
 from shardplan.models.files import json_text
 from shardplan.solver.enumerate import Frontier
+from shardplan.solver.held_sigint import deferred_sigint
 
 # The fields of a row the HTML report's scatter and frontier table read (report.enumeration_report).
 POINT_FIELDS = ("index", "degrees", "num_gpus", "metrics")
@@ -69,25 +66,6 @@ class Kept:
 
 def _speed(row: dict[str, Any]) -> tuple[float, float]:
     return row["metrics"]["e2e_ms"], -row["metrics"]["output_tokens_per_s"]
-
-
-@contextmanager
-def deferred_sigint() -> Iterator[None]:
-    """Hold a Ctrl-C back until the block is done: a row is printed and kept whole or not at all, so the
-    output an interruption closes is valid and its count is the rows printed. (A handler that notes the
-    signal, not a blocked signal: the process's other threads, CP-SAT's, would still take it.) A process started
-    with Ctrl-C ignored (a script's background job, ``cmd &``) keeps ignoring it here too."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield  # Python runs signal handlers in the main thread only
-        return
-    noted: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if noted:
-        raise KeyboardInterrupt
 
 
 class Printer:

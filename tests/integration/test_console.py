@@ -19,7 +19,7 @@ import pytest
 from shardplan.solver.cli import main as package_main
 from shardplan.solver.cli.main import cli as package_cli
 from shardplan.solver.cli.main import main as cli_main
-from shardplan.solver.cli.stream import deferred_sigint
+from shardplan.solver.held_sigint import deferred_sigint
 
 # Seconds of work whatever the machine (both serving modes on 512 GPUs under SGLang, about 7 s alone): a signal
 # sent at 1 s must not find the process already finishing, where the interpreter's shutdown restores SIGINT's
@@ -184,7 +184,7 @@ def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it():
 
 
 def test_rows_printed_with_ctrl_c_ignored_stay_uninterrupted():
-    """``stream.deferred_sigint`` holds a Ctrl-C back while a row prints; with SIGINT ignored there is none to hold
+    """``held_sigint.deferred_sigint`` holds a Ctrl-C back while a row prints; with SIGINT ignored there is none to hold
     back: the signal stays ignored, in the block and after it (before, the block noted it and raised)."""
     assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
