@@ -4,7 +4,8 @@ Starting a command imports the solver, a large share of a short command's time; 
 to print a KeyboardInterrupt traceback from deep inside an import. The handler below is installed
 before those imports and ends the process the way the command line does once it runs
 (``solver/cli/main.py``: one line, ``shardplan: interrupted``, exit 130); then the command line's own handling
-takes over. ``from shardplan.solver.cli import main`` still gives the command line itself.
+takes over. ``from shardplan.solver.cli import main`` still gives the command line itself. A process started
+with Ctrl-C ignored (a script's background job) gets no handler: the signal stays ignored, as the shell asked.
 """
 
 from __future__ import annotations
