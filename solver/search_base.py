@@ -17,7 +17,7 @@ from shardplan.rules.catalog import check_allow
 from shardplan.rules.layout import Layout
 from shardplan.rules.problem import Problem
 from shardplan.solver.cost.disagg import steady_states
-from shardplan.solver.cost.evaluate import evaluations
+from shardplan.solver.cost.evaluate import evaluations, round_pricings
 from shardplan.solver.oracle import Candidate, Oracle
 from shardplan.solver.tables import Tables
 
@@ -34,7 +34,8 @@ WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to re
 # The work of the pure-Python loops, about their CPU seconds as NODE_WORK is a node's: an exact check of a
 # deployment or a plan (judge every rule) is CHECK_WORK, and each ``evaluate`` call its pricing makes
 # EVALUATE_WORK (a disaggregated check prices a decode pool at many batches: 0.13 s and ~25 evaluations a
-# check on Kimi-K2 14x72xGB200, 3-5 ms an evaluation; benchmarks/fuzz/README.md, 2026-11-27). Counted
+# check on Kimi-K2 14x72xGB200, 3-5 ms an evaluation; benchmarks/fuzz/README.md, 2026-11-27; those rounds are
+# now priced alone, ROUND_WORK below). Counted
 # (``Deadline.checking``) where those loops run: the disaggregated walk, seed, questions and enumeration, the
 # colocated enumeration's plans; so a work limit cuts them at the same place at any load. Each disaggregated
 # steady state solved is STEADY_WORK more (``cost.disagg.steady_state``): on Qwen3-235B-A22B, 64x8xH200,
@@ -43,6 +44,12 @@ WORK_FLOOR = 1e-3  # the least deterministic time a solve is given: enough to re
 CHECK_WORK = 1e-3
 EVALUATE_WORK = 4e-3
 STEADY_WORK = 4e-4
+# A decode worker's round priced alone (``cost.evaluate.decode_round_ns``: a disaggregated check's steady states
+# ask it at each batch they try, and it prices no prefill, memory or breakdown): its batch searches took 0.15-0.18
+# ms of CPU per round on Qwen3-30B-A3B and Mixtral-8x22B over 64x8xH200 and Kimi-K2 over 14x72xGB200 (2026-12-08).
+# Counted as an ``evaluate`` call, the checks of Qwen3-30B-A3B on 64x8xH200 under SGLang were 15.3 units for 3.1 s
+# of CPU, and the default work limit ended that search short of its proof.
+ROUND_WORK = 2e-4
 # Listing and ordering one (x, y) choice of a pair in the disaggregated enumeration (``frontier.py``): up to
 # 4,096 a pair, 0.5 s of CPU on 8192x8xH200 (DeepSeek-V3) against one exact check of ~0.07 units, so the
 # default work limit let `enumerate --serving disagg` there run past 120 s.
@@ -112,13 +119,14 @@ class Deadline:
 
     @contextmanager
     def checking(self) -> Iterator[None]:
-        """Count the exact check inside as work: ``CHECK_WORK``, ``EVALUATE_WORK`` per ``evaluate`` and
-        ``STEADY_WORK`` per disaggregated steady state."""
-        before, states = evaluations(), steady_states()
+        """Count the exact check inside as work: ``CHECK_WORK``, ``EVALUATE_WORK`` per ``evaluate``, ``ROUND_WORK``
+        per decode round priced alone and ``STEADY_WORK`` per disaggregated steady state."""
+        before, rounds, states = evaluations(), round_pricings(), steady_states()
         try:
             yield
         finally:
-            self.spend(CHECK_WORK + EVALUATE_WORK * (evaluations() - before) + STEADY_WORK * (steady_states() - states))
+            self.spend(CHECK_WORK + EVALUATE_WORK * (evaluations() - before) + ROUND_WORK * (round_pricings() - rounds)
+                       + STEADY_WORK * (steady_states() - states))
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -149,10 +149,11 @@ def decode_step(problem: Problem, layout: Layout, batch: int, profile: Profile) 
 
 
 def forget_worker_prices() -> None:
-    """Empty the memos of ``prefill_step`` and ``decode_step``. A search's work counts the ``evaluate`` calls
-    it makes (search_base.Deadline), which a memo filled by an earlier search in the same process spares; so
-    each disaggregated search starts from empty memos, as in a fresh process, and a work limit ends it at
-    the same place in a long-lived one (the MCP server, library calls) as on the command line."""
+    """Empty the memos of ``prefill_step`` and ``decode_step``. A search's work counts the pricings
+    (``evaluate`` and ``decode_round_ns`` calls) it makes (search_base.Deadline), which a memo filled by an
+    earlier search in the same process spares; so each disaggregated search starts from empty memos, as in a
+    fresh process, and a work limit ends it at the same place in a long-lived one (the MCP server, library
+    calls) as on the command line."""
     prefill_step.cache_clear()
     decode_step.cache_clear()
 

@@ -384,15 +384,22 @@ class LoadedLayers:
 
 
 class _Evaluations:
-    """How many times ``evaluate`` ran in this process: the same for the same input on any machine and at
-    any load, so the pure-Python searches count their pricing as work by it (``search_base.Deadline``)."""
+    """How many times ``evaluate`` and ``decode_round_ns`` ran in this process: the same for the same input on any
+    machine and at any load, so the pure-Python searches count their pricing as work by them
+    (``search_base.Deadline``)."""
 
     count = 0
+    rounds = 0
 
 
 def evaluations() -> int:
     """``evaluate`` calls so far in this process (a search reads the difference over its own work)."""
     return _Evaluations.count
+
+
+def round_pricings() -> int:
+    """``decode_round_ns`` calls so far in this process (as ``evaluations``)."""
+    return _Evaluations.rounds
 
 
 def evaluate(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
@@ -406,15 +413,15 @@ def decode_round_ns(problem: Problem, layout: Layout, profile: Profile | None = 
     """``evaluate``'s decode round (``metrics.decode_step_ms``) in integer nanoseconds, the same integer, without
     pricing the prefill, the memory or the operators' breakdown: a disaggregated decode worker's batch search asks
     only this, about ten times per layout (over half of a 512-GPU solve's ``evaluate`` time went to the rest).
-    Counted as an ``evaluate`` call (a search's work is the same either way)."""
-    _Evaluations.count += 1
+    Counted apart (``round_pricings``): a search charges it its own cost, a fraction of a whole ``evaluate``'s."""
+    _Evaluations.rounds += 1
     priced = _Priced.of(problem, layout, resolve_profile(problem, profile))
     return priced.round_ns(priced.decode_stages(problem))
 
 
 def prediction_of(problem: Problem, layout: Layout, profile: Profile | None = None) -> Prediction:
-    """``evaluate``, not counted: for a price whose ``evaluate`` call was counted already (a decode worker's
-    prediction, read only for the plans checked, after ``decode_round_ns`` counted its pricing)."""
+    """``evaluate``, not counted: for a price whose pricing was counted already (a decode worker's prediction, read
+    only for the plans checked, after ``decode_round_ns`` counted its round)."""
     wl = problem.workload
     profile = resolve_profile(problem, profile)
     memory = memory_reports(problem, layout, profile)  # at the stated batch: whether it holds every sequence

@@ -27,9 +27,10 @@ LLAMA_THROUGHPUT = ["--model", "llama-3.1-70b", "--cluster", "2x8xH100", "--obje
 ASKED = ["--isl", "4000", "--osl", "500", "--ttft-ms", "2000", "--tpot-ms", "50"]
 LLAMA_DISAGG = ["--model", "llama-3.1-70b", "--weights-dtype", "fp8", "--cluster", "8xH200", *ASKED,
                 "--serving", "disagg"]
-# Measured (2026-11-27): LLAMA_DISAGG's search needs 0.27 units, its seed (the same deployment, unproven) 0.269;
-# its enumeration 7.2 units (809 deployments), LLAMA's colocated one 0.53 (105 layouts).
-DISAGG_WORK = 0.1
+# Measured (2026-11-27): LLAMA_DISAGG's enumeration 7.2 units (809 deployments), LLAMA's colocated one 0.53 (105
+# layouts). Its search proves within 0.02 units since a decode round priced alone counts ROUND_WORK (2026-12-08;
+# 0.27 before), and 0.01 ends it at its seed: the same deployment, unproven (gap 13 %).
+DISAGG_WORK = 0.01
 ENUMERATE_WORK = "0.05"
 
 

@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from shardplan.rules.layout import Layout
 from shardplan.solver.cost.disagg import resolve_profile, steady_states
-from shardplan.solver.cost.evaluate import evaluate, evaluations
+from shardplan.solver.cost.evaluate import decode_round_ns, evaluate, evaluations
 from shardplan.solver.cpsat_search import solve_within
 from shardplan.solver.disagg import brute
 from shardplan.solver.disagg.deploy import Pools
@@ -27,6 +27,7 @@ from shardplan.solver.search_base import (
     CHECK_WORK,
     EVALUATE_WORK,
     NODE_WORK,
+    ROUND_WORK,
     STEADY_WORK,
     STEP_LIMIT_S,
     STEP_WORK,
@@ -66,6 +67,18 @@ def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
     assert deadline.passed() and deadline.by_work()
     assert deadline.no_plan() == ("work-limit: no plan found within 0.0055 units of work (--work-limit 0 "
                                   "searches to the end)")
+
+
+def test_a_decode_round_priced_alone_counts_its_own_work_not_an_evaluations() -> None:
+    """A disaggregated check's steady states price the decode round alone at each batch they try
+    (``decode_round_ns``): each is ``ROUND_WORK``, its measured cost, not a whole ``evaluate``'s."""
+    p = problem("llama-3.1-8b", "2xH100")
+    deadline = Deadline(None)
+    with deadline.checking():
+        decode_round_ns(p, Layout(tp=2, stages=((0, p.model.num_layers),)))
+        decode_round_ns(p, Layout(tp=2, stages=((0, p.model.num_layers),), batch=8))
+    assert deadline.work_done == pytest.approx(CHECK_WORK + 2 * ROUND_WORK)
+    assert ROUND_WORK < EVALUATE_WORK
 
 
 def test_a_disaggregated_check_counts_each_steady_state_it_solves() -> None:

@@ -1,7 +1,7 @@
 """``decode_round_ns``, the decode round alone, against ``evaluate``'s whole prediction: the same integer on every
 kind of layout (stages and their sends, microbatches, experts, load factors, an engine holding fewer sequences than
-asked), one ``evaluate`` call counted each; and a decode worker's lazy prediction, the same as ``evaluate``'s, read
-without counting another."""
+asked), each counted as a round priced, not an ``evaluate`` call; and a decode worker's lazy prediction, the same as
+``evaluate``'s, read without counting either."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 
 from shardplan.hardware.profile import get_profile
 from shardplan.solver.cost.disagg import decode_step, role_problem
-from shardplan.solver.cost.evaluate import decode_round_ns, evaluate, evaluations, max_batch, prediction_of
+from shardplan.solver.cost.evaluate import (
+    decode_round_ns,
+    evaluate,
+    evaluations,
+    max_batch,
+    prediction_of,
+    round_pricings,
+)
 from tests.unit.solver.cost.factory import layout, problem
 
 # (model, cluster, profile, layout degrees, batch): one pipeline stage and several, sends across nodes, experts,
@@ -29,9 +36,9 @@ def test_the_round_alone_is_evaluates_round(alias: str, cluster: str, profile: s
     p = problem(alias, cluster)
     lay = layout(p, batch=batch, **degrees)
     prof = get_profile(profile)
-    before = evaluations()
+    before = evaluations(), round_pricings()
     round_ns = decode_round_ns(p, lay, prof)
-    assert evaluations() == before + 1
+    assert (evaluations(), round_pricings()) == (before[0], before[1] + 1)
     assert round_ns / 1e6 == evaluate(p, lay, prof).metrics.decode_step_ms
 
 
@@ -60,17 +67,17 @@ def test_an_engine_that_reserves_whole_sequences_is_priced_at_the_batch_it_holds
     assert decode_round_ns(p, lay, prof) / 1e6 == evaluate(p, lay, prof).metrics.decode_step_ms
 
 
-def test_a_decode_workers_prediction_is_evaluates_and_is_not_counted_twice() -> None:
+def test_a_decode_workers_prediction_is_evaluates_and_is_not_counted_again() -> None:
     p = problem("llama-3.1-70b", "2x8xH100", isl=2000, osl=200)
     worker, prof = layout(p, tp=4, pp=2), get_profile("h100-sxm-vllm")
     decode_step.cache_clear()
-    before = evaluations()
+    before = evaluations(), round_pricings()
     step = decode_step(p, worker, 24, prof)
-    assert evaluations() == before + 1
+    assert (evaluations(), round_pricings()) == (before[0], before[1] + 1)
     expected = evaluate(role_problem(p, "decode", 24), worker.model_copy(update={"batch": 24}), prof)
-    before = evaluations()
+    before = evaluations(), round_pricings()
     assert step.prediction == expected
     assert step.prediction is step.prediction  # priced once
-    assert evaluations() == before
+    assert (evaluations(), round_pricings()) == before
     assert step.round_ns / 1e6 == expected.metrics.decode_step_ms
     assert prediction_of(p, worker, prof) == evaluate(p, worker, prof)
