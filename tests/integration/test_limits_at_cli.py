@@ -184,10 +184,11 @@ def test_a_disaggregated_solve_time_covers_every_round(monkeypatch):
 def test_a_round_stopped_by_the_work_limit_returns_the_round_before_and_auto_prefers_the_mode_that_meets(capsys):
     # Llama-3.1-70B for 20 requests/s on 8x8xH200 (vLLM, the default engine): the disaggregated deployment of 28
     # GPUs is chosen as predicted, but its TTFT off as the median run is over 2 s, and its next round, at a limit
-    # held lower, finds nothing within 0.2 units of work (measured: the first round finishes within 0.1, both
-    # rounds within 0.5 but not 0.3); the colocated 48 GPUs meet the limits at their median error.
+    # held lower, finds nothing within 0.02 units of work (measured 2026-12-08, a decode round priced alone counting
+    # ROUND_WORK: the first round finishes within 0.01, both rounds within 0.05 but not 0.03; 0.2 before); the
+    # colocated 48 GPUs meet the limits at their median error.
     argv = ["solve", "--model", "llama-3.1-70b", "--cluster", "8x8xH200", "--rate", "20", "--ttft-ms", "2000",
-            "--tpot-ms", "50", "--isl", "4000", "--osl", "500", "--serving", "auto", "--work-limit", "0.2"]
+            "--tpot-ms", "50", "--isl", "4000", "--osl", "500", "--serving", "auto", "--work-limit", "0.02"]
     as_predicted = solved(argv, capsys)
     assert as_predicted["chosen"] == "disagg" and as_predicted["measured_error"]["over_limit"] == ["ttft_ms"]
     data = solved([*argv, "--limits-at", "median-error"], capsys)
