@@ -69,7 +69,7 @@ def test_an_exact_check_counts_itself_and_each_evaluation_it_makes() -> None:
                                   "searches to the end)")
 
 
-def test_a_decode_round_priced_alone_counts_its_own_work_not_an_evaluations() -> None:
+def test_a_decode_round_priced_alone_counts_its_own_work_not_an_evaluate_call_s() -> None:
     """A disaggregated check's steady states price the decode round alone at each batch they try
     (``decode_round_ns``): each is ``ROUND_WORK``, its measured cost, not a whole ``evaluate``'s."""
     p = problem("llama-3.1-8b", "2xH100")
