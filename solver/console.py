@@ -28,14 +28,11 @@ def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> None:
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # Started with Ctrl-C ignored (a script's background job, ``shardplan ... &``): it stays ignored, as the
-        # shell asked, during the imports too.
-        from shardplan.solver.cli.main import main as run_ignoring
-
-        run_ignoring()
-        return
-    previous = signal.signal(signal.SIGINT, _interrupted_while_starting)
+    # Started with Ctrl-C ignored (a script's background job, ``shardplan ... &``): it stays ignored, as the shell
+    # asked, during the imports too (putting SIG_IGN back below changes nothing).
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        previous = signal.signal(signal.SIGINT, _interrupted_while_starting)
     try:
         # Lazily on purpose: the handler must be in place before the command line's imports start.
         from shardplan.solver.cli.main import main as run_command_line
