@@ -249,7 +249,8 @@ class ChoiceFloor:
         self._transfer: dict[tuple[int, int, Tier], int] = {}  # _transfer[(i, k, tier)]: the pair's over that tier
         self._rungs: dict[int, list[int]] = {}  # _rungs[k]: rungs(candidate k's batch)
         self._least_round: int | None = None  # _least_round_ns()'s memo
-        self._feed: dict[int, dict[int, int]] = {}  # _feed[i][2 round + two]: feed_cap_units' memo
+        # feed_cap_units' memo: _feed[(i, workers, transfer)][2 round + two]
+        self._feed: dict[tuple[int, int, int], dict[int, int]] = {}
         self._bands: dict[tuple[int, bool], list[tuple[int, int]]] = {}  # _bands[(k, fine)]: decode_bands' memo
 
     def refuses(self, c: Choice, target_units: int) -> bool:
@@ -345,18 +346,29 @@ class ChoiceFloor:
             round_ns = self._least_round_ns()
         return self.feed_cap_units(i, round_ns)
 
-    def feed_cap_units(self, i: int, round_ns: int, in_flight_two: bool = False) -> int:
+    def feed_cap_units(self, i: int, round_ns: int, in_flight_two: bool = False, workers: int = 1,
+                       transfer_ns: int = 0) -> int:
         """``worker_cap_units`` where the decode round is at least ``round_ns`` (and, with ``in_flight_two``, at
         least two requests are in flight: ``cut_units``), memoised: the same few rounds are read for every
-        pair. Call only when ``active``."""
-        memo = self._feed.setdefault(i, {})
+        pair. Call only when ``active``.
+
+        ``workers``: what each worker feeds in a pool of at least that many (rounded up). The pool's time per prompt
+        is one worker's over its workers, so its queue is shorter and ``most_utilisation`` lower: ``cut_units`` at
+        that time per prompt is the cap of ``workers`` workers together, and the cap per worker only falls as the
+        pool grows (``v_max`` falls with the time per prompt, and where the admission's tighter cap holds for a
+        pool it holds for a larger one: ``_with_admission``'s test only gains as the time per prompt falls).
+        ``transfer_ns``: with at least that KV transfer (``least_transfer_ns``: a longer one only lowers the cap).
+        Both for ``walk.PairKeys.exact_terms``."""
+        memo = self._feed.setdefault((i, workers, transfer_ns), {})
         key = 2 * round_ns + in_flight_two
         if key not in memo:
             full = self._step(i, self.top_chunk)
             pass_ns = self._step(i, 1).pass_ns
-            memo[key] = cut_units(self.pools.profile, self.pools.problem.workload.osl,
-                                  self.limit_ns - self.overhead_ns - pass_ns, self.overhead_ns + pass_ns,
-                                  round_ns, full.slowest_ns / full.chunk, in_flight_two)
+            before_ns = self.overhead_ns + pass_ns + transfer_ns
+            pool_units = cut_units(self.pools.profile, self.pools.problem.workload.osl,
+                                   self.limit_ns - before_ns, before_ns,
+                                   round_ns, full.slowest_ns / (workers * full.chunk), in_flight_two)
+            memo[key] = pool_units if pool_units < 0 else -(-pool_units // workers)
         return memo[key]
 
     def decode_bands(self, k: int, fine: bool = False) -> list[tuple[int, int]]:
@@ -455,6 +467,10 @@ class ChoiceFloor:
             pools = self.pools
             self._round[(k, b)] = decode_step(pools.problem, pools.decode[k].layout, b, pools.profile).round_ns
         return self._round[(k, b)]
+
+    def least_transfer_ns(self, i: int, k: int) -> int:
+        """The pair's KV transfer over the faster tier: at most any deployment's (``least_transfer_ns``)."""
+        return min(self._transfer_ns(i, k, tier) for tier in (Tier.SCALE_UP, Tier.SCALE_OUT))
 
     def _transfer_ns(self, i: int, k: int, tier: Tier) -> int:
         """One prompt's KV transfer between the pair's workers over ``tier`` (moved and re-laid out): the exact

@@ -34,12 +34,19 @@ def per_gpu(pools, c) -> Fraction:
 
 def key(pools, c) -> Fraction:
     """Where the walk lists a deployment: its full rate per GPU, or its pair's bound within every rule if lower (over
-    the rungs too where the pair may list more than ``FINE_LISTED``)."""
+    the rungs, and at every batch for the deployments of its group of prefill worker counts, where the pair may
+    list more than ``FINE_LISTED``)."""
     floor = ChoiceFloor(pools)
     bound = held_pair_bound(pools, floor, c.prefill, c.decode)
     if walk_module._lists_many(pools, c.prefill, c.decode, None):
-        bound = min(bound, held_pair_bound(pools, floor, c.prefill, c.decode, fine=True))
+        group = Fraction(*PairKeys(pools, floor).exact_terms(c.prefill, c.decode, least_of_group(c.x)))
+        bound = min(bound, held_pair_bound(pools, floor, c.prefill, c.decode, fine=True), group)
     return min(per_gpu(pools, c), bound)
+
+
+def least_of_group(x: int) -> int:
+    """The least prefill worker count of the walk's group holding ``x`` (1, 2-3, 4-7, ...)."""
+    return 1 << (x.bit_length() - 1)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -148,7 +155,8 @@ def test_no_deployment_carries_more_than_its_pair_s_bound_within_every_rule(case
     Qwen3-30B-A3B under SGLang at TTFT 400 ms (on every pair; measured)."""
     pools = pools_for(case)
     floor = ChoiceFloor(pools)
-    first_tighter = held_tighter = fine_tighter = False
+    keys = PairKeys(pools, floor)
+    first_tighter = held_tighter = fine_tighter = group_tighter = False
     for c in brute.choices(pools):
         cap, any_cap = floor.worker_cap_units(c.prefill, c.decode), floor.worker_cap_units(c.prefill)
         assert cap is not None and any_cap is not None and cap <= any_cap
@@ -160,12 +168,15 @@ def test_no_deployment_carries_more_than_its_pair_s_bound_within_every_rule(case
         p, d = pools.prefill[c.prefill], pools.decode[c.decode]
         first_tighter |= first < pair_bound(Fraction(p.capacity_units, p.gpus), Fraction(d.capacity_units, d.gpus))
         held_tighter |= held < first
+        group = Fraction(*keys.exact_terms(c.prefill, c.decode, least_of_group(c.x)))
+        assert group <= Fraction(*keys.exact_terms(c.prefill, c.decode)) <= fine, c
+        group_tighter |= group < fine
         served = pools.served(c) if pools.rate(c) > 0 else None
         if served is not None:
             assert served.units <= c.x * cap, c
-            assert Fraction(served.units, pools.gpus(c)) <= min(held, fine), c
+            assert Fraction(served.units, pools.gpus(c)) <= min(held, fine, group), c
     assert first_tighter == (case is SGL_TIGHT[1])
-    assert held_tighter and fine_tighter
+    assert held_tighter and fine_tighter and group_tighter
 
 
 @pytest.mark.parametrize("case", SGL_TIGHT + [SMALL[1]], ids=case_id)
@@ -187,6 +198,35 @@ def test_a_pair_s_held_bound_is_its_best_band_s_bound(case, fine) -> None:
             assert held_pair_bound(pools, floor, i, k, fine) == best, (i, k)
 
 
+@pytest.mark.parametrize("case", SGL_TIGHT + [SMALL[1]], ids=case_id)
+def test_a_group_s_exact_bound_is_its_best_single_batch_s_bound(case) -> None:
+    """``PairKeys.exact_terms`` halves the best band until it is one batch; it equals the plain maximum, over every
+    batch of the decode candidate, of ``pair_bound`` with the prefill worker's rate at most what it feeds at that
+    batch's round in a pool of at least ``workers`` (with the pair's least transfer), and the decode worker's at
+    most what that batch sustains (its capacity at its own batch), on every pair of each case, for groups of 1, 2
+    and 4 workers. Each group's is below the one before on some pair."""
+    pools = pools_for(case)
+    floor = ChoiceFloor(pools)
+    keys = PairKeys(pools, floor)
+    falls = False
+    for i, p in enumerate(pools.prefill):
+        for k, d in enumerate(pools.decode):
+            transfer_ns = floor.least_transfer_ns(i, k)
+            last = None
+            for workers in (1, 2, 4):
+                best = Fraction(0)
+                for batch in range(1, d.batch + 1):
+                    round_ns, most_units = (d.round_ns, d.capacity_units) if batch == d.batch else floor.band(
+                        k, batch, batch + 1)
+                    feed = min(p.capacity_units, floor.feed_cap_units(i, round_ns, batch > 1, workers, transfer_ns))
+                    if feed > 0:
+                        best = max(best, pair_bound(Fraction(feed, p.gpus), Fraction(most_units, d.gpus)))
+                assert Fraction(*keys.exact_terms(i, k, workers)) == best, (i, k, workers)
+                falls |= last is not None and best < last
+                last = best
+    assert falls
+
+
 class _Bands:
     """A TTFT floor of given bands (round, most rate units) and feed caps by round, for ``PairKeys``."""
 
@@ -198,7 +238,7 @@ class _Bands:
     def decode_bands(self, k, fine=False):
         return self.bands
 
-    def feed_cap_units(self, i, round_ns, in_flight_two=False):
+    def feed_cap_units(self, i, round_ns, in_flight_two=False, workers=1, transfer_ns=0):
         return self.feeds[round_ns]
 
 
