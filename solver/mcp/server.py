@@ -152,10 +152,10 @@ async def _serve(server: Server[Any]) -> Ending:
 
 def serve(root: str | None, limits: TimeLimits) -> None:
     """Serve on stdin/stdout until the client closes stdin and every call read is answered (then return: exit
-    0). SIGTERM (143), SIGINT (130) or a stdout that cannot be written (2) end the process at once with one
-    line on stderr, the CLI's codes: a call's handler may still be searching on its thread, and no search
-    can be stopped from outside, so the process does not wait for it; its temporary outputs are removed first
-    (a file it had already renamed into place stays)."""
+    0). SIGTERM (143), SIGINT (130; unless ignored when serving began) or a stdout that cannot be written (2) end
+    the process at once with one line on stderr, the CLI's codes: a call's handler may still be searching on its
+    thread, and no search can be stopped from outside, so the process does not wait for it; its temporary outputs
+    are removed first (a file it had already renamed into place stays)."""
     ending = anyio.run(_serve, build_server(Session(Root(root), limits)))
     if ending.code:
         discard_all()

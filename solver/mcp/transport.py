@@ -373,8 +373,12 @@ class StdioTransport:
         self.stdout.flush()
 
     async def watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """SIGTERM and SIGINT end serving with the CLI's exit codes and lines."""
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        """SIGTERM and SIGINT end serving with the CLI's exit codes and lines; a SIGINT ignored when serving began
+        stays ignored (a shell without job control starts a background job so: its Ctrl-C is not the job's)."""
+        watched = [signal.SIGTERM]
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            watched.append(signal.SIGINT)
+        with anyio.open_signal_receiver(*watched) as signals:
             task_status.started()
             async for signum in signals:
                 if signum == signal.SIGTERM:

@@ -22,9 +22,11 @@ REPLY_S = 120.0  # generous: a loaded CI machine imports the solver slowly
 class Wire:
     """One ``shardplan mcp`` process, initialised, spoken to a line at a time."""
 
-    def __init__(self, root: Path, initialise: bool = True):
+    def __init__(self, root: Path, initialise: bool = True, ctrl_c_ignored: bool = False):
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ctrl_c_ignored else None
         self.proc = subprocess.Popen([sys.executable, "-m", "shardplan.solver.cli", "mcp", "--root", str(root)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     preexec_fn=ignore)
         if initialise:
             self.initialise()
 
@@ -225,6 +227,20 @@ def test_a_signal_ends_the_server_with_the_clis_code_and_one_line(wire: Wire, si
     stderr = wire.stderr()
     # 128 + the signal's number, as the CLI and shells report it (README: 130 interrupted).
     assert (ended, stderr) == (128 + signum, line) == (code, line), f"exit {ended}; the server's stderr:\n{stderr}"
+
+
+def test_a_server_started_with_ctrl_c_ignored_keeps_serving_through_one(tmp_path: Path) -> None:
+    """Started with SIGINT ignored (``shardplan mcp &`` from a script), a Ctrl-C is not the server's: it answers the
+    next request, and SIGTERM still ends it. Before, it watched SIGINT anyway and ended with 130."""
+    server = Wire(tmp_path, ctrl_c_ignored=True)
+    try:
+        assert server.ask(ping(1)) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        server.proc.send_signal(signal.SIGINT)
+        assert server.ask(ping(2)) == {"jsonrpc": "2.0", "id": 2, "result": {}}, server.diagnosis("no reply")
+        server.proc.send_signal(signal.SIGTERM)
+        assert (server.wait(), server.stderr()) == (143, "shardplan: terminated\n")
+    finally:
+        server.close()
 
 
 def test_closing_stdin_answers_the_call_in_flight_then_exits_0(wire: Wire) -> None:
