@@ -358,7 +358,7 @@ class ChoiceFloor:
         pool grows (``v_max`` falls with the time per prompt, and where the admission's tighter cap holds for a
         pool it holds for a larger one: ``_with_admission``'s test only gains as the time per prompt falls).
         ``transfer_ns``: with at least that KV transfer (``least_transfer_ns``: a longer one only lowers the cap).
-        Both for ``walk.PairKeys.exact_terms``."""
+        Both for ``walk.PairKeys.group_terms``."""
         memo = self._feed.setdefault((i, workers, transfer_ns), {})
         key = 2 * round_ns + in_flight_two
         if key not in memo:
@@ -468,8 +468,11 @@ class ChoiceFloor:
             self._round[(k, b)] = decode_step(pools.problem, pools.decode[k].layout, b, pools.profile).round_ns
         return self._round[(k, b)]
 
-    def least_transfer_ns(self, i: int, k: int) -> int:
-        """The pair's KV transfer over the faster tier: at most any deployment's (``least_transfer_ns``)."""
+    def least_transfer_ns(self, i: int, k: int, least_gpus: int = 0) -> int:
+        """At most the KV transfer of any deployment of the pair on at least ``least_gpus`` GPUs: over the faster tier,
+        or across scale-up domains where that many cannot fit one (``Pools.tier``)."""
+        if least_gpus > self.pools.problem.cluster.scaleup_domain_gpus:
+            return self._transfer_ns(i, k, Tier.SCALE_OUT)
         return min(self._transfer_ns(i, k, tier) for tier in (Tier.SCALE_UP, Tier.SCALE_OUT))
 
     def _transfer_ns(self, i: int, k: int, tier: Tier) -> int:

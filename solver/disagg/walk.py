@@ -19,8 +19,8 @@ bound over finer bands (the rungs: a round each, so only for the pairs that get 
 the top once more its deployments that can still beat the seed are listed into the heap, each at its full rate per
 GPU or the pair's bound if lower. A pair with many deployments is split first by its prefill worker count (1,
 2-3, 4-7, ...), each group back in at its bound over every batch for pools of that many workers
-(``PairKeys.exact_terms``) and listed when that comes to the top: on Mixtral-8x22B over 64x8xH200 under SGLang at
-TTFT 2 s the final walk judged 20,550 deployments instead of 148,740, and the search proved its answer within the
+(``PairKeys.group_terms``) and listed when that comes to the top: on Mixtral-8x22B over 64x8xH200 under SGLang at
+TTFT 2 s the final walk judged 1,801 deployments instead of 148,740, and the search proved its answer within the
 default work limit (2026-12-08). So the keys popped never rise, each is at least what every deployment
 left carries, deployments of equal keys come off in brute force's order, and a pair whose bound is below
 the seed's rate per GPU is never listed (under SGLang's queue share at a tight TTFT limit, most pairs).
@@ -169,34 +169,49 @@ class PairKeys:
                 heapq.heappush(heap, below)
         return num, den
 
-    def exact_terms(self, i: int, k: int, workers: int = 1) -> Terms:
+    def group_terms(self, i: int, k: int, workers: int = 1) -> Terms:
         """``held_terms`` over a band at every batch of the decode candidate, for the deployments of at least
-        ``workers`` prefill workers (``ChoiceFloor.feed_cap_units``): best first, from the bands over powers of two,
-        the best band halved until it is a single batch (each half's bound at most its band's: its round is no
-        shorter and its batches no more), a round read for each upper half; with the pair's least KV transfer.
+        ``workers`` prefill workers (``ChoiceFloor.feed_cap_units``), to within ``GROUP_SLACK`` above: best first, from
+        the bands over powers of two, the best band halved (each half's bound at most its band's: its round is no
+        shorter and its batches no more; a round read for each upper half) until it is a single batch, or within
+        ``GROUP_SLACK`` of a single batch's bound read (each halved band's least batch is read alone, at the round it
+        has already). The KV transfer read is at most that of each deployment of the group: across scale-up domains
+        where none fits one (``ChoiceFloor.least_transfer_ns``).
 
         Where it matters: a pool of many prefill workers has a short queue per prompt, so each worker feeds less
         within the TTFT limit than one alone. On Mixtral-8x22B over 64x8xH200 under SGLang at TTFT 2 s, the
         answer carries 740,098 rate units per GPU. One of the pairs the walk then listed had a bound of 766,178
-        over the rungs; this bound is 754,032 for one worker and 739,672 from 64 workers (2026-12-08)."""
+        over the rungs; this bound is 750,932 for one worker and 739,970 from 4 workers (2026-12-08)."""
         if not self.banded:
             return self.first_terms(i, k)
         floor, last = self.floor, self.floor.pools.decode[k]
-        transfer_ns = floor.least_transfer_ns(i, k)
+        # its deployments span at least this many GPUs (``Pools.end_gpu``), so beyond a scale-up domain, across one
+        transfer_ns = floor.least_transfer_ns(i, k, workers * self.prefill[i][1] + self.decode[k][1])
         heap: list[tuple[_Key, int, int, int, int]] = []  # (the bound, its terms, the band's least batch, one past)
+        read = (0, 1)  # the highest single batch's bound read: the answer is at least it
+
+        def terms(round_ns: int, most_units: int, lo: int) -> Terms:
+            return self._band_terms(i, k, round_ns, most_units, lo > 1, workers, transfer_ns)
 
         def push(round_ns: int, most_units: int, lo: int, hi: int) -> None:
-            n, m = self._band_terms(i, k, round_ns, most_units, lo > 1, workers, transfer_ns)
+            nonlocal read
+            n, m = terms(round_ns, most_units, lo)
             if n > 0:
                 heapq.heappush(heap, (_Key(n, m), n, m, lo, hi))
+                if hi - lo == 1 and n * read[1] > read[0] * m:
+                    read = (n, m)
 
         push(last.round_ns, last.capacity_units, last.batch, last.batch + 1)
         for lo, hi in floor.band_spans(k):
             push(*floor.band(k, lo, hi), lo, hi)
         while heap:
             _, n, m, lo, hi = heapq.heappop(heap)
-            if hi - lo == 1:
-                return n, m  # a single batch's bound, and every band left is bounded below it
+            if hi - lo == 1 or n * read[1] * GROUP_SLACK.denominator <= read[0] * m * (
+                    GROUP_SLACK.denominator + GROUP_SLACK.numerator):
+                return n, m  # no band left is bounded above it, and it is a batch's bound or within the slack of one
+            alone = terms(*floor.band(k, lo, lo + 1), lo)
+            if alone[0] * read[1] > read[0] * alone[1]:
+                read = alone
             mid = (lo + hi) // 2
             push(*floor.band(k, lo, mid), lo, mid)
             push(*floor.band(k, mid, hi), mid, hi)
@@ -240,6 +255,10 @@ class PairKeys:
 
 
 Terms = tuple[int, int]  # a ratio as (numerator, denominator), the denominator above 0
+# How far above the most of its batches' bounds a group's bound (``PairKeys.group_terms``) may stop: halving the bands
+# to a single batch read 130-280 bands a group on Mixtral-8x22B and Qwen3-30B-A3B over 64-128x8xH200 and Kimi-K2 over
+# 14x72xGB200 under SGLang (2026-12-08), where a bound this close orders the walk's heap about as well.
+GROUP_SLACK = Fraction(1, 1024)
 _Bound = tuple[float, int, int, int, int]  # a rung band's bound: (-its float, its terms, the band, its group's first)
 
 
@@ -323,7 +342,7 @@ def walk(pools: Pools, floor_per_gpu: Fraction, deadline: Deadline, most: int | 
                 continue
             if at == OWN and keys.banded and _lists_many(pools, i, k, most_gpus):
                 for workers in _worker_groups(pools, i, k, most_gpus):
-                    n, m = keys.exact_terms(i, k, workers)
+                    n, m = keys.group_terms(i, k, workers)
                     if n * rd > rn * m:
                         n, m = rn, rd
                     if n > 0 and n * floor_d >= floor_n * m:
@@ -392,7 +411,7 @@ class _Key:
 
 # A pair's keys in the heap, each no higher than the last: ``first_pair_bound``, then ``held_pair_bound`` over the
 # powers of two, then over the rungs (``fine``), at which its deployments are listed; or, where it has many, its
-# prefill worker counts in groups (SPLIT), each at ``PairKeys.exact_terms`` of its least count.
+# prefill worker counts in groups (SPLIT), each at ``PairKeys.group_terms`` of its least count.
 FIRST, HELD, OWN, SPLIT = 0, 1, 2, 3
 # Deployments a pair may list past which its bound over the rungs is read: below, listing them costs less than
 # the rounds (on 2x8xH200 under SGLang, reading it for every pair cost 629 more ``evaluate`` calls, 3,279 against
@@ -457,22 +476,29 @@ def _listed(pools: Pools, i: int, k: int, floor_per_gpu: Fraction, room: int,
     """The pair's deployments that fit the cluster (and ``most_gpus``; ``xs``: of prefill worker counts in that range,
     ends included) with a rate of at least ``floor_per_gpu`` per GPU (and more than 0), or None if there would be
     more than ``room``. For each y
-    the pools' own capacities bound x from both sides (``min(x a, y b) >= f (x g + y h)``); the links only
-    lower the rate, which the exact ``Pools.rate`` then reads."""
+    the pools' own capacities bound x from both sides (``min(x a, y b) >= f (x g + y h)``), and so, for x in
+    ``xs``, bound y (each group of a pair of 1-GPU workers on 65,536 GPUs read every y, 65,536 of them, where a few
+    hundred can hold one); the links only lower the rate, which the exact ``Pools.rate`` then reads."""
     n = pools.problem.cluster.num_gpus
     top = n if most_gpus is None else min(n, most_gpus)
     p, d = pools.prefill[i], pools.decode[k]
     a, g, b, h = p.capacity_units, p.gpus, d.capacity_units, d.gpus
     f = floor_per_gpu
+    if f > 0 and (a <= f * g or b <= f * h):
+        return []  # the pair's bound is at most f: no deployment of it beats f
+    first_y, last_y = 1, top // h
+    if xs is not None:
+        last_y = min(last_y, (top - xs[0] * g) // h)  # past it, no deployment of xs[0] workers or more fits
+        if f > 0:  # x <= y (b - f h) / (f g) and x >= f y h / (a - f g), for some x in xs
+            first_y = max(first_y, math.ceil(f * xs[0] * g / (b - f * h)))
+            last_y = min(last_y, math.floor(xs[1] * (a - f * g) / (f * h)))
     spans: list[tuple[int, int, int]] = []  # (y, first x, last x)
     count = 0
-    for y in range(1, top // h + 1):
+    for y in range(first_y, last_y + 1):
         lo, hi = 1, (n // g if most_gpus is None else (top - y * h) // g)
         if xs is not None:
             lo, hi = max(lo, xs[0]), min(hi, xs[1])
         if f > 0:
-            if a <= f * g or b <= f * h:
-                return []  # the pair's bound is at most f: no deployment of it beats f
             lo = max(lo, math.ceil(f * y * h / (a - f * g)))
             hi = min(hi, math.floor(y * (b - f * h) / (f * g)))
         if lo <= hi:
