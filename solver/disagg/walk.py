@@ -20,7 +20,7 @@ the top once more its deployments that can still beat the seed are listed into t
 GPU or the pair's bound if lower. A pair with many deployments is split first by its prefill worker count (1,
 2-3, 4-7, ...), each group back in at its bound over every batch for pools of that many workers
 (``PairKeys.group_terms``) and listed when that comes to the top: on Mixtral-8x22B over 64x8xH200 under SGLang at
-TTFT 2 s the final walk judged 1,801 deployments instead of 148,740, and the search proved its answer within the
+TTFT 2 s the final walk judged 5,539 deployments instead of 148,740, and the search proved its answer within the
 default work limit (2026-12-08). So the keys popped never rise, each is at least what every deployment
 left carries, deployments of equal keys come off in brute force's order, and a pair whose bound is below
 the seed's rate per GPU is never listed (under SGLang's queue share at a tight TTFT limit, most pairs).
