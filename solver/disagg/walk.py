@@ -115,13 +115,12 @@ class PairKeys:
         fed = _fed_units(a, self.floor.worker_cap_units(i, k))
         return _pair_terms(fed, g, b, h) if fed > 0 and b > 0 else (0, 1)
 
-    def held_terms(self, i: int, k: int, fine: bool = False, workers: int = 1) -> Terms:
-        """``held`` as (numerator, denominator); ``workers``: over the deployments of at least that many prefill
-        workers only (``ChoiceFloor.feed_cap_units``)."""
+    def held_terms(self, i: int, k: int, fine: bool = False) -> Terms:
+        """``held`` as (numerator, denominator)."""
         if not self.banded:
             return self.first_terms(i, k)
         if fine:
-            return self._fine_terms(i, k, workers)
+            return self._fine_terms(i, k)
         (a, g), h = self.prefill[i], self.decode[k][1]
         bands = self.floor.decode_bands(k)
         most_below = self._most_below(k)
@@ -133,12 +132,12 @@ class PairKeys:
             n, m = _pair_terms(a, g, most_below[band], h)
             if n * den <= num * m:
                 break
-            n, m = self._band_terms(i, k, *bands[band], in_flight_two=band > 0, workers=workers)
+            n, m = self._band_terms(i, k, *bands[band], in_flight_two=band > 0)
             if n * den > num * m:
                 num, den = n, m
         return num, den
 
-    def _fine_terms(self, i: int, k: int, workers: int) -> Terms:
+    def _fine_terms(self, i: int, k: int) -> Terms:
         """``held_terms`` over the rungs, each band's round (an ``evaluate`` call) read only where a bound on the band,
         read at the round of the power of two under it (priced by the bands over powers of two), may beat the best
         band read so far: a longer round only lowers what the prefill worker feeds and what the decode worker
@@ -152,9 +151,8 @@ class PairKeys:
         floor = self.floor
         spans = floor.band_spans(k, fine=True)
         last = floor.pools.decode[k]  # the last band, the candidate's batch alone: exact already
-        num, den = self._band_terms(i, k, last.round_ns, last.capacity_units, bool(spans), workers)
-        heap = [top for first, end in self._groups(k)
-                if (top := self._bound_at(i, k, spans, end - 1, first, workers))]
+        num, den = self._band_terms(i, k, last.round_ns, last.capacity_units, in_flight_two=bool(spans))
+        heap = [top for first, end in self._groups(k) if (top := self._bound_at(i, k, spans, end - 1, first))]
         heapq.heapify(heap)
         while heap:
             key, n, m, band, first = heap[0]
@@ -162,10 +160,10 @@ class PairKeys:
                 break  # this band's bound, and every one left, is below the best
             heapq.heappop(heap)
             if n * den > num * m:  # above the best, though its float may tie it: the band's own
-                n, m = self._band_terms(i, k, *floor.band(k, *spans[band]), band > 0, workers)
+                n, m = self._band_terms(i, k, *floor.band(k, *spans[band]), in_flight_two=band > 0)
                 if n * den > num * m:
                     num, den = n, m
-            if band > first and (below := self._bound_at(i, k, spans, band - 1, first, workers)):
+            if band > first and (below := self._bound_at(i, k, spans, band - 1, first)):
                 heapq.heappush(heap, below)
         return num, den
 
@@ -217,13 +215,12 @@ class PairKeys:
             push(*floor.band(k, mid, hi), mid, hi)
         return 0, 1
 
-    def _bound_at(self, i: int, k: int, spans: list[tuple[int, int]], band: int, first: int,
-                  workers: int = 1) -> _Bound | None:
+    def _bound_at(self, i: int, k: int, spans: list[tuple[int, int]], band: int, first: int) -> _Bound | None:
         """The heap entry of rung band ``band``'s bound (its group's first band ``first``), None where it is 0 (then so
         is every lower band's of its group)."""
         lo, hi = spans[band]
         floor = self.floor
-        n, m = self._band_terms(i, k, *floor.band(k, lo, hi, floor.round_under(k, lo)), band > 0, workers)
+        n, m = self._band_terms(i, k, *floor.band(k, lo, hi, floor.round_under(k, lo)), in_flight_two=band > 0)
         return (-(n / m), n, m, band, first) if n > 0 else None
 
     def _groups(self, k: int) -> list[tuple[int, int]]:
